@@ -1,0 +1,18 @@
+//! frameloop: a low-latency sensor-ingest appliance. Frames arrive over UDP
+//! (or RDMA), land in a frame ring the GPU can read, and a persistent,
+//! GPU-resident graph (or its host twin) runs a linear chain of operators on
+//! each one while every segment of its latency goes into HDR histograms.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod fragment;
+pub mod gpu;
+pub mod host;
+pub mod ingest;
+pub mod metrics;
+pub mod ops;
+pub mod ring;
+pub mod sender;
+pub mod wire;

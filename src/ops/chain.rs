@@ -1,0 +1,144 @@
+//! A validated linear chain of operators run on the CPU with preallocated
+//! buffers, so running it on the hot path never allocates.
+
+use super::{ChainError, OpSpec, cpu, validate_chain};
+use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
+
+/// What one run of the chain produced (the reduction values and the final samples' count).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ChainOutput {
+    pub stats: Option<cpu::Stats>,
+    /// `(count, first_index)` of the threshold operator.
+    pub detect: Option<(u32, i32)>,
+    pub output_len: usize,
+}
+
+impl ChainOutput {
+    /// `RESULT_*` flags saying which fields are valid.
+    pub fn result_flags(&self) -> u32 {
+        (if self.stats.is_some() {
+            RESULT_HAS_STATS
+        } else {
+            0
+        }) | (if self.detect.is_some() {
+            RESULT_HAS_DETECT
+        } else {
+            0
+        })
+    }
+}
+
+/// The chain with its two ping-pong sample buffers.
+pub struct CpuChain {
+    ops: Vec<OpSpec>,
+    /// Invariant: both buffers hold at least `max_samples` values.
+    a: Vec<f32>,
+    b: Vec<f32>,
+    max_samples: usize,
+}
+
+impl CpuChain {
+    /// Builds a chain for frames of at most `max_frame_bytes` bytes.
+    pub fn new(ops: &[OpSpec], max_frame_bytes: usize) -> Result<Self, Vec<ChainError>> {
+        validate_chain(ops)?;
+        let OpSpec::Unpack { format, .. } = ops[0] else {
+            unreachable!("validated")
+        };
+        let max_samples = format.samples_in(max_frame_bytes);
+        Ok(Self {
+            ops: ops.to_vec(),
+            a: vec![0.0; max_samples],
+            b: vec![0.0; max_samples],
+            max_samples,
+        })
+    }
+
+    pub fn ops(&self) -> &[OpSpec] {
+        &self.ops
+    }
+
+    /// Samples after the last operator of the most recent run.
+    pub fn output(&self, out: &ChainOutput) -> &[f32] {
+        &self.a[..out.output_len]
+    }
+
+    /// Runs the chain over one frame's payload.
+    pub fn run(&mut self, payload: &[u8]) -> ChainOutput {
+        let mut out = ChainOutput::default();
+        let mut n = 0;
+        for op in &self.ops {
+            match op {
+                OpSpec::Unpack {
+                    format,
+                    scale,
+                    offset,
+                } => {
+                    let usable = payload.len().min(self.max_samples_bytes(*format));
+                    n = cpu::unpack(&payload[..usable], *format, *scale, *offset, &mut self.a);
+                }
+                OpSpec::Fir { taps } => {
+                    cpu::fir(&self.a[..n], taps, &mut self.b);
+                    std::mem::swap(&mut self.a, &mut self.b);
+                }
+                OpSpec::Filter2d { width, kernel } => {
+                    cpu::filter2d(&self.a[..n], *width as usize, kernel, &mut self.b);
+                    std::mem::swap(&mut self.a, &mut self.b);
+                }
+                OpSpec::Stats => out.stats = Some(cpu::stats(&self.a[..n])),
+                OpSpec::Threshold { level } => {
+                    out.detect = Some(cpu::threshold(&self.a[..n], *level))
+                }
+            }
+        }
+        out.output_len = n;
+        out
+    }
+
+    fn max_samples_bytes(&self, format: super::SampleFormat) -> usize {
+        match format {
+            super::SampleFormat::U8 => self.max_samples,
+            super::SampleFormat::U16 => self.max_samples * 2,
+            super::SampleFormat::U12 => self.max_samples / 2 * 3,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{SampleFormat, default_chain};
+
+    #[test]
+    fn runs_the_default_chain() {
+        let mut chain = CpuChain::new(&default_chain(), 16).unwrap();
+        let payload: Vec<u8> = [4096u16, 8192, 0, 40960]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let out = chain.run(&payload);
+        assert_eq!(out.output_len, 4);
+        let x = [1.0f32, 2.0, 0.0, 10.0];
+        let mut y = [0f32; 4];
+        cpu::fir(&x, &[0.0625, 0.25, 0.375, 0.25, 0.0625], &mut y);
+        assert_eq!(chain.output(&out), &y);
+        assert_eq!(out.stats.unwrap(), cpu::stats(&y));
+        assert_eq!(out.detect.unwrap(), cpu::threshold(&y, 8.0));
+        assert_eq!(out.result_flags(), RESULT_HAS_STATS | RESULT_HAS_DETECT);
+    }
+
+    #[test]
+    fn oversized_payload_is_clamped_not_overrun() {
+        let ops = [
+            OpSpec::Unpack {
+                format: SampleFormat::U8,
+                scale: 1.0,
+                offset: 0.0,
+            },
+            OpSpec::Stats,
+        ];
+        let mut chain = CpuChain::new(&ops, 4).unwrap();
+        let out = chain.run(&[1, 1, 1, 1, 1, 1]);
+        assert_eq!(out.output_len, 4);
+        assert_eq!(out.stats.unwrap().sum, 4.0);
+    }
+}

@@ -1,0 +1,222 @@
+//! Built-in operators: their configuration, their CPU reference
+//! implementations, and the linear chain that runs them on the host.
+//!
+//! Every operator has exactly one meaning, defined by its CPU implementation
+//! in [`cpu`]; the CUDA kernels in `kernels/` are checked against it.
+
+pub mod chain;
+pub mod cpu;
+
+pub use chain::{ChainOutput, CpuChain};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Longest FIR filter the kernels support.
+pub const MAX_FIR_TAPS: usize = 63;
+
+/// Sample encoding of the raw frame payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampleFormat {
+    /// One unsigned byte per sample.
+    U8,
+    /// Unsigned 16-bit little-endian.
+    U16,
+    /// Unsigned 12-bit, two samples packed in three bytes:
+    /// `s0 = b0 | (b1 & 0xf) << 8`, `s1 = b1 >> 4 | b2 << 4`.
+    U12,
+}
+
+impl SampleFormat {
+    /// Number of whole samples in `bytes` payload bytes.
+    pub fn samples_in(self, bytes: usize) -> usize {
+        match self {
+            SampleFormat::U8 => bytes,
+            SampleFormat::U16 => bytes / 2,
+            SampleFormat::U12 => bytes / 3 * 2,
+        }
+    }
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// One operator of the chain, as written in the config (`[[chain]]` tables).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OpSpec {
+    /// Raw samples to f32: `y = sample * scale + offset`. Must come first.
+    Unpack {
+        format: SampleFormat,
+        #[serde(default = "one")]
+        scale: f32,
+        #[serde(default)]
+        offset: f32,
+    },
+    /// 1-D FIR, centred: `y[i] = sum_k taps[k] * x[i + k - K/2]`, zero outside.
+    Fir { taps: Vec<f32> },
+    /// 3x3 2-D filter over rows of `width` samples, zero border; the samples
+    /// after the last whole row pass through unchanged.
+    Filter2d { width: u32, kernel: [f32; 9] },
+    /// Sum, min, max and mean of the samples (f64 accumulation on the CPU);
+    /// samples pass through.
+    Stats,
+    /// Counts samples strictly above `level` and finds the first; samples pass through.
+    Threshold { level: f32 },
+}
+
+impl OpSpec {
+    /// Stable short name, used in logs, errors and GPU stage names.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpSpec::Unpack { .. } => "unpack",
+            OpSpec::Fir { .. } => "fir",
+            OpSpec::Filter2d { .. } => "filter2d",
+            OpSpec::Stats => "stats",
+            OpSpec::Threshold { .. } => "threshold",
+        }
+    }
+}
+
+/// A chain that cannot run, naming the operator (by `chain[i]`) and the fix.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ChainError {
+    #[error("chain is empty: add a [[chain]] table with op = \"unpack\" first")]
+    Empty,
+    #[error("chain[0] is \"{0}\" but the chain must start with op = \"unpack\"")]
+    MissingUnpack(&'static str),
+    #[error("chain[{0}]: unpack may only appear first")]
+    UnpackNotFirst(usize),
+    #[error("chain[{index}].taps: {len} taps; use an odd number between 1 and {MAX_FIR_TAPS}")]
+    BadTaps { index: usize, len: usize },
+    #[error("chain[{index}].{key}: value must be finite (got {value})")]
+    NotFinite {
+        index: usize,
+        key: &'static str,
+        value: f32,
+    },
+    #[error("chain[{index}].width: must be at least 1 (got 0)")]
+    ZeroWidth { index: usize },
+    #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain")]
+    Duplicate { index: usize, op: &'static str },
+}
+
+/// Checks that a chain is one the CPU and GPU backends can both run.
+pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
+    let mut errs = Vec::new();
+    match chain.first() {
+        None => return Err(vec![ChainError::Empty]),
+        Some(OpSpec::Unpack { .. }) => {}
+        Some(other) => errs.push(ChainError::MissingUnpack(other.name())),
+    }
+    let (mut stats, mut threshold) = (false, false);
+    for (index, op) in chain.iter().enumerate() {
+        match op {
+            OpSpec::Unpack { scale, offset, .. } => {
+                if index != 0 {
+                    errs.push(ChainError::UnpackNotFirst(index));
+                }
+                for (key, value) in [("scale", *scale), ("offset", *offset)] {
+                    if !value.is_finite() {
+                        errs.push(ChainError::NotFinite { index, key, value });
+                    }
+                }
+            }
+            OpSpec::Fir { taps } => {
+                if taps.is_empty() || taps.len() % 2 == 0 || taps.len() > MAX_FIR_TAPS {
+                    errs.push(ChainError::BadTaps {
+                        index,
+                        len: taps.len(),
+                    });
+                }
+                if let Some(v) = taps.iter().find(|t| !t.is_finite()) {
+                    errs.push(ChainError::NotFinite {
+                        index,
+                        key: "taps",
+                        value: *v,
+                    });
+                }
+            }
+            OpSpec::Filter2d { width, kernel } => {
+                if *width == 0 {
+                    errs.push(ChainError::ZeroWidth { index });
+                }
+                if let Some(v) = kernel.iter().find(|t| !t.is_finite()) {
+                    errs.push(ChainError::NotFinite {
+                        index,
+                        key: "kernel",
+                        value: *v,
+                    });
+                }
+            }
+            OpSpec::Stats => {
+                if std::mem::replace(&mut stats, true) {
+                    errs.push(ChainError::Duplicate { index, op: "stats" });
+                }
+            }
+            OpSpec::Threshold { level } => {
+                if std::mem::replace(&mut threshold, true) {
+                    errs.push(ChainError::Duplicate {
+                        index,
+                        op: "threshold",
+                    });
+                }
+                if !level.is_finite() {
+                    errs.push(ChainError::NotFinite {
+                        index,
+                        key: "level",
+                        value: *level,
+                    });
+                }
+            }
+        }
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
+/// The default chain: unpack u16, a 5-tap smoothing FIR, stats, threshold.
+pub fn default_chain() -> Vec<OpSpec> {
+    vec![
+        OpSpec::Unpack {
+            format: SampleFormat::U16,
+            scale: 1.0 / 4096.0,
+            offset: 0.0,
+        },
+        OpSpec::Fir {
+            taps: vec![0.0625, 0.25, 0.375, 0.25, 0.0625],
+        },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 8.0 },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_chain_is_valid() {
+        validate_chain(&default_chain()).unwrap();
+    }
+
+    #[test]
+    fn reports_every_problem() {
+        let chain = vec![
+            OpSpec::Stats,
+            OpSpec::Fir {
+                taps: vec![1.0, 2.0],
+            },
+            OpSpec::Unpack {
+                format: SampleFormat::U8,
+                scale: f32::NAN,
+                offset: 0.0,
+            },
+            OpSpec::Stats,
+        ];
+        let errs = validate_chain(&chain).unwrap_err();
+        assert_eq!(errs.len(), 5, "{errs:?}");
+        assert!(errs.iter().any(|e| e.to_string().contains("chain[1].taps")));
+    }
+}

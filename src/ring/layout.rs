@@ -1,0 +1,192 @@
+//! The `#[repr(C)]` layout of the frame ring and the result ring, shared with
+//! the CUDA side through `handlers/ring.cuh` (a test compares the two).
+//!
+//! One allocation holds a [`RingHeader`] followed, at [`SLOTS_OFFSET`], by
+//! `slot_count` slots of `slot_stride` bytes. Each slot starts with a
+//! [`SlotHeader`]; its payload follows at [`SLOT_PAYLOAD_OFFSET`].
+//! Sequence numbers are ring sequences: 1 for the first published slot, 0
+//! meaning "none"; ring sequence `s` lives in slot `(s - 1) % slot_count`.
+
+use std::sync::atomic::AtomicU64;
+
+/// Magic value in [`RingHeader::magic`] ("FRNG" little-endian).
+pub const RING_MAGIC: u32 = u32::from_le_bytes(*b"FRNG");
+/// Layout version; bump on any change and mirror it in `handlers/ring.cuh`.
+pub const RING_LAYOUT_VERSION: u32 = 1;
+/// Byte offset of slot 0 from the start of the ring allocation.
+pub const SLOTS_OFFSET: usize = 256;
+/// Byte offset of the payload inside a slot.
+pub const SLOT_PAYLOAD_OFFSET: usize = 128;
+/// Slots are padded to a multiple of this, so every payload is 128-byte aligned.
+pub const SLOT_ALIGN: usize = 256;
+
+/// Slot flag: every packet of the frame arrived.
+pub const SLOT_COMPLETE: u32 = 1 << 0;
+/// Slot flag: packets were missing when the frame was published; missing bytes are zero.
+pub const SLOT_INCOMPLETE: u32 = 1 << 1;
+/// Slot flag: the frame was published because it went stale (timed out).
+pub const SLOT_TIMED_OUT: u32 = 1 << 2;
+
+/// Overrun policy code stored in [`RingHeader::policy`]: process every frame.
+pub const POLICY_EVERY: u32 = 0;
+/// Overrun policy code: skip to the newest published frame.
+pub const POLICY_LATEST: u32 = 1;
+
+/// Header of the frame ring. Each control word owns a 64-byte line so the
+/// writer and the consumer never share a cache line.
+///
+/// Invariants: `claimed_seq >= consumed_seq`, `head_seq >= claimed_seq`
+/// (claimed may equal head), and the writer writes slot of sequence `s` only
+/// when `s - slot_count <= consumed_seq || s - slot_count < claimed_seq`.
+#[repr(C, align(64))]
+pub struct RingHeader {
+    pub magic: u32,
+    pub version: u32,
+    pub slot_count: u32,
+    pub slot_stride: u32,
+    pub payload_capacity: u32,
+    pub policy: u32,
+    pub slots_offset: u32,
+    pub _reserved0: [u32; 9],
+    /// Ring sequence of the newest published slot (writer: release store).
+    pub head_seq: AtomicU64,
+    pub _pad1: [u64; 7],
+    /// Ring sequence the consumer is reading now (consumer: store before reading).
+    pub claimed_seq: AtomicU64,
+    pub _pad2: [u64; 7],
+    /// Ring sequence the consumer has finished (consumer: release store).
+    pub consumed_seq: AtomicU64,
+    pub _pad3: [u64; 7],
+}
+
+/// Header at the start of each slot, written before the head sequence is published.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotHeader {
+    /// Ring sequence this slot holds.
+    pub ring_seq: u64,
+    /// Sensor frame sequence from the wire.
+    pub frame_seq: u64,
+    pub stream_id: u32,
+    /// `SLOT_*` flags.
+    pub flags: u32,
+    /// Valid payload bytes.
+    pub payload_len: u32,
+    pub packets_expected: u32,
+    pub packets_received: u32,
+    pub _reserved0: u32,
+    /// Sender's timestamp from the wire (ns, CLOCK_REALTIME of the sender).
+    pub sender_ts_ns: u64,
+    /// First packet received (ns, CLOCK_REALTIME; kernel timestamp where available).
+    pub first_rx_ns: u64,
+    /// Last packet received.
+    pub last_rx_ns: u64,
+    /// Published to the ring.
+    pub published_ns: u64,
+    pub _reserved1: [u64; 7],
+}
+
+/// Header of the result ring (written by the consumer, read by the host result thread).
+#[repr(C, align(64))]
+pub struct ResultRingHeader {
+    pub magic: u32,
+    pub capacity: u32,
+    pub _reserved0: [u32; 14],
+    /// Sequence of the newest result written (release store).
+    pub head_seq: AtomicU64,
+    pub _pad1: [u64; 7],
+}
+
+/// Magic of [`ResultRingHeader`] ("FRRS").
+pub const RESULT_MAGIC: u32 = u32::from_le_bytes(*b"FRRS");
+
+/// One processed frame: the timestamps carried from the slot, the consumer's
+/// own timestamps and the values of the reduction operators.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ResultRecord {
+    /// Result sequence (1-based, contiguous).
+    pub result_seq: u64,
+    /// Ring sequence of the frame this result is for.
+    pub ring_seq: u64,
+    pub frame_seq: u64,
+    pub stream_id: u32,
+    pub slot_flags: u32,
+    pub sender_ts_ns: u64,
+    pub first_rx_ns: u64,
+    pub last_rx_ns: u64,
+    pub published_ns: u64,
+    /// Consumer noticed the frame (host clock, or GPU clock for the CUDA backend).
+    pub detect_ns: u64,
+    /// Consumer finished the chain (same clock as `detect_ns`).
+    pub done_ns: u64,
+    pub sum: f32,
+    pub min: f32,
+    pub max: f32,
+    pub mean: f32,
+    /// Samples above the threshold.
+    pub detect_count: u32,
+    /// Index of the first sample above the threshold, or -1.
+    pub first_detect_index: i32,
+    /// Number of samples at the end of the chain.
+    pub output_len: u32,
+    /// Result flags (`RESULT_*`).
+    pub result_flags: u32,
+    /// Frames the consumer skipped before this one (policy `latest`).
+    pub skipped_before: u64,
+    pub _reserved: [u64; 6],
+}
+
+/// Result flag: the chain has a stats operator and `sum/min/max/mean` are valid.
+pub const RESULT_HAS_STATS: u32 = 1 << 0;
+/// Result flag: the chain has a threshold operator and the detect fields are valid.
+pub const RESULT_HAS_DETECT: u32 = 1 << 1;
+/// Result flag: timestamps `detect_ns`/`done_ns` are GPU `%globaltimer` values.
+pub const RESULT_GPU_CLOCK: u32 = 1 << 2;
+
+/// Byte offset of result record 0 from the start of the result ring.
+pub const RESULTS_OFFSET: usize = 128;
+
+/// Bytes between slots for a given payload capacity.
+pub fn slot_stride(payload_capacity: usize) -> usize {
+    (SLOT_PAYLOAD_OFFSET + payload_capacity).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+}
+
+/// Total bytes of a frame ring allocation.
+pub fn ring_bytes(slot_count: usize, payload_capacity: usize) -> usize {
+    SLOTS_OFFSET + slot_count * slot_stride(payload_capacity)
+}
+
+/// Total bytes of a result ring allocation.
+pub fn result_ring_bytes(capacity: usize) -> usize {
+    RESULTS_OFFSET + capacity * std::mem::size_of::<ResultRecord>()
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<RingHeader>() == 256);
+    assert!(std::mem::size_of::<RingHeader>() <= SLOTS_OFFSET);
+    assert!(std::mem::size_of::<SlotHeader>() == SLOT_PAYLOAD_OFFSET);
+    assert!(std::mem::size_of::<ResultRingHeader>() == RESULTS_OFFSET);
+    assert!(std::mem::size_of::<ResultRecord>() == 192);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn offsets_are_the_documented_ones() {
+        assert_eq!(offset_of!(RingHeader, head_seq), 64);
+        assert_eq!(offset_of!(RingHeader, claimed_seq), 128);
+        assert_eq!(offset_of!(RingHeader, consumed_seq), 192);
+        assert_eq!(offset_of!(SlotHeader, payload_len), 24);
+        assert_eq!(offset_of!(SlotHeader, published_ns), 64);
+        assert_eq!(offset_of!(ResultRingHeader, head_seq), 64);
+        assert_eq!(offset_of!(ResultRecord, detect_ns), 64);
+        assert_eq!(offset_of!(ResultRecord, sum), 80);
+        assert_eq!(slot_stride(1), 256);
+        assert_eq!(slot_stride(128), 256);
+        assert_eq!(slot_stride(129), 512);
+    }
+}

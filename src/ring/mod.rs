@@ -1,0 +1,14 @@
+//! Frame ring and result ring: fixed slots shared between ingest, the
+//! consumer (CPU or GPU) and the result thread, synchronised by sequences.
+
+pub mod frame_ring;
+pub mod layout;
+pub mod memory;
+pub mod result_ring;
+
+pub use frame_ring::{
+    ClaimedSlot, FrameRing, OverrunPolicy, RingError, RingFull, RingReader, RingWriter,
+};
+pub use layout::{ResultRecord, SlotHeader};
+pub use memory::{HostMemory, RingMemory};
+pub use result_ring::{ResultReader, ResultRing};

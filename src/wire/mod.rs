@@ -1,0 +1,3 @@
+//! Wire formats: pure parsers and encoders over bytes, no I/O.
+
+pub mod native;

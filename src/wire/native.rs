@@ -1,0 +1,289 @@
+//! The native frameloop datagram: a fixed 48-byte little-endian header followed by payload.
+//!
+//! Layout (all integers little-endian), see `docs/wire-format.md`:
+//!
+//! | offset | size | field          |
+//! |-------:|-----:|----------------|
+//! | 0      | 4    | magic `FRLP`   |
+//! | 4      | 1    | version (1)    |
+//! | 5      | 1    | flags          |
+//! | 6      | 2    | header length  |
+//! | 8      | 4    | stream id      |
+//! | 12     | 4    | packet index   |
+//! | 16     | 8    | frame sequence |
+//! | 24     | 4    | packet count   |
+//! | 28     | 4    | payload offset |
+//! | 32     | 4    | frame length   |
+//! | 36     | 4    | payload length |
+//! | 40     | 8    | sender time ns |
+//!
+//! Parsing is a pure function over bytes: no I/O, no allocation, no panics.
+
+use thiserror::Error;
+
+/// The four magic bytes that open every native datagram.
+pub const MAGIC: [u8; 4] = *b"FRLP";
+/// The only header version this build understands.
+pub const VERSION: u8 = 1;
+/// Size of the version-1 header in bytes.
+pub const HEADER_LEN: usize = 48;
+
+/// Header flag: the sender marks the last packet of a frame (informational).
+pub const FLAG_LAST_PACKET: u8 = 0x01;
+
+/// A parsed native header. Field meanings are in `docs/wire-format.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NativeHeader {
+    pub flags: u8,
+    pub stream_id: u32,
+    pub packet_index: u32,
+    pub frame_seq: u64,
+    pub packet_count: u32,
+    pub payload_offset: u32,
+    pub frame_len: u32,
+    pub payload_len: u32,
+    pub sender_ts_ns: u64,
+}
+
+/// A datagram the parser rejects, by kind. Each kind has its own drop counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ParseError {
+    #[error("datagram of {len} bytes is shorter than the {HEADER_LEN}-byte native header")]
+    ShortHeader { len: usize },
+    #[error("bad magic {found:02x?}: not a frameloop datagram (expected \"FRLP\")")]
+    BadMagic { found: [u8; 4] },
+    #[error(
+        "unsupported header version {found} (this build reads version {VERSION}); upgrade frameloop or the sender"
+    )]
+    BadVersion { found: u8 },
+    #[error("header length {found} is smaller than {HEADER_LEN}")]
+    BadHeaderLen { found: u16 },
+    #[error("datagram holds {available} payload bytes but the header announces {announced}")]
+    Truncated { announced: u32, available: usize },
+    #[error("packet index {index} is not below packet count {count}")]
+    BadPacketIndex { index: u32, count: u32 },
+    #[error("payload [{offset}, {offset}+{len}) crosses the frame length {frame_len}")]
+    PayloadOutsideFrame {
+        offset: u32,
+        len: u32,
+        frame_len: u32,
+    },
+}
+
+impl ParseError {
+    /// Short stable name used for drop counters and metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ParseError::ShortHeader { .. } => "short_header",
+            ParseError::BadMagic { .. } => "bad_magic",
+            ParseError::BadVersion { .. } => "bad_version",
+            ParseError::BadHeaderLen { .. } => "bad_header_len",
+            ParseError::Truncated { .. } => "truncated",
+            ParseError::BadPacketIndex { .. } => "bad_packet_index",
+            ParseError::PayloadOutsideFrame { .. } => "payload_outside_frame",
+        }
+    }
+}
+
+fn u16_at(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Parses one datagram into its header and payload.
+///
+/// Checks everything that can be checked without state: magic, version,
+/// header length, that the announced payload is present, that the packet index
+/// is below the count and that the payload lies inside the announced frame.
+/// Trailing bytes past `payload_len` are ignored (some NICs pad).
+pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
+    if datagram.len() < HEADER_LEN {
+        return Err(ParseError::ShortHeader {
+            len: datagram.len(),
+        });
+    }
+    let magic = [datagram[0], datagram[1], datagram[2], datagram[3]];
+    if magic != MAGIC {
+        return Err(ParseError::BadMagic { found: magic });
+    }
+    if datagram[4] != VERSION {
+        return Err(ParseError::BadVersion { found: datagram[4] });
+    }
+    let header_len = u16_at(datagram, 6);
+    if (header_len as usize) < HEADER_LEN {
+        return Err(ParseError::BadHeaderLen { found: header_len });
+    }
+    let h = NativeHeader {
+        flags: datagram[5],
+        stream_id: u32_at(datagram, 8),
+        packet_index: u32_at(datagram, 12),
+        frame_seq: u64_at(datagram, 16),
+        packet_count: u32_at(datagram, 24),
+        payload_offset: u32_at(datagram, 28),
+        frame_len: u32_at(datagram, 32),
+        payload_len: u32_at(datagram, 36),
+        sender_ts_ns: u64_at(datagram, 40),
+    };
+    let available = datagram.len().saturating_sub(header_len as usize);
+    if (h.payload_len as usize) > available {
+        return Err(ParseError::Truncated {
+            announced: h.payload_len,
+            available,
+        });
+    }
+    if h.packet_index >= h.packet_count {
+        return Err(ParseError::BadPacketIndex {
+            index: h.packet_index,
+            count: h.packet_count,
+        });
+    }
+    let end = h.payload_offset as u64 + h.payload_len as u64;
+    if end > h.frame_len as u64 {
+        return Err(ParseError::PayloadOutsideFrame {
+            offset: h.payload_offset,
+            len: h.payload_len,
+            frame_len: h.frame_len,
+        });
+    }
+    let start = header_len as usize;
+    Ok((h, &datagram[start..start + h.payload_len as usize]))
+}
+
+/// Writes a version-1 header into `out[..HEADER_LEN]`.
+///
+/// # Panics
+/// Panics if `out` is shorter than [`HEADER_LEN`] (a programming error of the caller).
+pub fn write_header(h: &NativeHeader, out: &mut [u8]) {
+    let out = &mut out[..HEADER_LEN];
+    out[0..4].copy_from_slice(&MAGIC);
+    out[4] = VERSION;
+    out[5] = h.flags;
+    out[6..8].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+    out[8..12].copy_from_slice(&h.stream_id.to_le_bytes());
+    out[12..16].copy_from_slice(&h.packet_index.to_le_bytes());
+    out[16..24].copy_from_slice(&h.frame_seq.to_le_bytes());
+    out[24..28].copy_from_slice(&h.packet_count.to_le_bytes());
+    out[28..32].copy_from_slice(&h.payload_offset.to_le_bytes());
+    out[32..36].copy_from_slice(&h.frame_len.to_le_bytes());
+    out[36..40].copy_from_slice(&h.payload_len.to_le_bytes());
+    out[40..48].copy_from_slice(&h.sender_ts_ns.to_le_bytes());
+}
+
+/// Encodes a whole datagram (header plus payload) into a new vector.
+pub fn encode(h: &NativeHeader, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; HEADER_LEN + payload.len()];
+    let mut h = *h;
+    h.payload_len = payload.len() as u32;
+    write_header(&h, &mut v);
+    v[HEADER_LEN..].copy_from_slice(payload);
+    v
+}
+
+/// How a frame of `frame_len` bytes is cut into packets of at most
+/// `max_payload` payload bytes: returns `(packet_count, payload_offset, payload_len)`
+/// for packet `index`.
+pub fn packet_span(frame_len: u32, max_payload: u32, index: u32) -> (u32, u32, u32) {
+    debug_assert!(max_payload > 0);
+    let count = frame_len.div_ceil(max_payload).max(1);
+    let offset = index.saturating_mul(max_payload).min(frame_len);
+    let len = (frame_len - offset).min(max_payload);
+    (count, offset, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> NativeHeader {
+        NativeHeader {
+            flags: FLAG_LAST_PACKET,
+            stream_id: 7,
+            packet_index: 2,
+            frame_seq: 0x1122_3344_5566_7788,
+            packet_count: 3,
+            payload_offset: 200,
+            frame_len: 300,
+            payload_len: 100,
+            sender_ts_ns: 1_700_000_000_123_456_789,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let payload: Vec<u8> = (0..100).map(|i| i as u8).collect();
+        let d = encode(&sample(), &payload);
+        let (h, p) = parse(&d).unwrap();
+        assert_eq!(h, sample());
+        assert_eq!(p, &payload[..]);
+    }
+
+    #[test]
+    fn rejects_each_malformation_by_kind() {
+        let payload = [0u8; 100];
+        let good = encode(&sample(), &payload);
+        assert_eq!(parse(&good[..10]).unwrap_err().kind(), "short_header");
+        let mut d = good.clone();
+        d[0] = b'X';
+        assert_eq!(parse(&d).unwrap_err().kind(), "bad_magic");
+        let mut d = good.clone();
+        d[4] = 9;
+        assert_eq!(parse(&d).unwrap_err().kind(), "bad_version");
+        let mut d = good.clone();
+        d[6] = 8;
+        d[7] = 0;
+        assert_eq!(parse(&d).unwrap_err().kind(), "bad_header_len");
+        assert_eq!(
+            parse(&good[..good.len() - 1]).unwrap_err().kind(),
+            "truncated"
+        );
+        let mut h = sample();
+        h.packet_index = 3;
+        assert_eq!(
+            parse(&encode(&h, &payload)).unwrap_err().kind(),
+            "bad_packet_index"
+        );
+        let mut h = sample();
+        h.payload_offset = 201;
+        assert_eq!(
+            parse(&encode(&h, &payload)).unwrap_err().kind(),
+            "payload_outside_frame"
+        );
+        let mut h = sample();
+        h.payload_offset = u32::MAX;
+        assert_eq!(
+            parse(&encode(&h, &payload)).unwrap_err().kind(),
+            "payload_outside_frame"
+        );
+    }
+
+    #[test]
+    fn packet_span_covers_frame_exactly() {
+        for (frame, mtu) in [(1u32, 1u32), (65536, 8924), (300, 100), (301, 100), (0, 64)] {
+            let (count, _, _) = packet_span(frame, mtu, 0);
+            let mut next = 0;
+            for i in 0..count {
+                let (c, off, len) = packet_span(frame, mtu, i);
+                assert_eq!(c, count);
+                assert_eq!(off, next);
+                next = off + len;
+            }
+            assert_eq!(next, frame);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = parse(&bytes);
+        }
+    }
+}
