@@ -147,6 +147,44 @@ pub const RESULT_GPU_CLOCK: u32 = 1 << 2;
 /// Byte offset of result record 0 from the start of the result ring.
 pub const RESULTS_OFFSET: usize = 128;
 
+/// Device-resident description of the frame being processed in this
+/// iteration of the GPU loop. The data-ready handler fills it when it claims a
+/// slot; every GPU operator kernel receives a pointer to it, because a graph
+/// captured once cannot take the slot address as a fixed argument.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameDesc {
+    /// Device address of the claimed slot's payload.
+    pub payload_dptr: u64,
+    /// Device address of the claimed slot's [`SlotHeader`].
+    pub slot_dptr: u64,
+    /// Ring sequence claimed.
+    pub ring_seq: u64,
+    /// Valid payload bytes (copied from the slot header, clamped to capacity).
+    pub payload_len: u32,
+    /// Samples produced by the unpack operator (written by its kernel).
+    pub n_samples: u32,
+    /// `%globaltimer` when the handler claimed the slot.
+    pub detect_ns: u64,
+    /// Published frames skipped to reach this one (policy `latest`).
+    pub skipped: u64,
+    pub _reserved: [u64; 2],
+}
+
+/// Device-resident reduction values of one frame, written by the stats and
+/// threshold kernels and copied into the [`ResultRecord`] by the end marker.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ChainResult {
+    pub sum: f32,
+    pub min: f32,
+    pub max: f32,
+    pub mean: f32,
+    pub detect_count: u32,
+    pub first_detect_index: i32,
+    pub _reserved: [u32; 2],
+}
+
 /// Bytes between slots for a given payload capacity.
 pub fn slot_stride(payload_capacity: usize) -> usize {
     (SLOT_PAYLOAD_OFFSET + payload_capacity).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
@@ -168,6 +206,8 @@ const _: () = {
     assert!(std::mem::size_of::<SlotHeader>() == SLOT_PAYLOAD_OFFSET);
     assert!(std::mem::size_of::<ResultRingHeader>() == RESULTS_OFFSET);
     assert!(std::mem::size_of::<ResultRecord>() == 192);
+    assert!(std::mem::size_of::<FrameDesc>() == 64);
+    assert!(std::mem::size_of::<ChainResult>() == 32);
 };
 
 #[cfg(test)]
