@@ -5,6 +5,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod app;
+pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod fragment;

@@ -1,0 +1,59 @@
+//! The consumer of the frame ring as the appliance sees it: a resident loop
+//! that runs the operator chain on every frame, on CPU threads (`host`) or as
+//! a persistent GPU graph (`cuda`). Both implement [`ResidentLoop`].
+
+use thiserror::Error;
+
+/// What a resident loop reports about itself, for progress lines, metrics
+/// and the final summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LoopStats {
+    /// Frames the chain ran on.
+    pub frames_processed: u64,
+    /// Published frames skipped under policy `latest`.
+    pub frames_skipped: u64,
+    /// Loop iterations that found no frame.
+    pub idle_iterations: u64,
+    /// Total loop iterations.
+    pub iterations: u64,
+}
+
+/// Errors of a resident loop, naming the stage where one is known.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error("the resident loop is already launched; tear it down before launching again")]
+    AlreadyLaunched,
+    #[error("the resident loop is not launched; call launch first")]
+    NotLaunched,
+    #[error("stage {stage} failed: {message}")]
+    Stage { stage: String, message: String },
+    #[error("the resident loop timed out after {ms} ms without a frame and tore itself down")]
+    TimedOut { ms: u64 },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A resident loop over a frame ring and a result ring.
+pub trait ResidentLoop: Send {
+    /// "host" or "cuda".
+    fn backend_name(&self) -> &'static str;
+    /// Starts the loop (the GPU graph is launched once here).
+    fn launch(&mut self) -> Result<(), BackendError>;
+    /// True between a successful `launch` and the end of `tear_down` (or a
+    /// timeout that tore the loop down by itself).
+    fn is_launched(&self) -> bool;
+    /// Counters so far.
+    fn stats(&self) -> LoopStats;
+    /// Offset (ns) to add to the `detect_ns`/`done_ns` of results flagged
+    /// `RESULT_GPU_CLOCK` to express them on the host CLOCK_REALTIME.
+    fn clock_offset_ns(&self) -> i64 {
+        0
+    }
+    /// Bound (ns) on the error of `clock_offset_ns`; 0 for the host clock.
+    fn clock_error_ns(&self) -> u64 {
+        0
+    }
+    /// Stops the loop and waits for it; always terminates. Returns the final
+    /// counters, or the error that stopped the loop earlier.
+    fn tear_down(&mut self) -> Result<LoopStats, BackendError>;
+}
