@@ -16,10 +16,7 @@ pub struct ConfigProblem {
 
 impl ConfigProblem {
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            message: message.into(),
-        }
+        Self { key: key.into(), message: message.into() }
     }
 }
 
@@ -38,10 +35,8 @@ pub fn check_range<T: PartialOrd + fmt::Display + Copy>(
     hi: T,
 ) {
     if value < lo || value > hi {
-        problems.push(ConfigProblem::new(
-            key,
-            format!("{value} is out of range; use a value from {lo} to {hi}"),
-        ));
+        problems
+            .push(ConfigProblem::new(key, format!("{value} is out of range; use a value from {lo} to {hi}")));
     }
 }
 
@@ -78,20 +73,8 @@ impl Default for LoopConfig {
 
 impl LoopConfig {
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
-        check_range(
-            problems,
-            "loop.poll_budget_us",
-            self.poll_budget_us,
-            0,
-            1_000_000,
-        );
-        check_range(
-            problems,
-            "loop.poll_interval_ns",
-            self.poll_interval_ns,
-            0,
-            1_000_000,
-        );
+        check_range(problems, "loop.poll_budget_us", self.poll_budget_us, 0, 1_000_000);
+        check_range(problems, "loop.poll_interval_ns", self.poll_interval_ns, 0, 1_000_000);
         check_range(
             problems,
             "loop.data_not_ready_sleep_interval_us",
@@ -125,12 +108,7 @@ pub struct RingConfig {
 
 impl Default for RingConfig {
     fn default() -> Self {
-        Self {
-            slots: 64,
-            slot_bytes: 65536,
-            policy: OverrunPolicy::Every,
-            results: 4096,
-        }
+        Self { slots: 64, slot_bytes: 65536, policy: OverrunPolicy::Every, results: 4096 }
     }
 }
 

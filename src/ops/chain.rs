@@ -16,15 +16,8 @@ pub struct ChainOutput {
 impl ChainOutput {
     /// `RESULT_*` flags saying which fields are valid.
     pub fn result_flags(&self) -> u32 {
-        (if self.stats.is_some() {
-            RESULT_HAS_STATS
-        } else {
-            0
-        }) | (if self.detect.is_some() {
-            RESULT_HAS_DETECT
-        } else {
-            0
-        })
+        (if self.stats.is_some() { RESULT_HAS_STATS } else { 0 })
+            | (if self.detect.is_some() { RESULT_HAS_DETECT } else { 0 })
     }
 }
 
@@ -41,16 +34,9 @@ impl CpuChain {
     /// Builds a chain for frames of at most `max_frame_bytes` bytes.
     pub fn new(ops: &[OpSpec], max_frame_bytes: usize) -> Result<Self, Vec<ChainError>> {
         validate_chain(ops)?;
-        let OpSpec::Unpack { format, .. } = ops[0] else {
-            unreachable!("validated")
-        };
+        let OpSpec::Unpack { format, .. } = ops[0] else { unreachable!("validated") };
         let max_samples = format.samples_in(max_frame_bytes);
-        Ok(Self {
-            ops: ops.to_vec(),
-            a: vec![0.0; max_samples],
-            b: vec![0.0; max_samples],
-            max_samples,
-        })
+        Ok(Self { ops: ops.to_vec(), a: vec![0.0; max_samples], b: vec![0.0; max_samples], max_samples })
     }
 
     pub fn ops(&self) -> &[OpSpec] {
@@ -68,11 +54,7 @@ impl CpuChain {
         let mut n = 0;
         for op in &self.ops {
             match op {
-                OpSpec::Unpack {
-                    format,
-                    scale,
-                    offset,
-                } => {
+                OpSpec::Unpack { format, scale, offset } => {
                     let usable = payload.len().min(self.max_samples_bytes(*format));
                     n = cpu::unpack(&payload[..usable], *format, *scale, *offset, &mut self.a);
                 }
@@ -85,9 +67,7 @@ impl CpuChain {
                     std::mem::swap(&mut self.a, &mut self.b);
                 }
                 OpSpec::Stats => out.stats = Some(cpu::stats(&self.a[..n])),
-                OpSpec::Threshold { level } => {
-                    out.detect = Some(cpu::threshold(&self.a[..n], *level))
-                }
+                OpSpec::Threshold { level } => out.detect = Some(cpu::threshold(&self.a[..n], *level)),
             }
         }
         out.output_len = n;
@@ -111,10 +91,7 @@ mod tests {
     #[test]
     fn runs_the_default_chain() {
         let mut chain = CpuChain::new(&default_chain(), 16).unwrap();
-        let payload: Vec<u8> = [4096u16, 8192, 0, 40960]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let payload: Vec<u8> = [4096u16, 8192, 0, 40960].iter().flat_map(|v| v.to_le_bytes()).collect();
         let out = chain.run(&payload);
         assert_eq!(out.output_len, 4);
         let x = [1.0f32, 2.0, 0.0, 10.0];
@@ -128,14 +105,7 @@ mod tests {
 
     #[test]
     fn oversized_payload_is_clamped_not_overrun() {
-        let ops = [
-            OpSpec::Unpack {
-                format: SampleFormat::U8,
-                scale: 1.0,
-                offset: 0.0,
-            },
-            OpSpec::Stats,
-        ];
+        let ops = [OpSpec::Unpack { format: SampleFormat::U8, scale: 1.0, offset: 0.0 }, OpSpec::Stats];
         let mut chain = CpuChain::new(&ops, 4).unwrap();
         let out = chain.run(&[1, 1, 1, 1, 1, 1]);
         assert_eq!(out.output_len, 4);

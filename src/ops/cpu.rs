@@ -88,12 +88,7 @@ pub fn stats(x: &[f32]) -> Stats {
         min = min.min(v);
         max = max.max(v);
     }
-    Stats {
-        sum: sum as f32,
-        min,
-        max,
-        mean: (sum / x.len() as f64) as f32,
-    }
+    Stats { sum: sum as f32, min, max, mean: (sum / x.len() as f64) as f32 }
 }
 
 /// Samples strictly above `level`: their count and the first index (-1 if none).
@@ -118,33 +113,12 @@ mod tests {
     #[test]
     fn unpack_formats() {
         let mut out = [0f32; 4];
-        assert_eq!(
-            unpack(&[1, 2, 255], SampleFormat::U8, 2.0, 1.0, &mut out),
-            3
-        );
+        assert_eq!(unpack(&[1, 2, 255], SampleFormat::U8, 2.0, 1.0, &mut out), 3);
         assert_eq!(&out[..3], &[3.0, 5.0, 511.0]);
-        assert_eq!(
-            unpack(
-                &[0x34, 0x12, 0xff, 0xff, 9],
-                SampleFormat::U16,
-                1.0,
-                0.0,
-                &mut out
-            ),
-            2
-        );
+        assert_eq!(unpack(&[0x34, 0x12, 0xff, 0xff, 9], SampleFormat::U16, 1.0, 0.0, &mut out), 2);
         assert_eq!(&out[..2], &[4660.0, 65535.0]);
         // s0 = 0xabc, s1 = 0x123 packed as bc 3a 12
-        assert_eq!(
-            unpack(
-                &[0xbc, 0x3a, 0x12, 7],
-                SampleFormat::U12,
-                1.0,
-                0.0,
-                &mut out
-            ),
-            2
-        );
+        assert_eq!(unpack(&[0xbc, 0x3a, 0x12, 7], SampleFormat::U12, 1.0, 0.0, &mut out), 2);
         assert_eq!(&out[..2], &[0xabc as f32, 0x123 as f32]);
     }
 

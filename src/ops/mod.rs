@@ -92,11 +92,7 @@ pub enum ChainError {
     #[error("chain[{index}].taps: {len} taps; use an odd number between 1 and {MAX_FIR_TAPS}")]
     BadTaps { index: usize, len: usize },
     #[error("chain[{index}].{key}: value must be finite (got {value})")]
-    NotFinite {
-        index: usize,
-        key: &'static str,
-        value: f32,
-    },
+    NotFinite { index: usize, key: &'static str, value: f32 },
     #[error("chain[{index}].width: must be at least 1 (got 0)")]
     ZeroWidth { index: usize },
     #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain")]
@@ -126,17 +122,10 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
             }
             OpSpec::Fir { taps } => {
                 if taps.is_empty() || taps.len() % 2 == 0 || taps.len() > MAX_FIR_TAPS {
-                    errs.push(ChainError::BadTaps {
-                        index,
-                        len: taps.len(),
-                    });
+                    errs.push(ChainError::BadTaps { index, len: taps.len() });
                 }
                 if let Some(v) = taps.iter().find(|t| !t.is_finite()) {
-                    errs.push(ChainError::NotFinite {
-                        index,
-                        key: "taps",
-                        value: *v,
-                    });
+                    errs.push(ChainError::NotFinite { index, key: "taps", value: *v });
                 }
             }
             OpSpec::Filter2d { width, kernel } => {
@@ -144,11 +133,7 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
                     errs.push(ChainError::ZeroWidth { index });
                 }
                 if let Some(v) = kernel.iter().find(|t| !t.is_finite()) {
-                    errs.push(ChainError::NotFinite {
-                        index,
-                        key: "kernel",
-                        value: *v,
-                    });
+                    errs.push(ChainError::NotFinite { index, key: "kernel", value: *v });
                 }
             }
             OpSpec::Stats => {
@@ -158,17 +143,10 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
             }
             OpSpec::Threshold { level } => {
                 if std::mem::replace(&mut threshold, true) {
-                    errs.push(ChainError::Duplicate {
-                        index,
-                        op: "threshold",
-                    });
+                    errs.push(ChainError::Duplicate { index, op: "threshold" });
                 }
                 if !level.is_finite() {
-                    errs.push(ChainError::NotFinite {
-                        index,
-                        key: "level",
-                        value: *level,
-                    });
+                    errs.push(ChainError::NotFinite { index, key: "level", value: *level });
                 }
             }
         }
@@ -179,14 +157,8 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
 /// The default chain: unpack u16, a 5-tap smoothing FIR, stats, threshold.
 pub fn default_chain() -> Vec<OpSpec> {
     vec![
-        OpSpec::Unpack {
-            format: SampleFormat::U16,
-            scale: 1.0 / 4096.0,
-            offset: 0.0,
-        },
-        OpSpec::Fir {
-            taps: vec![0.0625, 0.25, 0.375, 0.25, 0.0625],
-        },
+        OpSpec::Unpack { format: SampleFormat::U16, scale: 1.0 / 4096.0, offset: 0.0 },
+        OpSpec::Fir { taps: vec![0.0625, 0.25, 0.375, 0.25, 0.0625] },
         OpSpec::Stats,
         OpSpec::Threshold { level: 8.0 },
     ]
@@ -205,14 +177,8 @@ mod tests {
     fn reports_every_problem() {
         let chain = vec![
             OpSpec::Stats,
-            OpSpec::Fir {
-                taps: vec![1.0, 2.0],
-            },
-            OpSpec::Unpack {
-                format: SampleFormat::U8,
-                scale: f32::NAN,
-                offset: 0.0,
-            },
+            OpSpec::Fir { taps: vec![1.0, 2.0] },
+            OpSpec::Unpack { format: SampleFormat::U8, scale: f32::NAN, offset: 0.0 },
             OpSpec::Stats,
         ];
         let errs = validate_chain(&chain).unwrap_err();

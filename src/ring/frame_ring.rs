@@ -41,9 +41,7 @@ impl OverrunPolicy {
 /// Errors creating a ring.
 #[derive(Debug, Error)]
 pub enum RingError {
-    #[error(
-        "ring needs {needed} bytes but its memory has {available}; allocate it with ring_bytes()"
-    )]
+    #[error("ring needs {needed} bytes but its memory has {available}; allocate it with ring_bytes()")]
     TooSmall { needed: usize, available: usize },
     #[error("ring memory is not 256-byte aligned")]
     Misaligned,
@@ -89,10 +87,7 @@ impl FrameRing {
         }
         let needed = ring_bytes(slot_count, payload_capacity);
         if mem.len() < needed {
-            return Err(RingError::TooSmall {
-                needed,
-                available: mem.len(),
-            });
+            return Err(RingError::TooSmall { needed, available: mem.len() });
         }
         if mem.as_ptr() as usize % 256 != 0 {
             return Err(RingError::Misaligned);
@@ -166,11 +161,7 @@ impl FrameRing {
             return None;
         }
         let head = self.head();
-        Some(RingWriter {
-            ring: Arc::clone(self),
-            published: head,
-            next: head + 1,
-        })
+        Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1 })
     }
 
     /// Takes the single consumer handle; `None` if it was taken before (or the
@@ -180,10 +171,7 @@ impl FrameRing {
             return None;
         }
         let last = self.consumed();
-        Some(RingReader {
-            ring: Arc::clone(self),
-            last,
-        })
+        Some(RingReader { ring: Arc::clone(self), last })
     }
 
     /// Marks the consumer side as taken by an external consumer (the GPU).
@@ -219,8 +207,7 @@ impl RingWriter {
         }
         let occupant = seq - n;
         let h = self.ring.header();
-        occupant <= h.consumed_seq.load(Ordering::Acquire)
-            || occupant < h.claimed_seq.load(Ordering::Acquire)
+        occupant <= h.consumed_seq.load(Ordering::Acquire) || occupant < h.claimed_seq.load(Ordering::Acquire)
     }
 
     /// Reserves the next slot for a frame being assembled.
@@ -238,20 +225,12 @@ impl RingWriter {
     /// # Panics
     /// If `seq` is not reserved by this writer.
     pub fn payload_mut(&mut self, seq: u64) -> &mut [u8] {
-        assert!(
-            seq > self.published && seq < self.next,
-            "ring sequence {seq} is not reserved"
-        );
+        assert!(seq > self.published && seq < self.next, "ring sequence {seq} is not reserved");
         let base = self.ring.slot_base(seq);
         // SAFETY: the slot is reserved by this (unique) writer and unpublished,
         // and `writable` established that the consumer no longer reads it; the
         // payload lies inside the slot stride.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                base.add(SLOT_PAYLOAD_OFFSET),
-                self.ring.payload_capacity,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(base.add(SLOT_PAYLOAD_OFFSET), self.ring.payload_capacity) }
     }
 
     /// Publishes the oldest reserved slot: writes its header and makes it
@@ -260,11 +239,7 @@ impl RingWriter {
     /// # Panics
     /// If `seq` is not the oldest reserved sequence (publishing is in order).
     pub fn publish(&mut self, seq: u64, header: &SlotHeader) {
-        assert_eq!(
-            seq,
-            self.published + 1,
-            "ring sequences are published in order"
-        );
+        assert_eq!(seq, self.published + 1, "ring sequences are published in order");
         assert!(seq < self.next, "ring sequence {seq} was never reserved");
         debug_assert!(header.payload_len as usize <= self.ring.payload_capacity);
         let mut h = *header;
@@ -330,22 +305,14 @@ impl RingReader {
         let len = (header.payload_len as usize).min(self.ring.payload_capacity);
         // SAFETY: as above; `len` is clamped to the slot capacity.
         let payload = unsafe { std::slice::from_raw_parts(base.add(SLOT_PAYLOAD_OFFSET), len) };
-        Some(ClaimedSlot {
-            seq,
-            header,
-            payload,
-            skipped: seq - self.last - 1,
-        })
+        Some(ClaimedSlot { seq, header, payload, skipped: seq - self.last - 1 })
     }
 
     /// Releases a claimed slot back to the writer.
     pub fn finish(&mut self, seq: u64) {
         debug_assert!(seq > self.last);
         self.last = seq;
-        self.ring
-            .header()
-            .consumed_seq
-            .store(seq, Ordering::Release);
+        self.ring.header().consumed_seq.store(seq, Ordering::Release);
     }
 }
 
@@ -362,14 +329,7 @@ mod tests {
     fn fill(w: &mut RingWriter, seq: u64, byte: u8) {
         let p = w.payload_mut(seq);
         p[..8].fill(byte);
-        w.publish(
-            seq,
-            &SlotHeader {
-                payload_len: 8,
-                frame_seq: byte as u64,
-                ..Default::default()
-            },
-        );
+        w.publish(seq, &SlotHeader { payload_len: 8, frame_seq: byte as u64, ..Default::default() });
     }
 
     #[test]

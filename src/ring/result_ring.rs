@@ -24,10 +24,7 @@ impl ResultRing {
     /// If `mem` is smaller than `result_ring_bytes(capacity)` or `capacity` is 0.
     pub fn new(mem: Box<dyn RingMemory>, capacity: usize) -> Arc<Self> {
         assert!(capacity > 0 && capacity <= u32::MAX as usize);
-        assert!(
-            mem.len() >= result_ring_bytes(capacity),
-            "result ring memory too small"
-        );
+        assert!(mem.len() >= result_ring_bytes(capacity), "result ring memory too small");
         assert!(mem.as_ptr() as usize % 64 == 0);
         // SAFETY: size and alignment checked above; no other reference exists yet.
         unsafe {
@@ -59,13 +56,7 @@ impl ResultRing {
     fn record_ptr(&self, seq: u64) -> *mut ResultRecord {
         let index = ((seq - 1) % self.capacity as u64) as usize;
         // SAFETY: index < capacity, inside the allocation.
-        unsafe {
-            self.mem
-                .as_ptr()
-                .add(RESULTS_OFFSET)
-                .cast::<ResultRecord>()
-                .add(index)
-        }
+        unsafe { self.mem.as_ptr().add(RESULTS_OFFSET).cast::<ResultRecord>().add(index) }
     }
 
     /// Appends a record (host producer). The record's `result_seq` is set here.
@@ -92,11 +83,7 @@ pub struct ResultReader {
 impl ResultReader {
     pub fn new(ring: Arc<ResultRing>) -> Self {
         let next = ring.head() + 1;
-        Self {
-            ring,
-            next,
-            lost: 0,
-        }
+        Self { ring, next, lost: 0 }
     }
 
     /// Results overwritten before they were read.
@@ -146,22 +133,13 @@ mod tests {
         let ring = ResultRing::new(Box::new(mem), 4);
         let mut rd = ResultReader::new(Arc::clone(&ring));
         for i in 1..=3u64 {
-            ring.push(&ResultRecord {
-                ring_seq: i,
-                ..Default::default()
-            });
+            ring.push(&ResultRecord { ring_seq: i, ..Default::default() });
         }
         let mut out = Vec::new();
         assert_eq!(rd.drain(&mut out), 3);
-        assert_eq!(
-            out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(),
-            vec![1, 2, 3]
-        );
+        assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), vec![1, 2, 3]);
         for i in 4..=13u64 {
-            ring.push(&ResultRecord {
-                ring_seq: i,
-                ..Default::default()
-            });
+            ring.push(&ResultRecord { ring_seq: i, ..Default::default() });
         }
         out.clear();
         assert_eq!(rd.drain(&mut out), 4);

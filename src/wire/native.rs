@@ -63,11 +63,7 @@ pub enum ParseError {
     #[error("packet index {index} is not below packet count {count}")]
     BadPacketIndex { index: u32, count: u32 },
     #[error("payload [{offset}, {offset}+{len}) crosses the frame length {frame_len}")]
-    PayloadOutsideFrame {
-        offset: u32,
-        len: u32,
-        frame_len: u32,
-    },
+    PayloadOutsideFrame { offset: u32, len: u32, frame_len: u32 },
 }
 
 impl ParseError {
@@ -107,9 +103,7 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 /// Trailing bytes past `payload_len` are ignored (some NICs pad).
 pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
     if datagram.len() < HEADER_LEN {
-        return Err(ParseError::ShortHeader {
-            len: datagram.len(),
-        });
+        return Err(ParseError::ShortHeader { len: datagram.len() });
     }
     let magic = [datagram[0], datagram[1], datagram[2], datagram[3]];
     if magic != MAGIC {
@@ -135,16 +129,10 @@ pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
     };
     let available = datagram.len().saturating_sub(header_len as usize);
     if (h.payload_len as usize) > available {
-        return Err(ParseError::Truncated {
-            announced: h.payload_len,
-            available,
-        });
+        return Err(ParseError::Truncated { announced: h.payload_len, available });
     }
     if h.packet_index >= h.packet_count {
-        return Err(ParseError::BadPacketIndex {
-            index: h.packet_index,
-            count: h.packet_count,
-        });
+        return Err(ParseError::BadPacketIndex { index: h.packet_index, count: h.packet_count });
     }
     let end = h.payload_offset as u64 + h.payload_len as u64;
     if end > h.frame_len as u64 {
@@ -241,28 +229,16 @@ mod tests {
         d[6] = 8;
         d[7] = 0;
         assert_eq!(parse(&d).unwrap_err().kind(), "bad_header_len");
-        assert_eq!(
-            parse(&good[..good.len() - 1]).unwrap_err().kind(),
-            "truncated"
-        );
+        assert_eq!(parse(&good[..good.len() - 1]).unwrap_err().kind(), "truncated");
         let mut h = sample();
         h.packet_index = 3;
-        assert_eq!(
-            parse(&encode(&h, &payload)).unwrap_err().kind(),
-            "bad_packet_index"
-        );
+        assert_eq!(parse(&encode(&h, &payload)).unwrap_err().kind(), "bad_packet_index");
         let mut h = sample();
         h.payload_offset = 201;
-        assert_eq!(
-            parse(&encode(&h, &payload)).unwrap_err().kind(),
-            "payload_outside_frame"
-        );
+        assert_eq!(parse(&encode(&h, &payload)).unwrap_err().kind(), "payload_outside_frame");
         let mut h = sample();
         h.payload_offset = u32::MAX;
-        assert_eq!(
-            parse(&encode(&h, &payload)).unwrap_err().kind(),
-            "payload_outside_frame"
-        );
+        assert_eq!(parse(&encode(&h, &payload)).unwrap_err().kind(), "payload_outside_frame");
     }
 
     #[test]
