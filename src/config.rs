@@ -183,3 +183,213 @@ impl Config {
         p
     }
 }
+
+/// A config that cannot be used: every problem found, each naming its key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}; check the path and its permissions")]
+    Read { path: String, source: std::io::Error },
+    #[error("{}", render_problems(.0))]
+    Invalid(Vec<ConfigProblem>),
+}
+
+fn render_problems(problems: &[ConfigProblem]) -> String {
+    let mut s = format!("config has {} problem(s):", problems.len());
+    for p in problems {
+        s.push_str("\n  - ");
+        s.push_str(&p.to_string());
+    }
+    s
+}
+
+impl ConfigError {
+    pub fn problems(&self) -> &[ConfigProblem] {
+        match self {
+            ConfigError::Invalid(p) => p,
+            ConfigError::Read { .. } => &[],
+        }
+    }
+}
+
+/// Turns one serde message into the key it concerns and a readable message.
+fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
+    let message = message.trim();
+    let join = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let field = rest.split('`').next().unwrap_or_default().to_string();
+        let expected = rest.split_once(", expected ").map(|(_, e)| e).unwrap_or("");
+        let msg = format!("unknown key; remove it or use one of {expected}");
+        return (Some(field.clone()), ConfigProblem::new(join(&field), msg));
+    }
+    if let Some((what, key)) = message.rsplit_once("\nin `") {
+        let key = key.trim_end_matches('`').to_string();
+        let first = key.split('.').next().unwrap_or(&key).to_string();
+        return (Some(first), ConfigProblem::new(join(&key), what.to_string()));
+    }
+    (None, ConfigProblem::new(if prefix.is_empty() { "(file)" } else { prefix }, message.to_string()))
+}
+
+/// Deserialises one table, collecting every unknown key and bad value: each
+/// offending key is reported, removed and the rest tried again, so one bad
+/// key never hides the next.
+pub fn section<T: serde::de::DeserializeOwned + Default>(
+    prefix: &str,
+    value: Option<&toml::Value>,
+    problems: &mut Vec<ConfigProblem>,
+) -> T {
+    let Some(value) = value else { return T::default() };
+    let mut value = value.clone();
+    for _ in 0..64 {
+        match value.clone().try_into::<T>() {
+            Ok(t) => return t,
+            Err(e) => {
+                let (key, problem) = classify(prefix, &e.to_string());
+                problems.push(problem);
+                let removed = match (key, value.as_table_mut()) {
+                    (Some(k), Some(t)) => t.remove(&k).is_some(),
+                    _ => false,
+                };
+                if !removed {
+                    return T::default();
+                }
+            }
+        }
+    }
+    T::default()
+}
+
+/// Parses a config from TOML text, reporting every problem at once.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let table: toml::Table = match toml::from_str(text) {
+        Ok(t) => t,
+        Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
+    };
+    let mut problems = Vec::new();
+    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain"];
+    for key in table.keys() {
+        if !SECTIONS.contains(&key.as_str()) {
+            problems.push(ConfigProblem::new(
+                key.clone(),
+                format!("unknown key; top-level keys are {}", SECTIONS.join(", ")),
+            ));
+        }
+    }
+    let backend = section::<BackendChoice>("backend", table.get("backend"), &mut problems);
+    let ring = section::<RingConfig>("ring", table.get("ring"), &mut problems);
+    let loop_ = section::<LoopConfig>("loop", table.get("loop"), &mut problems);
+    let chain = match table.get("chain") {
+        None => default_chain(),
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| section::<ChainEntry>(&format!("chain[{i}]"), Some(v), &mut problems).0)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
+        Some(_) => {
+            problems.push(ConfigProblem::new("chain", "must be an array of tables: write [[chain]] sections"));
+            Vec::new()
+        }
+    };
+    let config = Config { backend, ring, loop_, chain };
+    if problems.is_empty() {
+        problems = config.problems();
+    }
+    if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid(problems)) }
+}
+
+/// Reads and parses a config file.
+pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+    parse(&text)
+}
+
+/// One `[[chain]]` entry; `None` (the default) only while reporting problems.
+#[derive(Default)]
+struct ChainEntry(Option<OpSpec>);
+
+impl<'de> Deserialize<'de> for ChainEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        OpSpec::deserialize(d).map(|op| ChainEntry(Some(op)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default_config() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let cfg = parse(
+            r#"
+            backend = "host"
+            [ring]
+            slots = 8
+            slot_bytes = 8192
+            policy = "latest"
+            [loop]
+            poll_budget_us = 500
+            [[chain]]
+            op = "unpack"
+            format = "u12"
+            [[chain]]
+            op = "filter2d"
+            width = 64
+            kernel = [0, 0, 0, 0, 1, 0, 0, 0, 0]
+            [[chain]]
+            op = "stats"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.backend, BackendChoice::Host);
+        assert_eq!(cfg.ring.policy, OverrunPolicy::Latest);
+        assert_eq!(cfg.ring.results, RingConfig::default().results);
+        assert_eq!(cfg.chain.len(), 3);
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_key() {
+        let err = parse(
+            r#"
+            colour = "red"
+            [ring]
+            slotz = 3
+            slot_bytes = "big"
+            policy = "sometimes"
+            [loop]
+            poll_budget_us = -5
+            bogus = true
+            [[chain]]
+            op = "unpack"
+            format = "u7"
+            [[chain]]
+            op = "fir"
+            tapz = [1.0]
+            "#,
+        )
+        .unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        for k in
+            ["colour", "ring.slotz", "ring.slot_bytes", "ring.policy", "loop.poll_budget_us", "loop.bogus", "chain[0]"]
+        {
+            assert!(keys.iter().any(|x| x.starts_with(k)), "missing {k} in {keys:?}\n{err}");
+        }
+        assert!(keys.iter().any(|x| x.starts_with("chain[1]")), "{keys:?}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key() {
+        let err = parse("[ring]\nslots = 1\nslot_bytes = 0\n[loop]\npoll_budget_us = 5000000").unwrap_err();
+        let text = err.to_string();
+        for k in ["ring.slots", "ring.slot_bytes", "loop.poll_budget_us"] {
+            assert!(text.contains(k), "{text}");
+        }
+    }
+}
