@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what frameloop needs to build and test on a fresh Debian/Ubuntu
+# machine: system packages, and NVIDIA's NVRTC from PyPI (so every CUDA
+# kernel can be compiled and checked even on a machine without a GPU).
+# Safe to run again; everything goes to the system or to ./.deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if command -v apt-get >/dev/null; then
+  echo "frameloop setup: installing system packages" >&2
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    build-essential pkg-config python3 python3-pip ca-certificates curl >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "frameloop setup: installing the Rust toolchain (rustup)" >&2
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+
+NVRTC_DIR=.deps/nvrtc
+if [ ! -e "$NVRTC_DIR/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  echo "frameloop setup: installing NVRTC 13.0 (pip wheel nvidia-cuda-nvrtc) into $NVRTC_DIR" >&2
+  python3 -m pip install -q --disable-pip-version-check --no-deps \
+    --target "$NVRTC_DIR" nvidia-cuda-nvrtc==13.0.88
+fi
+echo "frameloop setup: done" >&2
