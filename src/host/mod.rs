@@ -1,1 +1,38 @@
-//! (in progress)
+//! The host backend of the resident loop: the GPU data-ready handler and
+//! operator chain twinned on a CPU thread, with each operator's CPU reference
+//! implementation. [`core`] is the pure state machine, [`resident`] the thread
+//! that runs it behind [`crate::backend::ResidentLoop`].
+
+pub mod core;
+pub mod resident;
+
+pub use self::core::{LoopControl, LoopCore, LoopEnd, LoopStage, Step, Trigger};
+pub use self::resident::{HostLoop, SPIN_BELOW_NS};
+
+use crate::backend::BackendError;
+use crate::ops::ChainError;
+use thiserror::Error;
+
+/// Errors building the host loop.
+#[derive(Debug, Error)]
+pub enum HostError {
+    #[error("the frame ring's reader is already taken; give the host loop a ring no other consumer reads")]
+    ReaderTaken,
+    #[error("the operator chain cannot run: {}", join_errors(.0))]
+    Chain(Vec<ChainError>),
+}
+
+fn join_errors(errors: &[ChainError]) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+impl From<HostError> for BackendError {
+    fn from(e: HostError) -> Self {
+        match e {
+            HostError::Chain(_) => {
+                BackendError::Stage { stage: "host loop: chain".into(), message: e.to_string() }
+            }
+            HostError::ReaderTaken => BackendError::Other(e.to_string()),
+        }
+    }
+}

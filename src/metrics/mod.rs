@@ -1,1 +1,103 @@
-//! (in progress)
+//! Latency accounting: every segment of every frame's latency into HDR
+//! histograms, the result thread that records them, the summary table and
+//! JSON, and HdrHistogram interval logs.
+
+pub mod histograms;
+pub mod interval_log;
+pub mod segment;
+pub mod sink;
+pub mod summary;
+pub mod thread;
+
+pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
+pub use interval_log::{IntervalLogWriter, create_interval_log};
+pub use segment::{Segment, SegmentSpan, segment_spans};
+pub use sink::{ResultCallback, ResultSink};
+pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
+pub use thread::ResultThread;
+
+use crate::config::{ConfigProblem, check_range};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors of the metrics layer.
+#[derive(Debug, Error)]
+pub enum MetricsError {
+    #[error(
+        "cannot create the histogram log {path}: {source}; check that the directory exists and is writable"
+    )]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("writing the histogram log failed: {0}; check free disk space (the log stopped at the error)")]
+    IntervalLog(std::io::Error),
+    #[error("cannot start the result thread ({0}); check the process thread limit (ulimit -u)")]
+    Spawn(String),
+    #[error(
+        "the result thread panicked (see the message above); the summary holds the results recorded before"
+    )]
+    Panicked,
+}
+
+/// The `[metrics]` section of the config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Where to write the HdrHistogram interval log; none when absent.
+    pub histogram_log: Option<PathBuf>,
+    /// Length of one interval of the log, in seconds.
+    pub interval_s: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self { histogram_log: None, interval_s: 1 }
+    }
+}
+
+impl MetricsConfig {
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        check_range(problems, "metrics.interval_s", self.interval_s, 1, 3600);
+        if let Some(path) = &self.histogram_log {
+            if path.as_os_str().is_empty() || path.file_name().is_none() {
+                problems.push(ConfigProblem::new(
+                    "metrics.histogram_log",
+                    "is not a file path; give a file name such as \"latency.hlog\" or leave the key out",
+                ));
+            } else if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+                problems.push(ConfigProblem::new(
+                    "metrics.histogram_log",
+                    format!("directory {} does not exist; create it or choose another path", dir.display()),
+                ));
+            }
+        }
+    }
+
+    /// Interval length in nanoseconds.
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_s.saturating_mul(1_000_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_parse_and_validation_names_keys() {
+        let c: MetricsConfig = toml::from_str("").unwrap();
+        assert_eq!(c, MetricsConfig::default());
+        let c: MetricsConfig = toml::from_str("histogram_log = \"/tmp/x.hlog\"\ninterval_s = 5").unwrap();
+        assert_eq!((c.interval_s, c.interval_ns()), (5, 5_000_000_000));
+        assert!(
+            toml::from_str::<MetricsConfig>("interval = 5").unwrap_err().to_string().contains("interval")
+        );
+        let bad = MetricsConfig { histogram_log: Some("/no/such/dir/x.hlog".into()), interval_s: 0 };
+        let mut problems = Vec::new();
+        bad.validate(&mut problems);
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["metrics.interval_s", "metrics.histogram_log"]);
+        let mut none = Vec::new();
+        MetricsConfig::default().validate(&mut none);
+        assert!(none.is_empty());
+    }
+}

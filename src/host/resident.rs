@@ -1,0 +1,197 @@
+//! [`HostLoop`]: the host backend of the resident loop. A thread runs the
+//! [`LoopCore`] with the real clock and real pauses; the host API (launch,
+//! data ready, result ready, tear down) matches the GPU-resident executor's.
+
+use super::HostError;
+use super::core::{LoopControl, LoopCore, LoopEnd, Step, Trigger};
+use crate::backend::{BackendError, LoopStats, ResidentLoop};
+use crate::clock;
+use crate::config::LoopConfig;
+use crate::ops::{CpuChain, OpSpec};
+use crate::ring::{FrameRing, ResultRing};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Pauses shorter than this spin (sleeping would overshoot them by tens of
+/// microseconds); longer ones park the thread so a tear-down can wake it.
+pub const SPIN_BELOW_NS: u64 = 50_000;
+
+/// What the loop thread hands back when it ends: the core (for a relaunch)
+/// and why it ended.
+type ThreadOutcome = (LoopCore, LoopEnd);
+
+/// The host resident loop. See the module documentation.
+pub struct HostLoop {
+    control: Arc<LoopControl>,
+    /// The core while the loop is not running; moved into the thread by
+    /// `launch` and back by `tear_down`. `None` after a thread panicked.
+    core: Option<LoopCore>,
+    /// Invariant: `Some` exactly between `launch` and `tear_down`.
+    thread: Option<JoinHandle<ThreadOutcome>>,
+    chain_names: String,
+}
+
+impl HostLoop {
+    /// Builds the loop over `frames` (whose reader it takes) and `results`,
+    /// running `chain` on frames of at most `max_frame_bytes` bytes.
+    pub fn new(
+        frames: Arc<FrameRing>,
+        results: Arc<ResultRing>,
+        chain: Vec<OpSpec>,
+        max_frame_bytes: usize,
+        config: LoopConfig,
+    ) -> Result<Self, HostError> {
+        Self::with_trigger(frames, results, chain, max_frame_bytes, config, Trigger::RingHead)
+    }
+
+    /// As [`HostLoop::new`], choosing between ring detection and host-driven mode.
+    pub fn with_trigger(
+        frames: Arc<FrameRing>,
+        results: Arc<ResultRing>,
+        chain: Vec<OpSpec>,
+        max_frame_bytes: usize,
+        config: LoopConfig,
+        trigger: Trigger,
+    ) -> Result<Self, HostError> {
+        let cpu_chain = CpuChain::new(&chain, max_frame_bytes).map_err(HostError::Chain)?;
+        let reader = frames.reader().ok_or(HostError::ReaderTaken)?;
+        let control = LoopControl::new();
+        let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
+        let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
+        Ok(Self { control, core: Some(core), thread: None, chain_names })
+    }
+
+    /// Host-driven mode: makes the next iteration claim a frame.
+    pub fn data_ready(&self) {
+        self.control.raise_data_ready();
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+
+    /// True when a result was published since the last call.
+    pub fn result_ready(&self) -> bool {
+        self.control.take_result_ready()
+    }
+
+    /// Host-driven triggers that found no frame to claim.
+    pub fn empty_triggers(&self) -> u64 {
+        self.control.empty_triggers()
+    }
+
+    fn stage_error(&self, message: String) -> BackendError {
+        let stage = self.control.stage();
+        let stage = match stage {
+            super::core::LoopStage::Chain => format!("{} ({})", stage.name(), self.chain_names),
+            _ => stage.name().to_string(),
+        };
+        BackendError::Stage { stage: format!("host loop: {stage}"), message }
+    }
+}
+
+/// Runs the core until it ends, with the real clock and real pauses.
+fn run_loop(mut core: LoopCore) -> ThreadOutcome {
+    core.reset_timing(clock::realtime_ns());
+    loop {
+        match core.step(clock::realtime_ns()) {
+            Step::Computed { .. } => {
+                core.complete(clock::realtime_ns());
+            }
+            Step::Pause { ns } | Step::Sleep { ns } => pause(ns),
+            Step::End(end) => return (core, end),
+        }
+    }
+}
+
+/// Waits `ns`: one spin hint for 0, a monotonic busy-wait below
+/// [`SPIN_BELOW_NS`], a park (woken early by tear-down or data-ready) above.
+fn pause(ns: u64) {
+    if ns == 0 {
+        std::hint::spin_loop();
+    } else if ns < SPIN_BELOW_NS {
+        let deadline = clock::monotonic_ns() + ns;
+        while clock::monotonic_ns() < deadline {
+            std::hint::spin_loop();
+        }
+    } else {
+        std::thread::park_timeout(Duration::from_nanos(ns));
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panicked with a non-string payload".to_string()
+    }
+}
+
+impl ResidentLoop for HostLoop {
+    fn backend_name(&self) -> &'static str {
+        "host"
+    }
+
+    fn launch(&mut self) -> Result<(), BackendError> {
+        if self.thread.is_some() {
+            return Err(BackendError::AlreadyLaunched);
+        }
+        let core = self.core.take().ok_or_else(|| {
+            BackendError::Other(
+                "the host loop thread panicked earlier and its state is lost; build a new HostLoop".into(),
+            )
+        })?;
+        self.control.rearm();
+        let spawned =
+            std::thread::Builder::new().name("frameloop-host-loop".into()).spawn(move || run_loop(core));
+        match spawned {
+            Ok(handle) => {
+                self.thread = Some(handle);
+                Ok(())
+            }
+            Err(e) => Err(BackendError::Other(format!(
+                "cannot start the host loop thread ({e}); check the process thread limit (ulimit -u)"
+            ))),
+        }
+    }
+
+    fn is_launched(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    fn stats(&self) -> LoopStats {
+        self.control.stats()
+    }
+
+    fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
+        let Some(handle) = self.thread.take() else {
+            return Err(BackendError::NotLaunched);
+        };
+        self.control.request_tear_down();
+        handle.thread().unpark();
+        match handle.join() {
+            Ok((core, end)) => {
+                self.core = Some(core);
+                match end {
+                    LoopEnd::TornDown => Ok(self.control.stats()),
+                    LoopEnd::TimedOut { ms } => Err(BackendError::TimedOut { ms }),
+                }
+            }
+            Err(payload) => Err(self.stage_error(format!("panicked: {}", panic_message(&*payload)))),
+        }
+    }
+}
+
+impl Drop for HostLoop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.thread.take() {
+            self.control.request_tear_down();
+            handle.thread().unpark();
+            // A panic in the thread was already reported by the panic hook;
+            // a destructor must not panic again.
+            let _ = handle.join();
+        }
+    }
+}

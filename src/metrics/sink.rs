@@ -1,0 +1,152 @@
+//! The pure core of the result thread: drain the result ring, stamp each
+//! batch with the time it was seen, record every segment, and roll the
+//! interval histograms into the interval log. Times are arguments.
+
+use super::histograms::LatencyHistograms;
+use super::interval_log::IntervalLogWriter;
+use super::summary::Summary;
+use crate::ring::{ResultReader, ResultRecord};
+use std::io::{self, Write};
+
+/// Called with every result as it is recorded (tests and the CLI check results with it).
+pub type ResultCallback = Box<dyn FnMut(&ResultRecord) + Send>;
+
+/// An interval log and the histograms of the interval being filled.
+struct IntervalLog {
+    writer: IntervalLogWriter<Box<dyn Write + Send>>,
+    /// Reset after each interval is written.
+    current: LatencyHistograms,
+    interval_ns: u64,
+    /// Invariant: `interval_start_ns <= ` every `now_ns` given since.
+    interval_start_ns: u64,
+}
+
+/// Drains a result ring into latency histograms.
+pub struct ResultSink {
+    reader: ResultReader,
+    clock_offset_ns: i64,
+    totals: LatencyHistograms,
+    log: Option<IntervalLog>,
+    /// The first interval-log write error; logging stops after it.
+    log_error: Option<io::Error>,
+    on_result: Option<ResultCallback>,
+    /// Reused drain buffer, so draining does not allocate once warm.
+    batch: Vec<ResultRecord>,
+    /// `reader.lost()` already added to the counters.
+    lost_seen: u64,
+}
+
+impl ResultSink {
+    /// A sink over `reader`; `clock_offset_ns` converts results flagged
+    /// `RESULT_GPU_CLOCK` to the host clock (see `ResidentLoop::clock_offset_ns`).
+    pub fn new(reader: ResultReader, clock_offset_ns: i64) -> Self {
+        Self {
+            reader,
+            clock_offset_ns,
+            totals: LatencyHistograms::new(),
+            log: None,
+            log_error: None,
+            on_result: None,
+            batch: Vec::with_capacity(1024),
+            lost_seen: 0,
+        }
+    }
+
+    /// Calls `callback` with every result recorded from now on.
+    pub fn with_callback(mut self, callback: ResultCallback) -> Self {
+        self.on_result = Some(callback);
+        self
+    }
+
+    /// Writes an interval of every segment to `writer` each `interval_ns`,
+    /// the first interval starting at `start_ns`.
+    pub fn with_interval_log(
+        mut self,
+        writer: IntervalLogWriter<Box<dyn Write + Send>>,
+        interval_ns: u64,
+        start_ns: u64,
+    ) -> Self {
+        self.log = Some(IntervalLog {
+            writer,
+            current: LatencyHistograms::new(),
+            interval_ns: interval_ns.max(1),
+            interval_start_ns: start_ns,
+        });
+        self
+    }
+
+    /// Drains every new result, recording each as seen at `seen_ns`; returns how many.
+    pub fn poll(&mut self, seen_ns: u64) -> usize {
+        self.batch.clear();
+        let n = self.reader.drain(&mut self.batch);
+        for r in &self.batch {
+            self.totals.record(r, seen_ns, self.clock_offset_ns);
+            if let Some(log) = &mut self.log {
+                log.current.record(r, seen_ns, self.clock_offset_ns);
+            }
+            if let Some(callback) = &mut self.on_result {
+                callback(r);
+            }
+        }
+        let lost = self.reader.lost();
+        if lost > self.lost_seen {
+            self.totals.add_results_lost(lost - self.lost_seen);
+            if let Some(log) = &mut self.log {
+                log.current.add_results_lost(lost - self.lost_seen);
+            }
+            self.lost_seen = lost;
+        }
+        n
+    }
+
+    /// Writes every interval that has ended by `now_ns` (an interval with no
+    /// results is written empty, so the log has no gaps).
+    pub fn tick(&mut self, now_ns: u64) {
+        let Some(log) = &mut self.log else { return };
+        while now_ns >= log.interval_start_ns + log.interval_ns {
+            let end = log.interval_start_ns + log.interval_ns;
+            if let Err(e) = log.writer.write_interval(&log.current, log.interval_start_ns, end) {
+                self.log_error = Some(e);
+                self.log = None;
+                return;
+            }
+            log.current.reset();
+            log.interval_start_ns = end;
+        }
+    }
+
+    /// Drains what is left, writes the last (partial) interval and flushes the log.
+    pub fn finish(&mut self, now_ns: u64) -> io::Result<()> {
+        self.poll(now_ns);
+        self.tick(now_ns);
+        if let Some(mut log) = self.log.take() {
+            if log.current.counters().processed > 0 || now_ns > log.interval_start_ns {
+                log.writer.write_interval(
+                    &log.current,
+                    log.interval_start_ns,
+                    now_ns.max(log.interval_start_ns),
+                )?;
+            }
+            log.writer.flush()?;
+        }
+        match self.log_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// True while an interval log is being written without error.
+    pub fn logging(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Histograms of every result so far.
+    pub fn histograms(&self) -> &LatencyHistograms {
+        &self.totals
+    }
+
+    /// Summary of every result so far.
+    pub fn summary(&self) -> Summary {
+        Summary::of(&self.totals)
+    }
+}

@@ -1,0 +1,87 @@
+//! [`ResultThread`]: runs a [`ResultSink`] on its own thread with the real
+//! clock, polling the result ring, and hands out snapshots for the progress
+//! line and the final summary.
+
+use super::MetricsError;
+use super::sink::ResultSink;
+use super::summary::Summary;
+use crate::clock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The result thread. Dropping it stops the thread (without the final summary).
+pub struct ResultThread {
+    sink: Arc<Mutex<ResultSink>>,
+    stop: Arc<AtomicBool>,
+    /// Invariant: `Some` until `stop` or drop joins it.
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Locks the sink even if a callback panicked while holding it: the
+/// histograms stay consistent between two results.
+fn lock(sink: &Mutex<ResultSink>) -> MutexGuard<'_, ResultSink> {
+    sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl ResultThread {
+    /// Starts draining `sink`, checking the ring every `poll_interval` when it
+    /// is empty (a result waits at most that long to be seen).
+    pub fn spawn(sink: ResultSink, poll_interval: Duration) -> Result<Self, MetricsError> {
+        let sink = Arc::new(Mutex::new(sink));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (thread_sink, thread_stop) = (Arc::clone(&sink), Arc::clone(&stop));
+        let handle = std::thread::Builder::new()
+            .name("frameloop-results".into())
+            .spawn(move || run(&thread_sink, &thread_stop, poll_interval))
+            .map_err(|e| MetricsError::Spawn(e.to_string()))?;
+        Ok(Self { sink, stop, handle: Some(handle) })
+    }
+
+    /// Summary of every result recorded so far.
+    pub fn snapshot(&self) -> Summary {
+        lock(&self.sink).summary()
+    }
+
+    /// Stops the thread, drains the last results, closes the interval log
+    /// and returns the final summary.
+    pub fn stop(mut self) -> Result<Summary, MetricsError> {
+        self.stop.store(true, Ordering::Release);
+        let panicked = match self.handle.take() {
+            Some(h) => h.join().is_err(),
+            None => false,
+        };
+        let mut sink = lock(&self.sink);
+        let log = sink.finish(clock::realtime_ns());
+        if panicked {
+            return Err(MetricsError::Panicked);
+        }
+        log.map_err(MetricsError::IntervalLog)?;
+        Ok(sink.summary())
+    }
+}
+
+fn run(sink: &Mutex<ResultSink>, stop: &AtomicBool, poll_interval: Duration) {
+    while !stop.load(Ordering::Acquire) {
+        let drained = {
+            let mut s = lock(sink);
+            let n = s.poll(clock::realtime_ns());
+            s.tick(clock::realtime_ns());
+            n
+        };
+        if drained == 0 {
+            std::thread::sleep(poll_interval);
+        }
+    }
+}
+
+impl Drop for ResultThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            // A panic here was already reported by the panic hook.
+            let _ = h.join();
+        }
+    }
+}
