@@ -1,1 +1,15 @@
-//! (in progress)
+//! Ingest: datagrams off the network, reassembled into frame-ring slots, with
+//! every drop counted by reason (wire format and rules: `docs/wire-format.md`).
+//!
+//! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
+//! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
+//!   machine from datagrams to published slots.
+//! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, `recvmmsg`,
+//!   kernel timestamps, UDP GRO) feeding a [`Reassembler`].
+
+pub mod counters;
+pub mod reassembly;
+pub mod udp;
+
+pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
+pub use reassembly::{Reassembler, ReassemblyConfig};

@@ -1,0 +1,816 @@
+//! Reassembly of native datagrams into frame-ring slots: a pure state
+//! machine with no I/O and no clock reads (every time is an argument).
+//!
+//! Rules, in the order they are applied to a datagram:
+//! 1. It is parsed ([`native::parse`]); a rejection is counted under its
+//!    [`native::ParseError::kind`] and dropped.
+//! 2. Frames are keyed on `(stream_id, frame_seq)`. A packet of a frame in
+//!    flight must agree with the frame's first packet on `packet_count`
+//!    (`packet_count_mismatch`) and `frame_len` (`frame_len_mismatch`), lie
+//!    on the frame's regular cut (`layout_mismatch`, below) and carry an index
+//!    not yet received (`duplicate`); otherwise it is dropped.
+//! 3. A packet of a frame published a short while ago is `late`; one of a
+//!    frame dropped whole is counted in `dropped_frame_packets`. The last
+//!    [`RECENT_FRAMES`] finished keys are remembered (direct-mapped, so a
+//!    much older straggler may start a new frame that then times out).
+//! 4. The first valid packet of a new frame must have
+//!    `packet_count <= max(frame_len, 1)` and `<= max_packets_per_frame`
+//!    (`bad_packet_count`: bounds the packet bitmap) and lie on a regular cut;
+//!    a frame longer than the slot payload capacity is dropped whole
+//!    (`frame_too_large`, once per frame). If `max_frames_in_flight` frames
+//!    are already in flight, the oldest is published first (incomplete). Then
+//!    a slot is reserved; if the ring is full the frame is dropped whole
+//!    (`ring_full`, once per frame).
+//! 5. The payload is copied straight into the slot at `payload_offset`. The
+//!    regular cut makes packets disjoint and their union exactly
+//!    `[0, frame_len)`, and `frame_len <= capacity`, so no write leaves the
+//!    slot whatever a packet says.
+//! 6. Publishing is in ring order: whenever the oldest frame in flight is
+//!    complete it is published (`SLOT_COMPLETE`), then any following complete
+//!    ones. An incomplete oldest frame is published with `SLOT_INCOMPLETE` and
+//!    its missing byte ranges zeroed when it goes stale (`frame_timeout_ms`
+//!    after its first packet; also `SLOT_TIMED_OUT`), when a new frame needs
+//!    room (rule 4), or on [`Reassembler::flush`].
+//!
+//! The regular cut: every packet but the last carries `stride` bytes at
+//! `packet_index * stride`, the last carries the rest up to `frame_len`, and
+//! `packet_count == ceil(frame_len / stride)` (see
+//! [`native::packet_span`]); any one packet fixes `stride`.
+
+use super::counters::IngestCounters;
+use crate::config::{ConfigProblem, check_range};
+use crate::ring::RingWriter;
+use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader};
+use crate::wire::native::{self, NativeHeader};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// How many finished frame keys are remembered to tell `late` packets apart.
+pub const RECENT_FRAMES: usize = 4096;
+
+/// Reassembly settings (keys of the `[ingest]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReassemblyConfig {
+    /// A frame still incomplete this long after its first packet is published
+    /// flagged incomplete and timed out (ms).
+    pub frame_timeout_ms: u64,
+    /// Frames assembled at once; a new frame beyond this publishes the oldest.
+    pub max_frames_in_flight: usize,
+    /// Largest packet count accepted for one frame (bounds the packet bitmap).
+    pub max_packets_per_frame: u32,
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        Self { frame_timeout_ms: 20, max_frames_in_flight: 4, max_packets_per_frame: 65536 }
+    }
+}
+
+impl ReassemblyConfig {
+    /// Records every out-of-range value, naming its `ingest.*` key.
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        check_range(problems, "ingest.frame_timeout_ms", self.frame_timeout_ms, 1, 60_000);
+        check_range(problems, "ingest.max_frames_in_flight", self.max_frames_in_flight, 1, 64);
+        check_range(problems, "ingest.max_packets_per_frame", self.max_packets_per_frame, 1, 1 << 20);
+    }
+}
+
+type FrameKey = (u32, u64);
+
+/// One frame being assembled in a reserved slot.
+struct Frame {
+    key: FrameKey,
+    ring_seq: u64,
+    packet_count: u32,
+    frame_len: u32,
+    /// Payload bytes of every packet but the last. Invariant: `stride > 0` and
+    /// `frame_len.div_ceil(stride) == packet_count` (or `packet_count == 1`).
+    stride: u32,
+    /// Packets received. Invariant: equals the number of bits set in `seen`.
+    received: u32,
+    first_rx_ns: u64,
+    last_rx_ns: u64,
+    sender_ts_ns: u64,
+    /// One bit per packet index; `packet_count.div_ceil(64)` words.
+    seen: Vec<u64>,
+}
+
+impl Frame {
+    fn complete(&self) -> bool {
+        self.received == self.packet_count
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Empty,
+    Published,
+    Dropped,
+}
+
+/// Direct-mapped memory of recently finished frames (published or dropped).
+struct RecentFrames {
+    entries: Box<[(FrameKey, Outcome)]>,
+}
+
+impl RecentFrames {
+    fn new() -> Self {
+        Self { entries: vec![((0, 0), Outcome::Empty); RECENT_FRAMES].into_boxed_slice() }
+    }
+    fn index(key: FrameKey) -> usize {
+        // Consecutive sequences of one stream take consecutive entries.
+        let mixed = key.1 ^ (key.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed % RECENT_FRAMES as u64) as usize
+    }
+    fn insert(&mut self, key: FrameKey, outcome: Outcome) {
+        self.entries[Self::index(key)] = (key, outcome);
+    }
+    fn get(&self, key: FrameKey) -> Outcome {
+        match self.entries[Self::index(key)] {
+            (k, outcome) if k == key => outcome,
+            _ => Outcome::Empty,
+        }
+    }
+}
+
+/// The regular cut's stride implied by one packet, or `None` when the packet
+/// cannot belong to a regular cut (see the module doc).
+fn implied_stride(h: &NativeHeader) -> Option<u32> {
+    let n = h.packet_count as u64;
+    let i = h.packet_index as u64;
+    let off = h.payload_offset as u64;
+    let len = h.payload_len as u64;
+    let flen = h.frame_len as u64;
+    if n == 1 {
+        return (off == 0 && len == flen).then_some(h.frame_len.max(1));
+    }
+    let stride = if i + 1 < n {
+        if len == 0 || off != i * len {
+            return None;
+        }
+        len
+    } else {
+        if off + len != flen || !off.is_multiple_of(i) {
+            return None;
+        }
+        off / i
+    };
+    (stride > 0 && flen.div_ceil(stride) == n).then_some(stride as u32)
+}
+
+/// Assembles datagrams into frame-ring slots and publishes them in order.
+pub struct Reassembler {
+    timeout_ns: u64,
+    max_in_flight: usize,
+    max_packets: u32,
+    writer: RingWriter,
+    /// Payload capacity of one slot (cached from the ring).
+    capacity: usize,
+    counters: Arc<IngestCounters>,
+    /// Frames in ring order. Invariant: their `ring_seq`s are consecutive and
+    /// the front's is the writer's next sequence to publish.
+    in_flight: VecDeque<Frame>,
+    /// Bitmaps of finished frames, reused so that steady state never allocates.
+    spare_bitmaps: Vec<Vec<u64>>,
+    recent: RecentFrames,
+}
+
+impl Reassembler {
+    /// A reassembler writing into `writer`'s ring and counting into `counters`.
+    /// `cfg` should have passed [`ReassemblyConfig::validate`]; values are
+    /// clamped to at least 1 anyway.
+    pub fn new(cfg: ReassemblyConfig, writer: RingWriter, counters: Arc<IngestCounters>) -> Self {
+        let max_in_flight = cfg.max_frames_in_flight.max(1);
+        Self {
+            timeout_ns: cfg.frame_timeout_ms.max(1).saturating_mul(1_000_000),
+            max_in_flight,
+            max_packets: cfg.max_packets_per_frame.max(1),
+            capacity: writer.ring().payload_capacity(),
+            writer,
+            counters,
+            in_flight: VecDeque::with_capacity(max_in_flight),
+            spare_bitmaps: (0..max_in_flight).map(|_| Vec::new()).collect(),
+            recent: RecentFrames::new(),
+        }
+    }
+
+    /// The counters this reassembler updates.
+    pub fn counters(&self) -> &Arc<IngestCounters> {
+        &self.counters
+    }
+
+    /// Frames currently being assembled.
+    pub fn frames_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Handles one datagram received at `rx_ns` (CLOCK_REALTIME ns), which is
+    /// also taken as the current time for timeouts.
+    pub fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        self.counters.datagram(datagram.len());
+        match native::parse(datagram) {
+            Ok((h, payload)) => self.on_packet(&h, payload, rx_ns),
+            Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
+        }
+        self.publish_ready(rx_ns);
+    }
+
+    /// Publishes the frames that are complete or stale at `now_ns`.
+    pub fn on_tick(&mut self, now_ns: u64) {
+        self.publish_ready(now_ns);
+    }
+
+    /// Publishes every frame in flight, incomplete ones flagged, at `now_ns`.
+    pub fn flush(&mut self, now_ns: u64) {
+        while !self.in_flight.is_empty() {
+            self.publish_oldest(now_ns, false);
+        }
+    }
+
+    fn on_packet(&mut self, h: &NativeHeader, payload: &[u8], rx_ns: u64) {
+        let key = (h.stream_id, h.frame_seq);
+        if let Some(pos) = self.in_flight.iter().position(|f| f.key == key) {
+            self.add_to_frame(pos, h, payload, rx_ns);
+            return;
+        }
+        match self.recent.get(key) {
+            Outcome::Published => return IngestCounters::bump(&self.counters.late),
+            Outcome::Dropped => return IngestCounters::bump(&self.counters.dropped_frame_packets),
+            Outcome::Empty => {}
+        }
+        if h.packet_count > h.frame_len.max(1) || h.packet_count > self.max_packets {
+            return IngestCounters::bump(&self.counters.bad_packet_count);
+        }
+        let Some(stride) = implied_stride(h) else {
+            return IngestCounters::bump(&self.counters.layout_mismatch);
+        };
+        if h.frame_len as usize > self.capacity {
+            return self.drop_frame(key, |c| &c.frame_too_large);
+        }
+        if self.in_flight.len() >= self.max_in_flight {
+            self.publish_oldest(rx_ns, false);
+        }
+        let ring_seq = match self.writer.reserve() {
+            Ok(seq) => seq,
+            Err(_) => return self.drop_frame(key, |c| &c.ring_full),
+        };
+        IngestCounters::bump(&self.counters.frames_started);
+        debug_assert!(self.in_flight.back().is_none_or(|f| f.ring_seq + 1 == ring_seq));
+        let mut seen = self.spare_bitmaps.pop().unwrap_or_default();
+        seen.clear();
+        seen.resize((h.packet_count as usize).div_ceil(64), 0);
+        self.in_flight.push_back(Frame {
+            key,
+            ring_seq,
+            packet_count: h.packet_count,
+            frame_len: h.frame_len,
+            stride,
+            received: 0,
+            first_rx_ns: rx_ns,
+            last_rx_ns: rx_ns,
+            sender_ts_ns: h.sender_ts_ns,
+            seen,
+        });
+        self.add_to_frame(self.in_flight.len() - 1, h, payload, rx_ns);
+    }
+
+    /// Counts a frame dropped whole (once) and its first datagram, and
+    /// remembers its key so that its further packets are not counted again.
+    fn drop_frame(&mut self, key: FrameKey, reason: fn(&IngestCounters) -> &AtomicU64) {
+        IngestCounters::bump(reason(&self.counters));
+        IngestCounters::bump(&self.counters.dropped_frame_packets);
+        self.recent.insert(key, Outcome::Dropped);
+    }
+
+    fn add_to_frame(&mut self, pos: usize, h: &NativeHeader, payload: &[u8], rx_ns: u64) {
+        let c = &*self.counters;
+        let f = &mut self.in_flight[pos];
+        let drop = if h.packet_count != f.packet_count {
+            Some(&c.packet_count_mismatch)
+        } else if h.frame_len != f.frame_len {
+            Some(&c.frame_len_mismatch)
+        } else if implied_stride(h) != Some(f.stride) {
+            Some(&c.layout_mismatch)
+        } else if f.seen[h.packet_index as usize / 64] & (1 << (h.packet_index % 64)) != 0 {
+            Some(&c.duplicate)
+        } else {
+            None
+        };
+        if let Some(counter) = drop {
+            return IngestCounters::bump(counter);
+        }
+        let start = h.payload_offset as usize;
+        // The regular cut and `frame_len <= capacity` keep this inside the
+        // slot; `get_mut` makes that hold even if those checks were wrong.
+        let Some(dst) = self.writer.payload_mut(f.ring_seq).get_mut(start..start + payload.len()) else {
+            debug_assert!(false, "packet passed the layout checks but leaves the slot");
+            return IngestCounters::bump(&c.layout_mismatch);
+        };
+        dst.copy_from_slice(payload);
+        f.seen[h.packet_index as usize / 64] |= 1 << (h.packet_index % 64);
+        f.received += 1;
+        f.last_rx_ns = f.last_rx_ns.max(rx_ns);
+        f.first_rx_ns = f.first_rx_ns.min(rx_ns);
+        IngestCounters::bump(&c.packets_accepted);
+    }
+
+    /// Publishes, oldest first, every frame that is complete or stale at `now_ns`.
+    fn publish_ready(&mut self, now_ns: u64) {
+        while let Some(f) = self.in_flight.front() {
+            let stale = now_ns.saturating_sub(f.first_rx_ns) >= self.timeout_ns;
+            if !f.complete() && !stale {
+                break;
+            }
+            self.publish_oldest(now_ns, stale);
+        }
+    }
+
+    /// Publishes the oldest frame in flight; an incomplete one gets its missing
+    /// packets zeroed and is flagged (`timed_out` adds `SLOT_TIMED_OUT`).
+    fn publish_oldest(&mut self, now_ns: u64, timed_out: bool) {
+        let Some(f) = self.in_flight.pop_front() else { return };
+        let flags = if f.complete() {
+            IngestCounters::bump(&self.counters.frames_complete);
+            SLOT_COMPLETE
+        } else {
+            self.zero_missing(&f);
+            IngestCounters::bump(&self.counters.frames_incomplete);
+            if timed_out {
+                IngestCounters::bump(&self.counters.frames_timed_out);
+                SLOT_INCOMPLETE | SLOT_TIMED_OUT
+            } else {
+                SLOT_INCOMPLETE
+            }
+        };
+        let header = SlotHeader {
+            frame_seq: f.key.1,
+            stream_id: f.key.0,
+            flags,
+            payload_len: f.frame_len,
+            packets_expected: f.packet_count,
+            packets_received: f.received,
+            sender_ts_ns: f.sender_ts_ns,
+            first_rx_ns: f.first_rx_ns,
+            last_rx_ns: f.last_rx_ns,
+            published_ns: now_ns,
+            ..SlotHeader::default()
+        };
+        self.writer.publish(f.ring_seq, &header);
+        self.recent.insert(f.key, Outcome::Published);
+        self.spare_bitmaps.push(f.seen);
+    }
+
+    /// Zeroes the byte range of every packet not received (the slot may hold
+    /// an older frame's bytes there).
+    fn zero_missing(&mut self, f: &Frame) {
+        let payload = self.writer.payload_mut(f.ring_seq);
+        let stride = f.stride as usize;
+        let frame_len = f.frame_len as usize;
+        for (w, &word) in f.seen.iter().enumerate() {
+            let mut missing = !word;
+            while missing != 0 {
+                let index = w * 64 + missing.trailing_zeros() as usize;
+                missing &= missing - 1;
+                if index >= f.packet_count as usize {
+                    break;
+                }
+                let start = (index * stride).min(frame_len);
+                let end = (start + stride).min(frame_len);
+                payload[start..end].fill(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::layout::ring_bytes;
+    use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn ring(slots: usize, capacity: usize) -> Arc<FrameRing> {
+        let mem = HostMemory::new(ring_bytes(slots, capacity)).unwrap();
+        FrameRing::new(Box::new(mem), slots, capacity, OverrunPolicy::Every).unwrap()
+    }
+
+    /// A reassembler over a fresh ring, and the ring's reader.
+    fn setup(slots: usize, capacity: usize, cfg: ReassemblyConfig) -> (Reassembler, RingReader) {
+        let r = ring(slots, capacity);
+        let reader = r.reader().unwrap();
+        (Reassembler::new(cfg, r.writer().unwrap(), Arc::default()), reader)
+    }
+
+    /// The datagrams of one frame cut with `max_payload`.
+    fn packets(stream_id: u32, frame_seq: u64, frame: &[u8], max_payload: u32) -> Vec<Vec<u8>> {
+        let frame_len = frame.len() as u32;
+        let (count, _, _) = native::packet_span(frame_len, max_payload, 0);
+        (0..count)
+            .map(|i| {
+                let (_, off, len) = native::packet_span(frame_len, max_payload, i);
+                let h = NativeHeader {
+                    stream_id,
+                    frame_seq,
+                    packet_index: i,
+                    packet_count: count,
+                    payload_offset: off,
+                    frame_len,
+                    sender_ts_ns: 1000 + frame_seq,
+                    ..Default::default()
+                };
+                native::encode(&h, &frame[off as usize..(off + len) as usize])
+            })
+            .collect()
+    }
+
+    /// Every published frame: (header, payload copy), consuming them.
+    fn drain(reader: &mut RingReader) -> Vec<(SlotHeader, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(slot) = reader.claim() {
+            let seq = slot.seq;
+            out.push((slot.header, slot.payload.to_vec()));
+            reader.finish(seq);
+        }
+        out
+    }
+
+    fn snap(r: &Reassembler) -> crate::ingest::IngestSnapshot {
+        r.counters().snapshot()
+    }
+
+    fn frame_bytes(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+    }
+
+    #[test]
+    fn in_order_frame_is_published_complete_with_its_timestamps() {
+        let (mut r, mut rd) = setup(4, 1024, ReassemblyConfig::default());
+        let data = frame_bytes(1000, 3);
+        for (i, p) in packets(9, 42, &data, 300).iter().enumerate() {
+            assert!(rd.claim().is_none(), "published before its last packet");
+            r.on_datagram(p, 100 + i as u64);
+        }
+        let out = drain(&mut rd);
+        assert_eq!(out.len(), 1);
+        let (h, payload) = &out[0];
+        assert_eq!((h.stream_id, h.frame_seq, h.flags), (9, 42, SLOT_COMPLETE));
+        assert_eq!((h.packets_expected, h.packets_received), (4, 4));
+        assert_eq!((h.first_rx_ns, h.last_rx_ns, h.published_ns, h.sender_ts_ns), (100, 103, 103, 1042));
+        assert_eq!(payload, &data);
+        let s = snap(&r);
+        assert_eq!((s.datagrams, s.packets_accepted, s.frames_started, s.frames_complete), (4, 4, 1, 1));
+        assert_eq!(s.bytes, (4 * native::HEADER_LEN + 1000) as u64);
+    }
+
+    #[test]
+    fn parse_errors_are_counted_by_kind() {
+        let (mut r, mut rd) = setup(4, 1024, ReassemblyConfig::default());
+        let good = packets(1, 1, &frame_bytes(100, 0), 100).remove(0);
+        let mut cases: Vec<(Vec<u8>, &str)> = vec![(good[..20].to_vec(), "short_header")];
+        for (at, byte, kind) in [(0, b'Y', "bad_magic"), (4, 2, "bad_version"), (6, 40, "bad_header_len")] {
+            let mut d = good.clone();
+            d[at] = byte;
+            cases.push((d, kind));
+        }
+        cases.push((good[..good.len() - 1].to_vec(), "truncated"));
+        let mut d = good.clone();
+        d[12..16].copy_from_slice(&5u32.to_le_bytes());
+        cases.push((d, "bad_packet_index"));
+        let mut d = good.clone();
+        d[28..32].copy_from_slice(&1u32.to_le_bytes());
+        cases.push((d, "payload_outside_frame"));
+        for (d, kind) in &cases {
+            r.on_datagram(d, 1);
+            assert_eq!(snap(&r).get(kind), Some(1), "{kind}");
+        }
+        r.on_datagram(&good, 2);
+        let s = snap(&r);
+        assert_eq!(s.datagrams, cases.len() as u64 + 1);
+        assert_eq!(s.datagrams_accounted(), s.datagrams);
+        assert_eq!(drain(&mut rd).len(), 1, "a good packet after bad ones still makes its frame");
+    }
+
+    #[test]
+    fn stateful_drops_are_counted_and_the_frame_survives() {
+        let (mut r, mut rd) = setup(4, 4096, ReassemblyConfig::default());
+        let data = frame_bytes(1000, 7);
+        let p = packets(1, 5, &data, 250);
+        r.on_datagram(&p[0], 1);
+        r.on_datagram(&p[0], 2);
+        assert_eq!(snap(&r).duplicate, 1);
+        // Same frame key, other packet count (a 2-packet cut of the same length).
+        let other_cut = packets(1, 5, &data, 500);
+        r.on_datagram(&other_cut[1], 3);
+        assert_eq!(snap(&r).packet_count_mismatch, 1);
+        // Same key and count, other frame length.
+        let other_len = packets(1, 5, &frame_bytes(999, 7), 250);
+        r.on_datagram(&other_len[1], 4);
+        assert_eq!(snap(&r).frame_len_mismatch, 1);
+        // Same count and length, but off the frame's stride (offset 240 of 241-byte packets).
+        let mut h = native::parse(&p[1]).unwrap().0;
+        h.payload_offset = 240;
+        r.on_datagram(&native::encode(&h, &data[240..490]), 5);
+        assert_eq!(snap(&r).layout_mismatch, 1);
+        for d in &p[1..] {
+            r.on_datagram(d, 6);
+        }
+        let out = drain(&mut rd);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0.flags, SLOT_COMPLETE);
+        assert_eq!(out[0].1, data);
+        r.on_datagram(&p[2], 7);
+        let s = snap(&r);
+        assert_eq!(s.late, 1);
+        assert_eq!(s.datagrams_accounted(), s.datagrams);
+        assert_eq!((s.packets_accepted, s.frames_complete, s.frames_incomplete), (4, 1, 0));
+    }
+
+    #[test]
+    fn irregular_first_packets_and_oversized_counts_are_rejected() {
+        let (mut r, _rd) =
+            setup(4, 4096, ReassemblyConfig { max_packets_per_frame: 8, ..Default::default() });
+        let base = NativeHeader { frame_len: 100, packet_count: 4, ..Default::default() };
+        // Non-last packet not at index * len.
+        let h = NativeHeader { packet_index: 1, payload_offset: 10, ..base };
+        r.on_datagram(&native::encode(&h, &[0; 25]), 1);
+        // Packet count that does not match ceil(frame_len / stride).
+        let h = NativeHeader { packet_index: 0, ..base };
+        r.on_datagram(&native::encode(&h, &[0; 50]), 1);
+        // Last packet whose offset is not a multiple of its index.
+        let h = NativeHeader { packet_index: 3, payload_offset: 91, ..base };
+        r.on_datagram(&native::encode(&h, &[0; 9]), 1);
+        // Empty non-last packet.
+        let h = NativeHeader { packet_index: 0, ..base };
+        r.on_datagram(&native::encode(&h, &[]), 1);
+        assert_eq!(snap(&r).layout_mismatch, 4);
+        // More packets than bytes, and more than the configured cap.
+        let h = NativeHeader { frame_len: 3, packet_count: 4, ..base };
+        r.on_datagram(&native::encode(&h, &[]), 1);
+        let h = NativeHeader { frame_len: 90, packet_count: 9, ..base };
+        r.on_datagram(&native::encode(&h, &[0; 10]), 1);
+        let s = snap(&r);
+        assert_eq!(s.bad_packet_count, 2);
+        assert_eq!((s.frames_started, s.datagrams_accounted(), s.datagrams), (0, 6, 6));
+    }
+
+    #[test]
+    fn frame_too_large_is_dropped_once_and_its_packets_counted() {
+        let (mut r, mut rd) = setup(4, 512, ReassemblyConfig::default());
+        for p in packets(1, 1, &frame_bytes(2000, 0), 400) {
+            r.on_datagram(&p, 1);
+        }
+        let s = snap(&r);
+        assert_eq!((s.frame_too_large, s.dropped_frame_packets, s.frames_started), (1, 5, 0));
+        assert_eq!(s.datagrams_accounted(), 5);
+        assert!(drain(&mut rd).is_empty());
+    }
+
+    #[test]
+    fn ring_full_drops_the_whole_frame_once_and_recovers() {
+        let (mut r, mut rd) = setup(2, 256, ReassemblyConfig::default());
+        let frames: Vec<_> = (0..4u8).map(|i| frame_bytes(200, i)).collect();
+        for (seq, f) in frames.iter().enumerate().take(3) {
+            for p in packets(1, seq as u64, f, 100) {
+                r.on_datagram(&p, 1);
+            }
+        }
+        let s = snap(&r);
+        assert_eq!((s.frames_complete, s.ring_full, s.dropped_frame_packets), (2, 1, 2));
+        let out = drain(&mut rd);
+        assert_eq!(out.iter().map(|(h, _)| h.frame_seq).collect::<Vec<_>>(), [0, 1]);
+        // With the consumer caught up, the next frame gets a slot again.
+        for p in packets(1, 3, &frames[3], 100) {
+            r.on_datagram(&p, 2);
+        }
+        let out = drain(&mut rd);
+        assert_eq!((out[0].0.frame_seq, &out[0].1), (3, &frames[3]));
+        let s = snap(&r);
+        assert_eq!(s.datagrams_accounted(), s.datagrams);
+    }
+
+    #[test]
+    fn stale_frame_times_out_with_zeros_and_later_packets_are_late() {
+        let cfg = ReassemblyConfig { frame_timeout_ms: 5, ..Default::default() };
+        let (mut r, mut rd) = setup(4, 1024, cfg);
+        let data = frame_bytes(300, 1);
+        let p = packets(2, 8, &data, 100);
+        r.on_datagram(&p[0], 10 * MS);
+        r.on_datagram(&p[2], 11 * MS);
+        r.on_tick(14 * MS);
+        assert!(rd.claim().is_none(), "published before its timeout");
+        r.on_tick(15 * MS);
+        let out = drain(&mut rd);
+        let (h, payload) = &out[0];
+        assert_eq!(h.flags, SLOT_INCOMPLETE | SLOT_TIMED_OUT);
+        assert_eq!((h.packets_expected, h.packets_received, h.published_ns), (3, 2, 15 * MS));
+        assert_eq!(&payload[..100], &data[..100]);
+        assert!(payload[100..200].iter().all(|&b| b == 0));
+        assert_eq!(&payload[200..], &data[200..]);
+        r.on_datagram(&p[1], 16 * MS);
+        let s = snap(&r);
+        assert_eq!((s.frames_incomplete, s.frames_timed_out, s.late), (1, 1, 1));
+    }
+
+    #[test]
+    fn too_many_frames_in_flight_publishes_the_oldest_incomplete() {
+        let cfg = ReassemblyConfig { max_frames_in_flight: 2, ..Default::default() };
+        let (mut r, mut rd) = setup(8, 1024, cfg);
+        let frames: Vec<_> = (0..3u8).map(|i| frame_bytes(200, i)).collect();
+        let p: Vec<_> = frames.iter().enumerate().map(|(s, f)| packets(1, s as u64, f, 100)).collect();
+        r.on_datagram(&p[0][0], 1);
+        r.on_datagram(&p[1][0], 2);
+        r.on_datagram(&p[1][1], 3);
+        assert!(rd.claim().is_none(), "frame 1 is complete but waits for frame 0 (ring order)");
+        r.on_datagram(&p[2][0], 4);
+        let out = drain(&mut rd);
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].0.frame_seq, out[0].0.flags), (0, SLOT_INCOMPLETE));
+        assert_eq!((out[1].0.frame_seq, out[1].0.flags, &out[1].1), (1, SLOT_COMPLETE, &frames[1]));
+        r.flush(9);
+        let out = drain(&mut rd);
+        assert_eq!((out[0].0.frame_seq, out[0].0.flags, out[0].0.published_ns), (2, SLOT_INCOMPLETE, 9));
+        assert_eq!(r.frames_in_flight(), 0);
+        let s = snap(&r);
+        assert_eq!(
+            (s.frames_started, s.frames_complete, s.frames_incomplete, s.frames_timed_out),
+            (3, 1, 2, 0)
+        );
+    }
+
+    #[test]
+    fn empty_and_single_packet_frames() {
+        let (mut r, mut rd) = setup(4, 64, ReassemblyConfig::default());
+        for p in packets(1, 1, &[], 100).iter().chain(&packets(1, 2, &[5; 64], 100)) {
+            r.on_datagram(p, 1);
+        }
+        let out = drain(&mut rd);
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].0.flags, out[0].1.len()), (SLOT_COMPLETE, 0));
+        assert_eq!((out[1].0.flags, &out[1].1[..]), (SLOT_COMPLETE, &[5u8; 64][..]));
+    }
+
+    #[test]
+    fn config_validation_names_keys() {
+        let mut problems = Vec::new();
+        ReassemblyConfig::default().validate(&mut problems);
+        assert!(problems.is_empty());
+        let bad =
+            ReassemblyConfig { frame_timeout_ms: 0, max_frames_in_flight: 65, max_packets_per_frame: 0 };
+        bad.validate(&mut problems);
+        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["ingest.frame_timeout_ms", "ingest.max_frames_in_flight", "ingest.max_packets_per_frame"]
+        );
+        assert!(toml::from_str::<ReassemblyConfig>("frame_timeout_ms = 3\nbogus = 1").is_err());
+        let parsed: ReassemblyConfig = toml::from_str("frame_timeout_ms = 3").unwrap();
+        assert_eq!((parsed.frame_timeout_ms, parsed.max_frames_in_flight), (3, 4));
+    }
+
+    /// One packet of the property test: which frame, which index, its bytes.
+    struct Sent {
+        frame: usize,
+        index: u32,
+        datagram: Vec<u8>,
+    }
+
+    /// Frames (bytes, max payload), per-packet fates (lost, extra copies), a
+    /// permutation of delivery places, and `max_frames_in_flight`.
+    type Scenario = (Vec<(Vec<u8>, u32)>, Vec<(bool, u8)>, Vec<usize>, usize);
+
+    fn scenario() -> impl Strategy<Value = Scenario> {
+        let frames = prop::collection::vec((prop::collection::vec(any::<u8>(), 0..3000), 8u32..1500), 1..7);
+        frames.prop_flat_map(|frames| {
+            let total: usize =
+                frames.iter().map(|(f, mp)| native::packet_span(f.len() as u32, *mp, 0).0 as usize).sum();
+            // Per packet: lost?, extra copies; then a permutation of all copies.
+            let fates = prop::collection::vec((prop::bool::weighted(0.15), 0u8..3), total);
+            (Just(frames), fates, Just((0..total * 3).collect::<Vec<_>>()).prop_shuffle(), 1usize..8)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_order_loss_and_duplicates((frames, fates, order, max_in_flight) in scenario()) {
+            const SLOTS: usize = 8;
+            let r = ring(SLOTS, 3000);
+            let mut rd = r.reader().unwrap();
+            let mut w = r.writer().unwrap();
+            // Dirty every slot so that missing bytes must be zeroed explicitly.
+            for _ in 0..SLOTS {
+                let seq = w.reserve().unwrap();
+                w.payload_mut(seq).fill(0xEE);
+                w.publish(seq, &SlotHeader { payload_len: 3000, ..Default::default() });
+            }
+            drain(&mut rd);
+            let cfg = ReassemblyConfig { max_frames_in_flight: max_in_flight, ..Default::default() };
+            let mut re = Reassembler::new(cfg, w, Arc::default());
+
+            let mut sent = Vec::new();
+            for (fi, (data, mp)) in frames.iter().enumerate() {
+                for (index, d) in packets(3, 100 + fi as u64, data, *mp).into_iter().enumerate() {
+                    sent.push(Sent { frame: fi, index: index as u32, datagram: d });
+                }
+            }
+            // Copies: each packet once unless lost, plus its duplicates;
+            // `order` is a permutation of 3 * packets places.
+            let mut lost = vec![vec![]; frames.len()];
+            let mut schedule = Vec::new();
+            for (k, (s, &(is_lost, dups))) in sent.iter().zip(&fates).enumerate() {
+                if is_lost {
+                    lost[s.frame].push(s.index);
+                    continue;
+                }
+                for copy in 0..=dups as usize {
+                    schedule.push((order[k * 3 + copy], k));
+                }
+            }
+            schedule.sort_unstable();
+            for (t, &(_, k)) in schedule.iter().enumerate() {
+                re.on_datagram(&sent[k].datagram, t as u64 + 1);
+            }
+            re.flush(u64::MAX);
+            let published = drain(&mut rd);
+            let s = snap(&re);
+
+            let mut seen_frames = std::collections::HashSet::new();
+            for (h, payload) in &published {
+                let fi = (h.frame_seq - 100) as usize;
+                prop_assert!(seen_frames.insert(fi), "frame {} published twice", fi);
+                let (data, mp) = &frames[fi];
+                prop_assert_eq!(payload.len(), data.len());
+                if h.flags == SLOT_COMPLETE {
+                    prop_assert!(lost[fi].is_empty());
+                    prop_assert_eq!(payload, data);
+                } else {
+                    prop_assert_eq!(h.flags, SLOT_INCOMPLETE);
+                    prop_assert!(h.packets_received < h.packets_expected);
+                    for (i, (&got, &want)) in payload.iter().zip(data).enumerate() {
+                        prop_assert!(got == want || got == 0, "byte {} of frame {}", i, fi);
+                    }
+                    for &index in &lost[fi] {
+                        let (_, off, len) = native::packet_span(data.len() as u32, *mp, index);
+                        prop_assert!(payload[off as usize..(off + len) as usize].iter().all(|&b| b == 0));
+                    }
+                }
+            }
+            // Every frame with a delivered packet is published (the ring has room
+            // for all of them); a frame with a lost packet never as complete.
+            for (fi, l) in lost.iter().enumerate() {
+                let total = sent.iter().filter(|p| p.frame == fi).count();
+                prop_assert_eq!(seen_frames.contains(&fi), l.len() < total);
+            }
+            if max_in_flight >= frames.len() {
+                let complete = published.iter().filter(|(h, _)| h.flags == SLOT_COMPLETE).count();
+                prop_assert_eq!(complete, lost.iter().filter(|l| l.is_empty()).count());
+            }
+            prop_assert_eq!(s.datagrams, schedule.len() as u64);
+            prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
+            prop_assert_eq!(s.frames_started, published.len() as u64);
+            prop_assert_eq!(s.frames_complete + s.frames_incomplete, s.frames_started);
+            prop_assert_eq!(s.frames_timed_out, 0);
+            prop_assert_eq!(s.frames_dropped(), 0);
+        }
+
+        #[test]
+        fn arbitrary_datagrams_never_write_outside_the_slot(
+            datagrams in prop::collection::vec(
+                (any::<[u8; native::HEADER_LEN]>(), prop::collection::vec(any::<u8>(), 0..300), 0u8..4),
+                1..40,
+            )
+        ) {
+            // Headers biased towards valid ones: magic, version, length patched in
+            // most, small counts and offsets so that many reach the slot logic.
+            let (mut re, mut rd) = setup(4, 256, ReassemblyConfig::default());
+            for (t, (mut head, payload, patch)) in datagrams.into_iter().enumerate() {
+                if patch > 0 {
+                    head[..4].copy_from_slice(&native::MAGIC);
+                    head[4] = native::VERSION;
+                    head[6..8].copy_from_slice(&(native::HEADER_LEN as u16).to_le_bytes());
+                    head[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+                    head[8..12].fill(0);
+                    head[17..24].fill(0);
+                    head[13..16].fill(0);
+                    head[25..28].fill(0);
+                    head[30..32].fill(0);
+                    head[34..36].fill(0);
+                }
+                let mut d = head.to_vec();
+                d.extend_from_slice(&payload);
+                re.on_datagram(&d, t as u64);
+                for (h, p) in drain(&mut rd) {
+                    prop_assert!(p.len() <= 256 && h.packets_received <= h.packets_expected);
+                }
+            }
+            let s = snap(&re);
+            prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
+        }
+    }
+}

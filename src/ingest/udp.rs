@@ -1,0 +1,1 @@
+//! UDP receiver (in progress)
