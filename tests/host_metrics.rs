@@ -72,8 +72,11 @@ fn base64_decode(text: &str) -> Vec<u8> {
     out
 }
 
-/// Every interval of a log as (tag, start s, length s, histogram).
-fn read_log(bytes: &[u8]) -> (Vec<LogEntry<'_>>, Vec<(String, f64, f64, Histogram<u64>)>) {
+/// One interval line of a log: tag, start (s after BaseTime), length (s), histogram.
+type LoggedInterval = (String, f64, f64, Histogram<u64>);
+
+/// The header entries and every interval of a log.
+fn read_log(bytes: &[u8]) -> (Vec<LogEntry<'_>>, Vec<LoggedInterval>) {
     let mut headers = Vec::new();
     let mut intervals = Vec::new();
     for entry in IntervalLogIterator::new(bytes) {
