@@ -16,4 +16,5 @@ pub mod metrics;
 pub mod ops;
 pub mod ring;
 pub mod sender;
+pub mod service;
 pub mod wire;

@@ -1,0 +1,170 @@
+//! The `[service]` config section: how frameloop behaves as a system service
+//! (metrics endpoint, CPU placement and real-time priority of its threads,
+//! shutdown bound), with validation that names each key.
+
+use crate::config::{ConfigProblem, check_range};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// Highest CPU id accepted in `receiver_cpu`/`result_cpu`/`loop_cpu`
+/// (the kernel's `CPU_SETSIZE` is 1024).
+pub const MAX_CPU_ID: usize = 1023;
+
+/// `[service]`: settings that only matter when frameloop runs as a long-lived
+/// service. Every key is optional; the defaults leave the threads where the
+/// scheduler puts them, at normal priority, with no metrics endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Local address (`ip:port`) of the Prometheus text endpoint
+    /// (`GET /metrics`); none = no endpoint. Prefer a loopback address.
+    pub metrics_addr: Option<String>,
+    /// CPU core the UDP receiver thread is pinned to.
+    pub receiver_cpu: Option<usize>,
+    /// CPU core the result/metrics thread is pinned to.
+    pub result_cpu: Option<usize>,
+    /// CPU core the host resident loop (or the thread driving the GPU graph)
+    /// is pinned to.
+    pub loop_cpu: Option<usize>,
+    /// SCHED_FIFO priority (1..=99) for the receiver and loop threads; none =
+    /// normal scheduling. Needs `LimitRTPRIO=` (or CAP_SYS_NICE) and
+    /// `RestrictRealtime=no` in the unit.
+    pub realtime_priority: Option<u8>,
+    /// How long shutdown (tear-down, log flush, summary) may take after
+    /// SIGTERM before the remaining work is abandoned (ms). Keep it below the
+    /// unit's `TimeoutStopSec=`.
+    pub shutdown_timeout_ms: u64,
+}
+
+/// Default `shutdown_timeout_ms`: well inside the unit's `TimeoutStopSec=15`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 5000;
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            metrics_addr: None,
+            receiver_cpu: None,
+            result_cpu: None,
+            loop_cpu: None,
+            realtime_priority: None,
+            shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// Records every problem of this section, each named `service.<key>`.
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        if let Some(addr) = &self.metrics_addr
+            && addr.parse::<SocketAddr>().is_err()
+        {
+            problems.push(ConfigProblem::new(
+                "service.metrics_addr",
+                format!("{addr:?} is not an ip:port address; write for example \"127.0.0.1:9464\""),
+            ));
+        }
+        for (key, cpu) in [
+            ("service.receiver_cpu", self.receiver_cpu),
+            ("service.result_cpu", self.result_cpu),
+            ("service.loop_cpu", self.loop_cpu),
+        ] {
+            if let Some(cpu) = cpu {
+                check_range(problems, key, cpu, 0, MAX_CPU_ID);
+            }
+        }
+        if let Some(prio) = self.realtime_priority {
+            check_range(problems, "service.realtime_priority", prio, 1, 99);
+        }
+        check_range(problems, "service.shutdown_timeout_ms", self.shutdown_timeout_ms, 100, 600_000);
+    }
+
+    /// The metrics endpoint address, when one is configured and valid.
+    pub fn metrics_socket_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr.as_deref().and_then(|a| a.parse().ok())
+    }
+
+    /// `shutdown_timeout_ms` as a duration.
+    pub fn shutdown_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shutdown_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (ServiceConfig, Vec<ConfigProblem>) {
+        let value: toml::Value = toml::from_str(text).unwrap();
+        let mut problems = Vec::new();
+        let cfg: ServiceConfig = crate::config::section("service", Some(&value), &mut problems);
+        if problems.is_empty() {
+            cfg.validate(&mut problems);
+        }
+        (cfg, problems)
+    }
+
+    fn keys(problems: &[ConfigProblem]) -> Vec<&str> {
+        problems.iter().map(|p| p.key.as_str()).collect()
+    }
+
+    #[test]
+    fn empty_section_is_the_default() {
+        let (cfg, problems) = parse("");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg, ServiceConfig::default());
+        assert_eq!(cfg.metrics_socket_addr(), None);
+        assert_eq!(cfg.shutdown_timeout().as_millis(), u128::from(DEFAULT_SHUTDOWN_TIMEOUT_MS));
+    }
+
+    #[test]
+    fn full_section_parses() {
+        let (cfg, problems) = parse(
+            r#"
+            metrics_addr = "127.0.0.1:9464"
+            receiver_cpu = 2
+            result_cpu = 3
+            loop_cpu = 4
+            realtime_priority = 50
+            shutdown_timeout_ms = 3000
+            "#,
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cfg.metrics_socket_addr(), Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!((cfg.receiver_cpu, cfg.result_cpu, cfg.loop_cpu), (Some(2), Some(3), Some(4)));
+        assert_eq!(cfg.realtime_priority, Some(50));
+        assert_eq!(cfg.shutdown_timeout_ms, 3000);
+    }
+
+    #[test]
+    fn bad_values_are_reported_by_key() {
+        let (_, problems) = parse(
+            r#"
+            metrics_addr = "localhost"
+            receiver_cpu = 5000
+            loop_cpu = 1024
+            realtime_priority = 0
+            shutdown_timeout_ms = 10
+            "#,
+        );
+        let keys = keys(&problems);
+        for k in [
+            "service.metrics_addr",
+            "service.receiver_cpu",
+            "service.loop_cpu",
+            "service.realtime_priority",
+            "service.shutdown_timeout_ms",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {problems:?}");
+        }
+        assert!(!keys.contains(&"service.result_cpu"), "{problems:?}");
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_reported_by_key() {
+        let (_, problems) = parse("metrics_port = 9464\nrealtime_priority = 500\nresult_cpu = \"two\"");
+        let keys = keys(&problems);
+        for k in ["service.metrics_port", "service.realtime_priority", "service.result_cpu"] {
+            assert!(keys.iter().any(|x| x.starts_with(k)), "missing {k} in {problems:?}");
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! frameloop as a systemd service: readiness and watchdog notification,
+//! the `[service]` config section, thread placement, logging to the journal
+//! and the Prometheus metrics endpoint.
+
+pub mod config;
+pub mod logging;
+pub mod metrics_http;
+pub mod notify;
+pub mod threads;
+pub mod watchdog;
+
+pub use config::ServiceConfig;
+pub use metrics_http::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use notify::Notifier;
+pub use watchdog::{ProgressSource, WatchdogPinger};
+
+use thiserror::Error;
+
+/// Errors of the service layer, each saying what to change.
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    #[error("cannot pin the thread to CPU core {cpu}: {reason}")]
+    Affinity { cpu: usize, reason: String },
+    #[error("cannot give the thread SCHED_FIFO priority {priority}: {reason}")]
+    Realtime { priority: u8, reason: String },
+    #[error(
+        "cannot listen for metrics on {addr}: {source}; pick a free local port in service.metrics_addr \
+         or remove the key"
+    )]
+    MetricsBind { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("cannot start the {thread} thread: {source}")]
+    Spawn { thread: &'static str, source: std::io::Error },
+}

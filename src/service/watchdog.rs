@@ -1,0 +1,433 @@
+//! The systemd watchdog driven by pipeline progress: a small thread that,
+//! every half watchdog interval, reads the pipeline's progress counters and
+//! sends `WATCHDOG=1` only if every one of them advanced since the previous
+//! check. A stalled resident loop (or receiver) therefore stops the pings,
+//! and systemd restarts the service once `WatchdogSec=` has passed.
+
+use super::notify::Notifier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Environment variable of the test hook: after this many milliseconds the
+/// watchdog sees every progress counter frozen, exactly as if the pipeline
+/// had stalled. For tests only; never set it on a production unit.
+pub const TEST_STALL_ENV: &str = "FRAMELOOP_TEST_STALL_AFTER_MS";
+
+/// One counter that advances while a part of the pipeline works, such as
+/// the resident loop's `LoopStats::iterations` (which advances on every
+/// iteration, idle or not) or the receiver's poll-loop count.
+pub struct ProgressSource {
+    name: String,
+    read: Box<dyn Fn() -> u64 + Send>,
+}
+
+impl ProgressSource {
+    /// A source called `name` (used in log lines) read by `read`. `read` runs
+    /// on the watchdog thread, so it should only load atomics.
+    pub fn new(name: impl Into<String>, read: impl Fn() -> u64 + Send + 'static) -> Self {
+        Self { name: name.into(), read: Box::new(read) }
+    }
+
+    /// The source's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The counter's current value.
+    pub fn read(&self) -> u64 {
+        (self.read)()
+    }
+}
+
+impl std::fmt::Debug for ProgressSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressSource").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// What one watchdog check decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every counter advanced: send `WATCHDOG=1`.
+    Ping,
+    /// These sources (indices) did not advance: withhold the ping.
+    Stalled(Vec<usize>),
+}
+
+/// The pure decision: compares each check's counter values with the
+/// previous check's.
+#[derive(Debug, Clone)]
+pub struct ProgressGate {
+    /// Counter values at the previous check, one per source.
+    last: Vec<u64>,
+}
+
+impl ProgressGate {
+    /// A gate whose first check compares against `initial`.
+    pub fn new(initial: Vec<u64>) -> Self {
+        Self { last: initial }
+    }
+
+    /// Decides on the values `now` (same order and length as `initial`),
+    /// then remembers them for the next check.
+    pub fn check(&mut self, now: &[u64]) -> Verdict {
+        debug_assert_eq!(now.len(), self.last.len(), "one value per progress source");
+        let stalled: Vec<usize> =
+            now.iter().zip(&self.last).enumerate().filter(|(_, (n, l))| n <= l).map(|(i, _)| i).collect();
+        self.last.clear();
+        self.last.extend_from_slice(now);
+        if stalled.is_empty() { Verdict::Ping } else { Verdict::Stalled(stalled) }
+    }
+}
+
+/// The test hook: from `after` on, the counters read as the values they had
+/// then, as if the pipeline had stopped.
+#[derive(Debug, Clone)]
+pub struct StallHook {
+    after: Duration,
+    frozen: Option<Vec<u64>>,
+}
+
+impl StallHook {
+    /// The hook requested by [`TEST_STALL_ENV`], if set to a number of ms.
+    pub fn from_env() -> Option<Self> {
+        Self::parse(std::env::var(TEST_STALL_ENV).ok().as_deref())
+    }
+
+    /// Parses the variable's value.
+    pub fn parse(value: Option<&str>) -> Option<Self> {
+        let ms: u64 = value?.trim().parse().ok()?;
+        Some(Self { after: Duration::from_millis(ms), frozen: None })
+    }
+
+    /// The values the watchdog sees at `elapsed` since it started, given the
+    /// real values `real`.
+    pub fn apply(&mut self, elapsed: Duration, real: Vec<u64>) -> Vec<u64> {
+        if elapsed < self.after {
+            return real;
+        }
+        if self.frozen.is_none() {
+            tracing::warn!(
+                hook = TEST_STALL_ENV,
+                after_ms = self.after.as_millis() as u64,
+                "test hook: pipeline progress frozen from now on"
+            );
+        }
+        self.frozen.get_or_insert(real).clone()
+    }
+}
+
+/// Shared between the pinger thread and its handle.
+struct Shared {
+    stop: Mutex<bool>,
+    wake: Condvar,
+    pings: AtomicU64,
+    withheld: AtomicU64,
+}
+
+/// The running watchdog thread. Dropping it (or [`WatchdogPinger::stop`])
+/// stops the pings and joins the thread.
+pub struct WatchdogPinger {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    period: Duration,
+}
+
+impl WatchdogPinger {
+    /// Starts pinging at half the notifier's watchdog interval; None when the
+    /// manager asked for no watchdog (`WATCHDOG_USEC` unset) or the thread
+    /// cannot be spawned (logged). Honours [`TEST_STALL_ENV`]. Call it after
+    /// `READY=1`: systemd arms the watchdog from then on.
+    pub fn start(notifier: Arc<Notifier>, sources: Vec<ProgressSource>) -> Option<Self> {
+        let interval = notifier.watchdog_interval()?;
+        match Self::spawn(notifier, interval, sources, StallHook::from_env()) {
+            Ok(pinger) => Some(pinger),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the watchdog thread; systemd will restart the service");
+                None
+            }
+        }
+    }
+
+    /// Starts pinging through `notifier` every `interval / 2` while every
+    /// source advances. With no sources, pings are unconditional.
+    pub fn spawn(
+        notifier: Arc<Notifier>,
+        interval: Duration,
+        sources: Vec<ProgressSource>,
+        hook: Option<StallHook>,
+    ) -> std::io::Result<Self> {
+        let period = (interval / 2).max(Duration::from_millis(1));
+        let shared = Arc::new(Shared {
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            pings: AtomicU64::new(0),
+            withheld: AtomicU64::new(0),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("frameloop-watchdog".into())
+            .spawn(move || ping_loop(&notifier, period, interval, &sources, hook, &thread_shared))?;
+        tracing::info!(
+            interval_ms = interval.as_millis() as u64,
+            period_ms = period.as_millis() as u64,
+            "watchdog armed: pings only while the pipeline makes progress"
+        );
+        Ok(Self { shared, thread: Some(thread), period })
+    }
+
+    /// Pings sent so far.
+    pub fn pings_sent(&self) -> u64 {
+        self.shared.pings.load(Ordering::Relaxed)
+    }
+
+    /// Checks that withheld a ping because a counter did not advance.
+    pub fn pings_withheld(&self) -> u64 {
+        self.shared.withheld.load(Ordering::Relaxed)
+    }
+
+    /// Time between two checks (half the watchdog interval).
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Stops the thread and waits for it (within one check's work).
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Ok(mut stop) = self.shared.stop.lock() {
+            *stop = true;
+        }
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the watchdog thread panicked");
+        }
+    }
+}
+
+impl Drop for WatchdogPinger {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+fn ping_loop(
+    notifier: &Notifier,
+    period: Duration,
+    interval: Duration,
+    sources: &[ProgressSource],
+    mut hook: Option<StallHook>,
+    shared: &Shared,
+) {
+    let started = Instant::now();
+    let sample = |hook: &mut Option<StallHook>| {
+        let real: Vec<u64> = sources.iter().map(ProgressSource::read).collect();
+        match hook {
+            Some(h) => h.apply(started.elapsed(), real),
+            None => real,
+        }
+    };
+    let mut gate = ProgressGate::new(sample(&mut hook));
+    let mut stalled_since: Option<Instant> = None;
+    let mut next = Instant::now() + period;
+    loop {
+        // Sleep until the next check, waking early only to stop.
+        let Ok(mut stop) = shared.stop.lock() else { return };
+        loop {
+            if *stop {
+                return;
+            }
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            stop = match shared.wake.wait_timeout(stop, next - now) {
+                Ok((guard, _)) => guard,
+                Err(_) => return,
+            };
+        }
+        drop(stop);
+        next += period;
+        match gate.check(&sample(&mut hook)) {
+            Verdict::Ping => {
+                notifier.watchdog();
+                shared.pings.fetch_add(1, Ordering::Relaxed);
+                if let Some(since) = stalled_since.take() {
+                    tracing::info!(
+                        stalled_ms = since.elapsed().as_millis() as u64,
+                        "pipeline progress resumed; watchdog pings resumed"
+                    );
+                }
+            }
+            Verdict::Stalled(idle) => {
+                shared.withheld.fetch_add(1, Ordering::Relaxed);
+                if stalled_since.is_none() {
+                    stalled_since = Some(Instant::now());
+                    let names: Vec<&str> = idle.iter().map(|&i| sources[i].name()).collect();
+                    tracing::warn!(
+                        stalled = names.join(", "),
+                        watchdog_ms = interval.as_millis() as u64,
+                        "no pipeline progress since the last check; withholding WATCHDOG=1 \
+                         (systemd restarts the service if this lasts the watchdog interval)"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    #[test]
+    fn gate_pings_only_when_every_counter_advanced() {
+        let mut gate = ProgressGate::new(vec![10, 5]);
+        assert_eq!(gate.check(&[11, 6]), Verdict::Ping);
+        assert_eq!(gate.check(&[11, 7]), Verdict::Stalled(vec![0]));
+        assert_eq!(gate.check(&[12, 7]), Verdict::Stalled(vec![1]));
+        assert_eq!(gate.check(&[12, 7]), Verdict::Stalled(vec![0, 1]));
+        assert_eq!(gate.check(&[13, 8]), Verdict::Ping);
+        // A counter that goes backwards (a restarted loop) is not progress.
+        assert_eq!(gate.check(&[2, 9]), Verdict::Stalled(vec![0]));
+        assert_eq!(gate.check(&[3, 10]), Verdict::Ping);
+    }
+
+    #[test]
+    fn gate_without_sources_always_pings() {
+        let mut gate = ProgressGate::new(Vec::new());
+        assert_eq!(gate.check(&[]), Verdict::Ping);
+    }
+
+    #[test]
+    fn stall_hook_freezes_values_from_its_deadline() {
+        assert!(StallHook::parse(None).is_none());
+        assert!(StallHook::parse(Some("soon")).is_none());
+        let mut hook = StallHook::parse(Some("100")).unwrap();
+        assert_eq!(hook.apply(Duration::from_millis(50), vec![1, 2]), vec![1, 2]);
+        assert_eq!(hook.apply(Duration::from_millis(100), vec![3, 4]), vec![3, 4]);
+        assert_eq!(hook.apply(Duration::from_millis(150), vec![9, 9]), vec![3, 4]);
+    }
+
+    fn socket() -> (tempfile::TempDir, Arc<Notifier>, UnixDatagram) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let notifier =
+            Arc::new(Notifier::connect(path.as_os_str(), Some(Duration::from_millis(40))).unwrap());
+        (dir, notifier, sock)
+    }
+
+    fn drain(sock: &UnixDatagram) -> usize {
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while let Ok(len) = sock.recv(&mut buf) {
+            assert_eq!(&buf[..len], b"WATCHDOG=1\n");
+            n += 1;
+        }
+        n
+    }
+
+    /// Polls `cond` for up to 5 s.
+    fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// A pinger with a 40 ms interval watching one "resident loop" counter.
+    fn loop_pinger(
+        notifier: Arc<Notifier>,
+        read: impl Fn() -> u64 + Send + 'static,
+        hook: Option<StallHook>,
+    ) -> WatchdogPinger {
+        let source = ProgressSource::new("resident loop", read);
+        WatchdogPinger::spawn(notifier, Duration::from_millis(40), vec![source], hook).unwrap()
+    }
+
+    #[test]
+    fn pings_follow_the_progress_counter() {
+        let (_dir, notifier, sock) = socket();
+        let counter = Arc::new(AtomicU64::new(0));
+        let reader = Arc::clone(&counter);
+        let pinger = loop_pinger(notifier, move || reader.load(Ordering::Relaxed), None);
+        assert_eq!(pinger.period(), Duration::from_millis(20));
+        // A pipeline that advances gets pings.
+        let ticker_counter = Arc::clone(&counter);
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let ticker_running = Arc::clone(&running);
+        let ticker = std::thread::spawn(move || {
+            while ticker_running.load(Ordering::Relaxed) {
+                ticker_counter.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let mut received = 0;
+        assert!(eventually(|| {
+            received += drain(&sock);
+            received >= 3
+        }));
+        // A stopped pipeline gets none, however long it waits.
+        running.store(false, Ordering::Relaxed);
+        ticker.join().unwrap();
+        assert!(eventually(|| pinger.pings_withheld() >= 1));
+        drain(&sock);
+        let sent = pinger.pings_sent();
+        let withheld = pinger.pings_withheld();
+        assert!(eventually(|| pinger.pings_withheld() >= withheld + 5));
+        assert_eq!(pinger.pings_sent(), sent);
+        assert_eq!(drain(&sock), 0);
+        // Progress again: pings again.
+        counter.fetch_add(1, Ordering::Relaxed);
+        assert!(eventually(|| drain(&sock) == 1));
+        pinger.stop();
+    }
+
+    #[test]
+    fn stall_hook_stops_the_pings_of_a_running_pipeline() {
+        let (_dir, notifier, sock) = socket();
+        let counter = Arc::new(AtomicU64::new(0));
+        let reader = Arc::clone(&counter);
+        let advancing = move || reader.fetch_add(1, Ordering::Relaxed) + 1;
+        let pinger = loop_pinger(notifier, advancing, StallHook::parse(Some("150")));
+        assert!(eventually(|| pinger.pings_withheld() >= 3));
+        let sent = pinger.pings_sent();
+        assert!(sent >= 2, "pinged {sent} times before the stall");
+        assert!(counter.load(Ordering::Relaxed) > sent, "the real counter keeps advancing");
+        drain(&sock);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(drain(&sock), 0);
+        assert_eq!(pinger.pings_sent(), sent);
+    }
+
+    #[test]
+    fn stopping_is_prompt_even_with_a_long_interval() {
+        let (_dir, notifier, _sock) = socket();
+        let pinger = WatchdogPinger::spawn(notifier, Duration::from_secs(600), Vec::new(), None).unwrap();
+        let t = Instant::now();
+        drop(pinger);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn no_watchdog_interval_means_no_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.sock");
+        let _s = UnixDatagram::bind(&path).unwrap();
+        let off = Arc::new(Notifier::connect(path.as_os_str(), None).unwrap());
+        assert!(WatchdogPinger::start(off, Vec::new()).is_none());
+    }
+}
