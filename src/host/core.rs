@@ -128,7 +128,7 @@ impl LoopControl {
         LoopStage::from_code(self.stage.load(Ordering::Relaxed))
     }
 
-    fn enter(&self, stage: LoopStage) {
+    pub(crate) fn enter(&self, stage: LoopStage) {
         self.stage.store(stage as u8, Ordering::Relaxed);
     }
 

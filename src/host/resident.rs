@@ -195,3 +195,42 @@ impl Drop for HostLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::LoopStage;
+    use crate::ops::default_chain;
+    use crate::ring::HostMemory;
+    use crate::ring::layout::{result_ring_bytes, ring_bytes};
+
+    fn host_loop() -> HostLoop {
+        let mem = HostMemory::new(ring_bytes(2, 64)).unwrap();
+        let frames = FrameRing::new(Box::new(mem), 2, 64, crate::ring::OverrunPolicy::Every).unwrap();
+        let results = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16)).unwrap()), 16);
+        HostLoop::new(frames, results, default_chain(), 64, LoopConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn a_failure_names_the_stage_and_the_chain() {
+        let host = host_loop();
+        host.control.enter(LoopStage::Chain);
+        let err = host.stage_error(panic_message(&String::from("index out of bounds")));
+        let text = err.to_string();
+        assert!(text.contains("host loop: operator chain (unpack -> fir -> stats -> threshold)"), "{text}");
+        assert!(text.contains("index out of bounds"), "{text}");
+        host.control.enter(LoopStage::Result);
+        assert!(host.stage_error("x".into()).to_string().contains("host loop: result publish"));
+        assert_eq!(panic_message(&"static"), "static");
+        assert_eq!(panic_message(&42u32), "panicked with a non-string payload");
+    }
+
+    #[test]
+    fn dropping_a_launched_loop_stops_its_thread() {
+        let mut host = host_loop();
+        host.launch().unwrap();
+        let control = Arc::clone(&host.control);
+        drop(host);
+        assert!(control.tear_down_requested());
+    }
+}
