@@ -13,3 +13,4 @@ pub mod udp;
 
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
 pub use reassembly::{Reassembler, ReassemblyConfig};
+pub use udp::{IngestError, UdpConfig, UdpReceiver};

@@ -1,1 +1,659 @@
-//! UDP receiver (in progress)
+//! The UDP receiver: one socket (socket2: `SO_REUSEPORT`, `SO_RCVBUF`,
+//! `SO_BUSY_POLL`, `SO_TIMESTAMPNS`, `UDP_GRO`), mio readiness, `recvmmsg`
+//! batches into preallocated buffers, a source allowlist, and a
+//! [`Reassembler`] that puts the frames into the ring.
+//!
+//! Configuration lives in the `[ingest]` table; the reassembly keys
+//! (`frame_timeout_ms`, `max_frames_in_flight`, `max_packets_per_frame`) sit
+//! in the same table, flattened from [`ReassemblyConfig`].
+//!
+//! With GRO the kernel hands over one buffer holding several datagrams of one
+//! flow, all `segment` bytes long but the last, with the segment size in a
+//! `UDP_GRO` control message; the receiver splits it back into datagrams. If
+//! the kernel refuses `UDP_GRO`, datagrams arrive one per buffer
+//! ([`UdpReceiver::gro_active`] says which). The hot path (receive, split,
+//! reassemble) neither allocates nor logs.
+
+use super::counters::IngestCounters;
+use super::reassembly::{Reassembler, ReassemblyConfig};
+use crate::clock;
+use crate::config::{ConfigProblem, check_range};
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Bytes of one receive buffer: the largest UDP datagram or GRO buffer.
+const RECV_BUFFER_BYTES: usize = 65536;
+/// Control-message space per buffer (a timestamp and a GRO segment size).
+const CMSG_WORDS: usize = 16;
+/// Batches read per wake-up before the stop flag and ticks get a turn.
+const BATCHES_PER_WAKE: usize = 64;
+
+/// Settings of the UDP receiver (the `[ingest]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UdpConfig {
+    /// Local address and port to listen on (`"0.0.0.0:5000"`, `"[::]:5000"`).
+    pub bind: String,
+    /// Sources allowed to send, as CIDR blocks or single addresses
+    /// (`"10.0.0.0/8"`, `"127.0.0.1"`, `"fd00::/8"`); empty allows every source.
+    pub allow: Vec<String>,
+    /// Socket receive buffer to ask for (bytes). The kernel caps it at
+    /// `net.core.rmem_max` unless the process may use `SO_RCVBUFFORCE`.
+    pub recv_buffer_bytes: usize,
+    /// `SO_BUSY_POLL` time (µs); 0 leaves it off. Needs `CAP_NET_ADMIN` to raise.
+    pub busy_poll_us: u32,
+    /// Datagrams (or GRO buffers) read per `recvmmsg` call.
+    pub batch: usize,
+    /// Ask the kernel for UDP GRO (coalesced receive), falling back if refused.
+    pub gro: bool,
+    /// Set `SO_REUSEPORT` so several receivers can share the port.
+    pub reuse_port: bool,
+    /// Reassembly keys, flattened into the same table.
+    #[serde(flatten)]
+    pub reassembly: ReassemblyConfig,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            bind: "0.0.0.0:5000".into(),
+            allow: Vec::new(),
+            recv_buffer_bytes: 8 << 20,
+            busy_poll_us: 0,
+            batch: 64,
+            gro: true,
+            reuse_port: true,
+            reassembly: ReassemblyConfig::default(),
+        }
+    }
+}
+
+impl UdpConfig {
+    /// Records every problem, naming its `ingest.*` key.
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        if self.bind.parse::<SocketAddr>().is_err() {
+            problems.push(ConfigProblem::new(
+                "ingest.bind",
+                format!(
+                    "{:?} is not an address and port; write it like \"0.0.0.0:5000\" or \"[::]:5000\"",
+                    self.bind
+                ),
+            ));
+        }
+        for entry in &self.allow {
+            if let Err(reason) = parse_cidr(entry) {
+                problems.push(ConfigProblem::new("ingest.allow", format!("{entry:?}: {reason}")));
+            }
+        }
+        check_range(problems, "ingest.recv_buffer_bytes", self.recv_buffer_bytes, 65536, 1 << 30);
+        check_range(problems, "ingest.busy_poll_us", self.busy_poll_us, 0, 100_000);
+        check_range(problems, "ingest.batch", self.batch, 1, 1024);
+        self.reassembly.validate(problems);
+    }
+}
+
+/// Errors of the UDP receiver; each says what to change.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    #[error("ingest.bind = {0:?} is not an address and port; write it like \"0.0.0.0:5000\"")]
+    BadBind(String),
+    #[error("ingest.allow entry {entry:?}: {reason}")]
+    BadAllow { entry: String, reason: String },
+    #[error(
+        "cannot bind UDP {addr}: {source}; choose a free port in ingest.bind, stop the other listener, or set ingest.reuse_port = true on both"
+    )]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("cannot set up the UDP socket ({what}): {source}")]
+    Socket { what: &'static str, source: io::Error },
+    #[error("waiting for UDP readiness failed: {0}")]
+    Poll(io::Error),
+    #[error("reading UDP datagrams failed: {0}")]
+    Recv(io::Error),
+}
+
+/// Parses `"a.b.c.d/p"`, `"a:b::/p"` or a bare address into an
+/// IPv6-mapped `(network, mask)` pair.
+fn parse_cidr(entry: &str) -> Result<(u128, u128), String> {
+    let (addr, prefix) = match entry.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (entry, None),
+    };
+    let ip: IpAddr = addr.trim().parse().map_err(|_| {
+        "not an IP address; write an address or a CIDR block like \"10.0.0.0/8\" or \"fd00::/8\"".to_string()
+    })?;
+    let (bits, offset) = match ip {
+        IpAddr::V4(_) => (32u32, 96u32),
+        IpAddr::V6(_) => (128, 0),
+    };
+    let prefix = match prefix {
+        None => bits,
+        Some(p) => match p.trim().parse::<u32>() {
+            Ok(p) if p <= bits => p,
+            _ => return Err(format!("prefix length must be a number from 0 to {bits}")),
+        },
+    };
+    let len = prefix + offset;
+    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+    Ok((mapped(ip) & mask, mask))
+}
+
+/// An address in the IPv6 space (IPv4 as `::ffff:a.b.c.d`).
+fn mapped(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+/// Source allowlist; empty allows every source.
+#[derive(Debug, Clone, Default)]
+struct AllowList {
+    /// `(network, mask)` pairs in the IPv6-mapped space; `network & !mask == 0`.
+    nets: Vec<(u128, u128)>,
+}
+
+impl AllowList {
+    fn new(entries: &[String]) -> Result<Self, IngestError> {
+        let nets = entries
+            .iter()
+            .map(|e| parse_cidr(e).map_err(|reason| IngestError::BadAllow { entry: e.clone(), reason }))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { nets })
+    }
+
+    fn allows(&self, source: Option<IpAddr>) -> bool {
+        if self.nets.is_empty() {
+            return true;
+        }
+        let Some(ip) = source else { return false };
+        let addr = mapped(ip);
+        self.nets.iter().any(|&(net, mask)| addr & mask == net)
+    }
+}
+
+/// What the kernel said about one received buffer.
+#[derive(Debug, Clone, Copy)]
+struct BufferInfo {
+    /// `MSG_TRUNC`: the buffer was too small and the datagram was cut.
+    truncated: bool,
+    /// GRO segment size, when the buffer holds coalesced datagrams.
+    gro_segment: Option<usize>,
+    source: Option<IpAddr>,
+    /// Kernel receive time, or the clock when no timestamp came.
+    rx_ns: u64,
+}
+
+/// The datagrams of one buffer: split at `segment` bytes when GRO coalesced
+/// several (the last may be shorter); one datagram otherwise, even if empty.
+fn datagrams(buf: &[u8], segment: Option<usize>) -> impl Iterator<Item = &[u8]> {
+    let step = segment.filter(|&s| s > 0 && s < buf.len()).unwrap_or(buf.len().max(1));
+    let count = buf.len().div_ceil(step).max(1);
+    (0..count).map(move |i| &buf[(i * step).min(buf.len())..((i + 1) * step).min(buf.len())])
+}
+
+/// Hands one received buffer to the reassembler, counting what it drops here
+/// (truncation, disallowed source) and the GRO segments.
+fn deliver(
+    reassembler: &mut Reassembler,
+    counters: &IngestCounters,
+    allow: &AllowList,
+    buf: &[u8],
+    info: BufferInfo,
+) {
+    if info.truncated {
+        counters.datagram(buf.len());
+        return IngestCounters::bump(&counters.truncated);
+    }
+    let mut segments = 0u64;
+    if !allow.allows(info.source) {
+        for d in datagrams(buf, info.gro_segment) {
+            counters.datagram(d.len());
+            IngestCounters::bump(&counters.source_not_allowed);
+            segments += 1;
+        }
+    } else {
+        for d in datagrams(buf, info.gro_segment) {
+            reassembler.on_datagram(d, info.rx_ns);
+            segments += 1;
+        }
+    }
+    if segments > 1 {
+        IngestCounters::add(&counters.gro_segments, segments);
+    }
+}
+
+/// Preallocated `recvmmsg` state: buffers, addresses, control space, headers.
+struct RecvBatch {
+    /// `batch * RECV_BUFFER_BYTES` bytes, one buffer per message.
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<[u64; CMSG_WORDS]>,
+    iovecs: Vec<libc::iovec>,
+    /// Headers pointing into the vectors above; rebuilt before every call, so
+    /// they never point at memory that moved.
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovecs`/`hdrs` only point into this value's own
+// heap buffers and are rewritten before every use; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    fn new(batch: usize) -> Self {
+        // SAFETY: all-zero is a valid value of these plain C structs (null
+        // pointers, zero lengths and family).
+        let (storage, iov, hdr) = unsafe {
+            (
+                std::mem::zeroed::<libc::sockaddr_storage>(),
+                std::mem::zeroed::<libc::iovec>(),
+                std::mem::zeroed::<libc::mmsghdr>(),
+            )
+        };
+        Self {
+            bufs: vec![0; batch * RECV_BUFFER_BYTES],
+            addrs: vec![storage; batch],
+            cmsgs: vec![[0; CMSG_WORDS]; batch],
+            iovecs: vec![iov; batch],
+            hdrs: vec![hdr; batch],
+        }
+    }
+
+    /// Reads up to `batch` messages without blocking; `Ok(0)` when none wait.
+    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.hdrs.len();
+        for i in 0..n {
+            self.iovecs[i] = libc::iovec {
+                iov_base: self.bufs[i * RECV_BUFFER_BYTES..].as_mut_ptr().cast(),
+                iov_len: RECV_BUFFER_BYTES,
+            };
+            let m = &mut self.hdrs[i];
+            m.msg_len = 0;
+            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &mut self.iovecs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+            m.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points at live buffers of the sizes it states,
+        // all owned by `self` and not otherwise borrowed during the call.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(rc as usize)
+    }
+
+    /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`].
+    fn message(&self, i: usize) -> (&[u8], BufferInfo) {
+        let m = &self.hdrs[i];
+        let len = (m.msg_len as usize).min(RECV_BUFFER_BYTES);
+        let mut info = BufferInfo {
+            truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            gro_segment: None,
+            source: source_ip(&self.addrs[i], m.msg_hdr.msg_namelen),
+            rx_ns: 0,
+        };
+        let mut rx_ns = None;
+        // SAFETY: the kernel filled `msg_control` up to `msg_controllen`, and
+        // the CMSG_* helpers stay inside that span; each payload is read
+        // unaligned at the size its level/type pair defines.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+            while !c.is_null() {
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                        let ts = std::ptr::read_unaligned(data as *const libc::timespec);
+                        rx_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    }
+                    (libc::SOL_UDP, libc::UDP_GRO) => {
+                        let segment = std::ptr::read_unaligned(data as *const libc::c_int);
+                        info.gro_segment = usize::try_from(segment).ok();
+                    }
+                    _ => {}
+                }
+                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+            }
+        }
+        info.rx_ns = rx_ns.unwrap_or_else(clock::realtime_ns);
+        (&self.bufs[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + len], info)
+    }
+}
+
+/// The sender's address from a filled `sockaddr_storage`.
+fn source_ip(addr: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<IpAddr> {
+    match addr.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family and length say the storage holds a sockaddr_in,
+            // and sockaddr_storage is large and aligned enough for it.
+            let sin = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            // `s_addr` holds the address in network order, so its memory bytes are the octets.
+            Some(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// Sets an integer socket option.
+fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Asks for `wanted` bytes of receive buffer (forcing past `rmem_max` where
+/// permitted) and returns what the kernel granted, as usable bytes.
+fn size_receive_buffer(socket: &Socket, wanted: usize) -> Result<usize, IngestError> {
+    let value = libc::c_int::try_from(wanted).unwrap_or(libc::c_int::MAX);
+    if set_int_option(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, value).is_err() {
+        socket
+            .set_recv_buffer_size(wanted)
+            .map_err(|source| IngestError::Socket { what: "SO_RCVBUF", source })?;
+    }
+    let granted =
+        socket.recv_buffer_size().map_err(|source| IngestError::Socket { what: "SO_RCVBUF", source })?;
+    // Linux doubles the value for its bookkeeping and reports the double.
+    let usable = granted / 2;
+    if usable < wanted {
+        tracing::warn!(
+            "UDP receive buffer is {usable} bytes, less than ingest.recv_buffer_bytes = {wanted}: the kernel \
+             capped it; raise it with `sysctl -w net.core.rmem_max={wanted}` or bursts may be lost"
+        );
+    }
+    Ok(usable)
+}
+
+/// A bound UDP socket feeding a [`Reassembler`], driven by [`UdpReceiver::run`].
+pub struct UdpReceiver {
+    socket: mio::net::UdpSocket,
+    poll: mio::Poll,
+    events: mio::Events,
+    reassembler: Reassembler,
+    /// The reassembler's counters (same `Arc`), for drops counted before it.
+    counters: Arc<IngestCounters>,
+    allow: AllowList,
+    batch: RecvBatch,
+    local_addr: SocketAddr,
+    gro_active: bool,
+    recv_buffer_bytes: usize,
+    /// How long one readiness wait may last, so ticks and the stop flag run.
+    poll_timeout: Duration,
+}
+
+impl UdpReceiver {
+    /// Opens and binds the socket described by `cfg` (which should have passed
+    /// [`UdpConfig::validate`]), feeding `reassembler`. Unsupported optional
+    /// features (GRO, busy poll, kernel timestamps) are logged and skipped.
+    pub fn bind(cfg: &UdpConfig, reassembler: Reassembler) -> Result<Self, IngestError> {
+        let addr: SocketAddr = cfg.bind.parse().map_err(|_| IngestError::BadBind(cfg.bind.clone()))?;
+        let allow = AllowList::new(&cfg.allow)?;
+        let setup = |what| move |source| IngestError::Socket { what, source };
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+            .map_err(setup("socket"))?;
+        let fd = socket.as_raw_fd();
+        socket.set_reuse_port(cfg.reuse_port).map_err(setup("SO_REUSEPORT"))?;
+        let recv_buffer_bytes = size_receive_buffer(&socket, cfg.recv_buffer_bytes)?;
+        if cfg.busy_poll_us > 0 {
+            let us = libc::c_int::try_from(cfg.busy_poll_us).unwrap_or(libc::c_int::MAX);
+            match set_int_option(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    tracing::debug!("SO_BUSY_POLL refused (needs CAP_NET_ADMIN); receiving without busy poll")
+                }
+                Err(e) => return Err(IngestError::Socket { what: "SO_BUSY_POLL", source: e }),
+            }
+        }
+        if let Err(e) = set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) {
+            tracing::warn!("SO_TIMESTAMPNS refused ({e}); receive times come from the clock after recvmmsg");
+        }
+        let gro_active = cfg.gro
+            && match set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::info!("UDP_GRO refused ({e}); receiving one datagram per buffer");
+                    false
+                }
+            };
+        socket.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
+        socket.bind(&addr.into()).map_err(|source| IngestError::Bind { addr, source })?;
+        let local_addr = socket
+            .local_addr()
+            .map_err(setup("getsockname"))?
+            .as_socket()
+            .ok_or(IngestError::Socket { what: "getsockname", source: io::ErrorKind::Unsupported.into() })?;
+        let mut socket = mio::net::UdpSocket::from_std(socket.into());
+        let poll = mio::Poll::new().map_err(setup("epoll"))?;
+        poll.registry()
+            .register(&mut socket, mio::Token(0), mio::Interest::READABLE)
+            .map_err(setup("epoll register"))?;
+        let timeout_ms = (cfg.reassembly.frame_timeout_ms / 4).clamp(1, 10);
+        Ok(Self {
+            socket,
+            poll,
+            events: mio::Events::with_capacity(4),
+            counters: Arc::clone(reassembler.counters()),
+            reassembler,
+            allow,
+            batch: RecvBatch::new(cfg.batch.clamp(1, 1024)),
+            local_addr,
+            gro_active,
+            recv_buffer_bytes,
+            poll_timeout: Duration::from_millis(timeout_ms),
+        })
+    }
+
+    /// The address the socket is bound to (with the real port when `:0` was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// True when the kernel accepted `UDP_GRO` and buffers may hold several datagrams.
+    pub fn gro_active(&self) -> bool {
+        self.gro_active
+    }
+
+    /// Usable receive buffer bytes the kernel granted.
+    pub fn recv_buffer_bytes(&self) -> usize {
+        self.recv_buffer_bytes
+    }
+
+    /// The ingest counters (shared; read them from any thread).
+    pub fn counters(&self) -> &Arc<IngestCounters> {
+        &self.counters
+    }
+
+    /// Receives and reassembles on the calling thread until `stop` is set,
+    /// then publishes the frames still in flight (flagged) and returns.
+    pub fn run(&mut self, stop: &AtomicBool) -> Result<(), IngestError> {
+        while !stop.load(Ordering::Acquire) {
+            if let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                return Err(IngestError::Poll(e));
+            }
+            self.drain()?;
+            self.reassembler.on_tick(clock::realtime_ns());
+        }
+        self.reassembler.flush(clock::realtime_ns());
+        Ok(())
+    }
+
+    /// Reads batches until the socket is empty (or for a bounded while).
+    fn drain(&mut self) -> Result<(), IngestError> {
+        let fd = self.socket.as_raw_fd();
+        for _ in 0..BATCHES_PER_WAKE {
+            let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
+            for i in 0..n {
+                let (buf, info) = self.batch.message(i);
+                deliver(&mut self.reassembler, &self.counters, &self.allow, buf, info);
+            }
+            if n < self.batch.hdrs.len() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::layout::{SLOT_COMPLETE, ring_bytes};
+    use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
+    use crate::wire::native::{self, NativeHeader};
+
+    fn reassembler() -> (Reassembler, RingReader) {
+        let mem = HostMemory::new(ring_bytes(8, 8192)).unwrap();
+        let ring = FrameRing::new(Box::new(mem), 8, 8192, OverrunPolicy::Every).unwrap();
+        let reader = ring.reader().unwrap();
+        (Reassembler::new(ReassemblyConfig::default(), ring.writer().unwrap(), Arc::default()), reader)
+    }
+
+    /// One frame of `len` bytes cut into `segment - HEADER_LEN` payloads,
+    /// coalesced the way GRO hands it over: datagrams back to back.
+    fn coalesced(len: usize, segment: usize) -> (Vec<u8>, Vec<u8>) {
+        let frame: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+        let max_payload = (segment - native::HEADER_LEN) as u32;
+        let (count, _, _) = native::packet_span(len as u32, max_payload, 0);
+        let mut buf = Vec::new();
+        for i in 0..count {
+            let (_, off, plen) = native::packet_span(len as u32, max_payload, i);
+            let h = NativeHeader {
+                packet_index: i,
+                packet_count: count,
+                payload_offset: off,
+                frame_len: len as u32,
+                ..Default::default()
+            };
+            buf.extend(native::encode(&h, &frame[off as usize..(off + plen) as usize]));
+        }
+        (buf, frame)
+    }
+
+    fn info(gro_segment: Option<usize>, source: &str) -> BufferInfo {
+        BufferInfo { truncated: false, gro_segment, source: Some(source.parse().unwrap()), rx_ns: 5 }
+    }
+
+    #[test]
+    fn splits_a_coalesced_buffer_into_its_datagrams() {
+        let (mut r, mut rd) = reassembler();
+        let (buf, frame) = coalesced(5000, 1048);
+        let counters = Arc::clone(r.counters());
+        deliver(&mut r, &counters, &AllowList::default(), &buf, info(Some(1048), "10.1.2.3"));
+        let s = r.counters().snapshot();
+        assert_eq!((s.datagrams, s.gro_segments, s.packets_accepted, s.frames_complete), (5, 5, 5, 1));
+        let slot = rd.claim().unwrap();
+        assert_eq!((slot.header.flags, slot.payload), (SLOT_COMPLETE, &frame[..]));
+    }
+
+    #[test]
+    fn datagram_split_edges() {
+        let buf = [1u8, 2, 3, 4, 5];
+        let split = |seg| datagrams(&buf, seg).collect::<Vec<_>>();
+        assert_eq!(split(Some(2)), [&[1, 2][..], &[3, 4], &[5]]);
+        assert_eq!(split(None), [&buf[..]]);
+        assert_eq!(split(Some(0)), [&buf[..]]);
+        assert_eq!(split(Some(9)), [&buf[..]]);
+        assert_eq!(datagrams(&[], Some(4)).collect::<Vec<_>>(), [&[0u8; 0][..]]);
+    }
+
+    #[test]
+    fn truncated_and_disallowed_buffers_are_counted() {
+        let (mut r, _rd) = reassembler();
+        let allow = AllowList::new(&["192.168.0.0/16".into()]).unwrap();
+        let (buf, _) = coalesced(3000, 1048);
+        let counters = Arc::clone(r.counters());
+        deliver(&mut r, &counters, &allow, &buf, info(Some(1048), "10.0.0.1"));
+        let truncated = BufferInfo { truncated: true, ..info(None, "192.168.1.1") };
+        deliver(&mut r, &counters, &allow, &buf[..500], truncated);
+        let s = r.counters().snapshot();
+        assert_eq!((s.source_not_allowed, s.truncated, s.datagrams, s.gro_segments), (3, 1, 4, 3));
+        assert_eq!(s.datagrams_accounted(), s.datagrams);
+        assert_eq!(s.bytes, buf.len() as u64 + 500);
+    }
+
+    #[test]
+    fn allowlist_matches_v4_v6_and_mapped_addresses() {
+        let allow = AllowList::new(&["10.0.0.0/8".into(), "127.0.0.1".into(), "fd00::/8".into()]).unwrap();
+        let ok = |s: &str| allow.allows(Some(s.parse().unwrap()));
+        assert!(ok("10.200.3.4") && ok("127.0.0.1") && ok("fd12::1") && ok("::ffff:10.9.9.9"));
+        assert!(!ok("11.0.0.1") && !ok("127.0.0.2") && !ok("fe80::1") && !ok("::ffff:11.0.0.1"));
+        assert!(!allow.allows(None));
+        assert!(AllowList::default().allows(Some("8.8.8.8".parse().unwrap())));
+        assert!(AllowList::new(&["0.0.0.0/0".into()]).unwrap().allows(Some("1.2.3.4".parse().unwrap())));
+        for bad in ["10.0.0.0/33", "fd00::/129", "hostname", "10.0.0.0/x", ""] {
+            assert!(parse_cidr(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_defaults_parse_and_validation() {
+        let cfg: UdpConfig = toml::from_str("").unwrap();
+        assert_eq!(cfg, UdpConfig::default());
+        let cfg: UdpConfig = toml::from_str(
+            "bind = \"127.0.0.1:6000\"\nallow = [\"10.0.0.0/8\"]\nframe_timeout_ms = 7\ngro = false",
+        )
+        .unwrap();
+        assert_eq!((cfg.reassembly.frame_timeout_ms, cfg.gro, cfg.allow.len()), (7, false, 1));
+        let unknown =
+            toml::from_str::<UdpConfig>("bind = \"127.0.0.1:6000\"\nframe_timeout = 7").unwrap_err();
+        assert!(unknown.to_string().contains("frame_timeout"), "{unknown}");
+        let mut problems = Vec::new();
+        UdpConfig::default().validate(&mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let bad = UdpConfig {
+            bind: "5000".into(),
+            allow: vec!["10.0.0.0/40".into()],
+            recv_buffer_bytes: 10,
+            batch: 0,
+            reassembly: ReassemblyConfig { max_frames_in_flight: 0, ..Default::default() },
+            ..Default::default()
+        };
+        bad.validate(&mut problems);
+        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "ingest.bind",
+                "ingest.allow",
+                "ingest.recv_buffer_bytes",
+                "ingest.batch",
+                "ingest.max_frames_in_flight"
+            ]
+        );
+    }
+}
