@@ -82,6 +82,13 @@ fn drain(reader: &mut ResultReader) -> Vec<ResultRecord> {
     out
 }
 
+/// One check at `t` that finds data, then the claim and chain at the same
+/// time; returns the ring sequence processed.
+fn detect(core: &mut LoopCore, t: u64) -> Option<u64> {
+    assert_eq!(core.step(t), Step::Ready);
+    core.process(t)
+}
+
 /// Checks one result against the CPU chain run independently on `data`.
 fn assert_matches_chain(r: &ResultRecord, frame: u64, data: &[u8], detect_ns: u64, done_ns: u64) {
     let mut reference = CpuChain::new(&default_chain(), CAPACITY).unwrap();
@@ -107,7 +114,7 @@ fn every_policy_processes_all_frames_in_order_with_chain_results() {
     let frames: Vec<Vec<u8>> = (1..=5).map(|f| publish(&mut rig.writer, f)).collect();
     let mut now = T0 + 1_000_000;
     for ring_seq in 1..=5u64 {
-        assert_eq!(rig.core.step(now), Step::Computed { ring_seq });
+        assert_eq!(detect(&mut rig.core, now), Some(ring_seq));
         assert_eq!(rig.core.complete(now + 700), Some(ring_seq));
         now += 1000;
     }
@@ -129,11 +136,11 @@ fn every_policy_processes_all_frames_in_order_with_chain_results() {
 fn latest_policy_takes_the_newest_frame_and_counts_the_skipped() {
     let mut rig = rig(OverrunPolicy::Latest, LoopConfig::default(), Trigger::RingHead);
     let frames: Vec<Vec<u8>> = (1..=4).map(|f| publish(&mut rig.writer, f)).collect();
-    assert_eq!(rig.core.step(T0), Step::Computed { ring_seq: 4 });
+    assert_eq!(detect(&mut rig.core, T0), Some(4));
     rig.core.complete(T0 + 10);
     let f5 = publish(&mut rig.writer, 5);
     let f6 = publish(&mut rig.writer, 6);
-    assert_eq!(rig.core.step(T0 + 20), Step::Computed { ring_seq: 6 });
+    assert_eq!(detect(&mut rig.core, T0 + 20), Some(6));
     rig.core.complete(T0 + 30);
     let results = drain(&mut rig.results);
     assert_eq!(
@@ -168,7 +175,7 @@ fn polls_within_the_budget_then_sleeps_the_configured_interval() {
     assert_eq!(rig.control.stats().iterations, 2);
     // A frame published while polling is detected at the next check, stamped then.
     let data = publish(&mut rig.writer, 1);
-    assert_eq!(rig.core.step(T0 + 513_000), Step::Computed { ring_seq: 1 });
+    assert_eq!(detect(&mut rig.core, T0 + 513_000), Some(1));
     rig.core.complete(T0 + 514_000);
     let r = drain(&mut rig.results);
     assert_matches_chain(&r[0], 1, &data, T0 + 513_000, T0 + 514_000);
@@ -200,7 +207,7 @@ fn timeout_without_frames_ends_the_loop_and_frames_reset_it() {
     assert!(matches!(rig.core.step(T0), Step::Pause { .. }));
     assert!(matches!(rig.core.step(T0 + 4_999_999), Step::Pause { .. } | Step::Sleep { .. }));
     publish(&mut rig.writer, 1);
-    assert_eq!(rig.core.step(T0 + 4_999_999), Step::Computed { ring_seq: 1 });
+    assert_eq!(detect(&mut rig.core, T0 + 4_999_999), Some(1));
     rig.core.complete(T0 + 5_000_000);
     // 5 ms after that frame, not 5 ms after the start.
     assert!(matches!(rig.core.step(T0 + 9_000_000), Step::Pause { .. }));
@@ -228,39 +235,47 @@ fn host_driven_mode_processes_only_when_data_ready_is_raised() {
     // Published frames are not detected without the host's signal.
     assert_eq!(rig.core.step(T0), Step::Pause { ns: 1000 });
     rig.control.raise_data_ready();
-    assert_eq!(rig.core.step(T0 + 1000), Step::Computed { ring_seq: 1 });
+    assert_eq!(detect(&mut rig.core, T0 + 1000), Some(1));
     rig.core.complete(T0 + 1500);
     assert!(rig.control.take_result_ready());
     assert!(!rig.control.take_result_ready(), "result-ready is consumed by asking");
     // The flag was consumed: frame 2 waits for the next signal.
     assert_eq!(rig.core.step(T0 + 2000), Step::Pause { ns: 1000 });
     rig.control.raise_data_ready();
-    assert_eq!(rig.core.step(T0 + 3000), Step::Computed { ring_seq: 2 });
+    assert_eq!(detect(&mut rig.core, T0 + 3000), Some(2));
     rig.core.complete(T0 + 3500);
-    // A signal with nothing published is counted, not processed.
+    // A signal with nothing published is counted, not processed, and the
+    // iteration goes on polling.
     rig.control.raise_data_ready();
-    assert_eq!(rig.core.step(T0 + 4000), Step::Pause { ns: 1000 });
+    assert_eq!(rig.core.step(T0 + 4000), Step::Ready);
+    assert_eq!(rig.core.process(T0 + 4000), None);
     assert_eq!(rig.control.empty_triggers(), 1);
+    assert_eq!(rig.core.step(T0 + 4000), Step::Pause { ns: 1000 });
     let results = drain(&mut rig.results);
     assert_eq!(results.len(), 2);
     assert_matches_chain(&results[0], 1, &f1, T0 + 1000, T0 + 1500);
 }
 
 #[test]
-fn data_ready_in_ring_mode_and_a_skipped_complete_do_not_lose_frames() {
+fn data_ready_in_ring_mode_and_skipped_driver_calls_do_not_lose_frames() {
     let mut rig = rig(OverrunPolicy::Every, LoopConfig::default(), Trigger::RingHead);
     publish(&mut rig.writer, 1);
     publish(&mut rig.writer, 2);
     rig.control.raise_data_ready();
-    assert_eq!(rig.core.step(T0), Step::Computed { ring_seq: 1 });
-    // The driver forgot `complete`: the next step finishes frame 1 first.
-    assert_eq!(rig.core.step(T0 + 50), Step::Computed { ring_seq: 2 });
+    assert_eq!(detect(&mut rig.core, T0), Some(1));
+    // The driver forgot `complete`: the next claim finishes frame 1 first.
+    assert_eq!(detect(&mut rig.core, T0 + 50), Some(2));
     assert_eq!(rig.core.complete(T0 + 60), Some(2));
     assert_eq!(rig.core.complete(T0 + 70), None);
+    // The driver ignored `Ready`: the next step claims and finishes frame 3.
+    publish(&mut rig.writer, 3);
+    assert_eq!(rig.core.step(T0 + 80), Step::Ready);
+    assert!(matches!(rig.core.step(T0 + 90), Step::Pause { .. }));
+    assert_eq!(rig.core.process(T0 + 95), None, "nothing armed");
     let results = drain(&mut rig.results);
     assert_eq!(
-        results.iter().map(|r| (r.ring_seq, r.done_ns)).collect::<Vec<_>>(),
-        vec![(1, T0 + 50), (2, T0 + 60)]
+        results.iter().map(|r| (r.ring_seq, r.detect_ns, r.done_ns)).collect::<Vec<_>>(),
+        vec![(1, T0, T0 + 50), (2, T0 + 50, T0 + 60), (3, T0 + 90, T0 + 90)]
     );
 }
 
@@ -284,7 +299,7 @@ fn chains_without_reductions_leave_the_result_flags_clear() {
     writer.payload_mut(seq)[..3].copy_from_slice(&[1, 2, 3]);
     writer.publish(seq, &SlotHeader { payload_len: 3, ..Default::default() });
     let mut reader = ResultReader::new(Arc::clone(&results));
-    assert_eq!(core.step(T0), Step::Computed { ring_seq: 1 });
+    assert_eq!(detect(&mut core, T0), Some(1));
     core.complete(T0 + 1);
     let r = drain(&mut reader);
     assert_eq!((r[0].result_flags, r[0].output_len, r[0].first_detect_index), (0, 3, -1));
@@ -319,9 +334,12 @@ proptest::proptest! {
         let mut now = T0;
         let step = |rig: &mut Rig, now: &mut u64| {
             *now += 500;
-            if let Step::Computed { .. } = rig.core.step(*now) {
-                *now += 500;
-                rig.core.complete(*now);
+            if rig.core.step(*now) == Step::Ready {
+                *now += 100;
+                if rig.core.process(*now).is_some() {
+                    *now += 400;
+                    rig.core.complete(*now);
+                }
             }
         };
         for a in actions {

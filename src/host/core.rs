@@ -151,9 +151,10 @@ impl LoopControl {
 /// What the driver does after a [`LoopCore::step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// A frame was claimed (at the time given to `step`, its detect time) and
-    /// the chain ran on it; call [`LoopCore::complete`] with the time now.
-    Computed { ring_seq: u64 },
+    /// Data is ready: call [`LoopCore::process`] with the time now (the
+    /// detect time, read after this check), then, if it ran the chain,
+    /// [`LoopCore::complete`] with the time after it.
+    Ready,
     /// Still inside the poll budget: pause this long (0 = one spin) and step again.
     Pause { ns: u64 },
     /// The iteration ended without data: sleep this long (0 = not at all)
@@ -184,6 +185,8 @@ pub struct LoopCore {
     iteration_start_ns: Option<u64>,
     /// Time of the most recent frame, or of the first step: the timeout reference.
     last_frame_ns: Option<u64>,
+    /// `step` returned [`Step::Ready`] and [`LoopCore::process`] has not run yet.
+    armed: bool,
     /// The claimed, computed frame waiting for [`LoopCore::complete`].
     /// Invariant: when `Some`, its slot is claimed and not yet finished.
     pending: Option<ResultRecord>,
@@ -207,6 +210,7 @@ impl LoopCore {
             control,
             iteration_start_ns: None,
             last_frame_ns: None,
+            armed: false,
             pending: None,
         }
     }
@@ -222,20 +226,14 @@ impl LoopCore {
     /// Forgets the timeout reference and any half-finished iteration, so that
     /// a relaunch starts afresh (a pending frame is completed first).
     pub fn reset_timing(&mut self, now_ns: u64) {
-        if self.pending.is_some() {
-            self.complete(now_ns);
-        }
+        self.settle(now_ns);
         self.iteration_start_ns = None;
         self.last_frame_ns = None;
     }
 
     /// One check of the data-ready handler at time `now_ns`.
     pub fn step(&mut self, now_ns: u64) -> Step {
-        if self.pending.is_some() {
-            // The driver skipped `complete`: finish the frame now rather than
-            // keep its slot claimed forever.
-            self.complete(now_ns);
-        }
+        self.settle(now_ns);
         self.control.enter(LoopStage::Handler);
         let last_frame_ns = *self.last_frame_ns.get_or_insert(now_ns);
         if self.control.tear_down_requested() {
@@ -255,12 +253,8 @@ impl LoopCore {
             Trigger::HostDriven => self.control.take_data_ready(),
         };
         if triggered {
-            if let Some(ring_seq) = self.claim_and_compute(now_ns) {
-                self.iteration_start_ns = None;
-                self.last_frame_ns = Some(now_ns);
-                return Step::Computed { ring_seq };
-            }
-            bump(&self.control.empty_triggers, 1);
+            self.armed = true;
+            return Step::Ready;
         }
         let timeout_ns = self.config.timeout_ms.saturating_mul(1_000_000);
         if timeout_ns > 0 && now_ns.saturating_sub(last_frame_ns) >= timeout_ns {
@@ -282,14 +276,38 @@ impl LoopCore {
         bump(&self.control.idle_iterations, 1);
     }
 
-    /// Claims the next frame under the ring's policy and runs the chain on
-    /// it; `None` when nothing is published.
-    fn claim_and_compute(&mut self, detect_ns: u64) -> Option<u64> {
-        let slot = self.reader.claim()?;
+    /// Finishes whatever the driver left half done (a `Ready` not processed,
+    /// a frame not completed), so no slot stays claimed.
+    fn settle(&mut self, now_ns: u64) {
+        if self.armed {
+            self.process(now_ns);
+        }
+        if self.pending.is_some() {
+            self.complete(now_ns);
+        }
+    }
+
+    /// After [`Step::Ready`]: claims the next frame under the ring's policy,
+    /// stamps it detected at `detect_ns` and runs the chain on it. Returns its
+    /// ring sequence, or `None` when there was nothing to claim (a host
+    /// data-ready with no frame published, counted; the iteration goes on).
+    pub fn process(&mut self, detect_ns: u64) -> Option<u64> {
+        if !std::mem::replace(&mut self.armed, false) {
+            return None;
+        }
+        if self.pending.is_some() {
+            self.complete(detect_ns);
+        }
+        let Some(slot) = self.reader.claim() else {
+            bump(&self.control.empty_triggers, 1);
+            return None;
+        };
         let (ring_seq, header, skipped) = (slot.seq, slot.header, slot.skipped);
         self.control.enter(LoopStage::Chain);
         let out = self.chain.run(slot.payload);
         self.pending = Some(result_record(ring_seq, &header, skipped, &out, detect_ns));
+        self.iteration_start_ns = None;
+        self.last_frame_ns = Some(detect_ns);
         Some(ring_seq)
     }
 

@@ -95,8 +95,10 @@ fn run_loop(mut core: LoopCore) -> ThreadOutcome {
     core.reset_timing(clock::realtime_ns());
     loop {
         match core.step(clock::realtime_ns()) {
-            Step::Computed { .. } => {
-                core.complete(clock::realtime_ns());
+            Step::Ready => {
+                if core.process(clock::realtime_ns()).is_some() {
+                    core.complete(clock::realtime_ns());
+                }
             }
             Step::Pause { ns } | Step::Sleep { ns } => pause(ns),
             Step::End(end) => return (core, end),
