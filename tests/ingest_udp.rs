@@ -199,7 +199,7 @@ fn gso_sends_are_split_back_into_datagrams_with_gro_and_without() {
 #[test]
 fn loss_reordering_and_duplicates_are_handled_and_counted() {
     let cfg = UdpConfig {
-        reassembly: ReassemblyConfig { frame_timeout_ms: 5, ..Default::default() },
+        reassembly: ReassemblyConfig { frame_timeout_ms: 50, ..Default::default() },
         ..config(true)
     };
     let mut h = Harness::start(cfg);

@@ -414,6 +414,12 @@ pub struct UdpReceiver {
     poll_timeout: Duration,
 }
 
+// The appliance moves the receiver onto its own thread.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<UdpReceiver>();
+};
+
 impl UdpReceiver {
     /// Opens and binds the socket described by `cfg` (which should have passed
     /// [`UdpConfig::validate`]), feeding `reassembler`. Unsupported optional
