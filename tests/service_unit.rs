@@ -232,3 +232,34 @@ fn example_config_service_section_is_valid() {
         "realtime.conf's LimitRTPRIO below the example priority"
     );
 }
+
+#[test]
+fn install_script_and_deb_assets_place_the_same_files() {
+    let root = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg(repo("systemd/install.sh"))
+        .args(["--binary", env!("CARGO_BIN_EXE_frameloop"), "--root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    if !out.status.success() && !have("systemd-sysusers") {
+        return;
+    }
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let manifest: toml::Table = toml::from_str(&read("Cargo.toml")).unwrap();
+    let assets = manifest["package"]["metadata"]["deb"]["assets"].as_array().unwrap();
+    assert!(!assets.is_empty());
+    for asset in assets {
+        let fields = asset.as_array().unwrap();
+        let (src, dest) = (fields[0].as_str().unwrap(), fields[1].as_str().unwrap());
+        let name = Path::new(src).file_name().unwrap();
+        let installed =
+            if dest.ends_with('/') { root.path().join(dest).join(name) } else { root.path().join(dest) };
+        assert!(installed.is_file(), "install.sh did not place {src} at /{dest}");
+        if !src.starts_with("target/") {
+            assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(repo(src)).unwrap(), "{src}");
+        }
+    }
+    let passwd = std::fs::read_to_string(root.path().join("etc/passwd")).unwrap();
+    assert!(passwd.lines().any(|l| l.starts_with("frameloop:")), "{passwd}");
+}

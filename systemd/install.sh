@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs frameloop as a systemd service without a package: the same files
+# in the same places as `cargo deb` (see [package.metadata.deb] in
+# Cargo.toml). Run as root from the repository:
+#   cargo build --release && sudo systemd/install.sh
+# Options: --binary PATH (default target/release/frameloop),
+#          --root DIR (install under DIR, for images; no systemctl calls).
+# An existing /etc/frameloop/frameloop.toml is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+binary=target/release/frameloop
+root=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --binary) binary="$2"; shift 2 ;;
+    --root) root="$2"; shift 2 ;;
+    *) echo "install.sh: unknown option $1 (use --binary PATH, --root DIR)" >&2; exit 2 ;;
+  esac
+done
+if [ ! -x "$binary" ]; then
+  echo "install.sh: $binary not found; run cargo build --release first or pass --binary" >&2
+  exit 1
+fi
+
+install -D -m 0755 "$binary" "$root/usr/bin/frameloop"
+install -D -m 0644 systemd/frameloop.service "$root/usr/lib/systemd/system/frameloop.service"
+install -D -m 0644 systemd/frameloop.sysusers "$root/usr/lib/sysusers.d/frameloop.conf"
+install -D -m 0644 systemd/realtime.conf "$root/usr/share/doc/frameloop/realtime.conf"
+install -D -m 0644 docs/operations.md "$root/usr/share/doc/frameloop/operations.md"
+if [ ! -e "$root/etc/frameloop/frameloop.toml" ]; then
+  install -D -m 0640 systemd/frameloop.toml "$root/etc/frameloop/frameloop.toml"
+fi
+
+if [ -z "$root" ]; then
+  systemd-sysusers /usr/lib/sysusers.d/frameloop.conf
+  chown root:frameloop /etc/frameloop/frameloop.toml
+  systemctl daemon-reload
+  echo "installed; edit /etc/frameloop/frameloop.toml, then: systemctl enable --now frameloop" >&2
+else
+  systemd-sysusers --root="$root"
+  echo "installed under $root" >&2
+fi
