@@ -1,0 +1,24 @@
+// frameloop operator kernels: what every kernel in kernels/ shares. The
+// operators' meaning is defined by src/ops/cpu.rs; the kernels reproduce it
+// bit for bit where the CPU computes in f32 (no fused multiply-add: products
+// and sums use __fmul_rn/__fadd_rn in the CPU's order), and to f64 rounding
+// for the stats sum.
+#pragma once
+#include "ring.cuh"
+
+// Threads per block of the elementwise kernels (unpack, fir, filter2d).
+#define FL_OP_THREADS 256
+// Threads of the single block that reduces a frame (stats, threshold).
+#define FL_REDUCE_THREADS 1024
+// Longest FIR the kernels take (ops::MAX_FIR_TAPS).
+#define FL_MAX_FIR_TAPS 63
+
+// Samples of this frame an operator may touch: what unpack produced, and
+// never more than the operator's buffers hold.
+FL_DEVICE uint32_t fl_frame_samples(const FrameDesc* fd, uint32_t capacity) {
+  uint32_t n = fd->n_samples;
+  return n < capacity ? n : capacity;
+}
+
+// y = a * b + c rounded twice, as the CPU computes it.
+FL_DEVICE float fl_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }

@@ -1,0 +1,240 @@
+//! A fragment: GPU-resident operators composed with flows into a linear
+//! chain, optionally with a data-ready handler fragment.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::FragmentError;
+use super::operator::{ComputeContext, DevicePtr, DeviceRegion, GpuResidentOperator, KernelLookup};
+use super::operator::{OperatorSpec, PortDirection};
+use super::plan::Plan;
+
+/// Index of an operator in the fragment that returned it from `add_operator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperatorId(pub(crate) usize);
+
+impl OperatorId {
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// One connection: an output port of `from` feeds an input port of `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    pub from: OperatorId,
+    pub from_port: String,
+    pub to: OperatorId,
+    pub to_port: String,
+}
+
+pub(crate) struct OperatorEntry {
+    pub(crate) name: String,
+    pub(crate) spec: OperatorSpec,
+    pub(crate) op: Box<dyn GpuResidentOperator>,
+}
+
+/// Where an enqueue puts its work and what the kernels see.
+pub struct EnqueueTarget<'a> {
+    pub stream: &'a Arc<CudaStream>,
+    /// Device address of the `FrameDesc` every kernel reads.
+    pub frame_desc: DevicePtr,
+    /// Device address of the `ChainResult` the reductions write.
+    pub chain_result: DevicePtr,
+    pub kernels: &'a dyn KernelLookup,
+}
+
+/// A linear chain of GPU-resident operators.
+pub struct Fragment {
+    name: String,
+    pub(crate) operators: Vec<OperatorEntry>,
+    pub(crate) flows: Vec<Flow>,
+    handler: Option<Box<Fragment>>,
+}
+
+impl std::fmt::Debug for Fragment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fragment")
+            .field("name", &self.name)
+            .field("operators", &self.operators.iter().map(|e| &e.name).collect::<Vec<_>>())
+            .field("flows", &self.flows)
+            .field("handler", &self.handler)
+            .finish()
+    }
+}
+
+impl Fragment {
+    pub fn new(name: &str) -> Self {
+        Self { name: name.to_owned(), operators: Vec::new(), flows: Vec::new(), handler: None }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn len(&self) -> usize {
+        self.operators.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.operators.is_empty()
+    }
+
+    pub fn flows(&self) -> &[Flow] {
+        &self.flows
+    }
+
+    /// Adds an operator, running its `setup` to learn its ports.
+    pub fn add_operator(
+        &mut self,
+        mut op: impl GpuResidentOperator + 'static,
+    ) -> Result<OperatorId, FragmentError> {
+        let name = op.name().to_owned();
+        if name.is_empty() {
+            return Err(FragmentError::EmptyOperatorName);
+        }
+        if self.operators.iter().any(|e| e.name == name) {
+            return Err(FragmentError::DuplicateOperator { fragment: self.name.clone(), name });
+        }
+        let mut spec = OperatorSpec::default();
+        op.setup(&mut spec);
+        spec.check(&name)?;
+        self.operators.push(OperatorEntry { name, spec, op: Box::new(op) });
+        Ok(OperatorId(self.operators.len() - 1))
+    }
+
+    /// The id of the operator with this name.
+    pub fn operator_id(&self, name: &str) -> Option<OperatorId> {
+        self.operators.iter().position(|e| e.name == name).map(OperatorId)
+    }
+
+    pub fn operator_name(&self, id: OperatorId) -> Option<&str> {
+        self.operators.get(id.0).map(|e| e.name.as_str())
+    }
+
+    pub fn operator_spec(&self, id: OperatorId) -> Option<&OperatorSpec> {
+        self.operators.get(id.0).map(|e| &e.spec)
+    }
+
+    /// Connects `from.from_port` (an output) to `to.to_port` (an input).
+    /// Topology (chain shape) is checked by [`Fragment::plan`].
+    pub fn add_flow(
+        &mut self,
+        from: OperatorId,
+        from_port: &str,
+        to: OperatorId,
+        to_port: &str,
+    ) -> Result<(), FragmentError> {
+        self.check_port(from, from_port, PortDirection::Output)?;
+        self.check_port(to, to_port, PortDirection::Input)?;
+        for f in &self.flows {
+            let (taken, other) = if f.from == from && f.from_port == from_port {
+                (Some((from, from_port)), (f.to, f.to_port.as_str()))
+            } else if f.to == to && f.to_port == to_port {
+                (Some((to, to_port)), (f.from, f.from_port.as_str()))
+            } else {
+                (None, (from, ""))
+            };
+            if let Some((op, port)) = taken {
+                return Err(FragmentError::PortAlreadyConnected {
+                    operator: self.operators[op.0].name.clone(),
+                    port: port.to_owned(),
+                    other: format!("{}.{}", self.operators[other.0.0].name, other.1),
+                });
+            }
+        }
+        self.flows.push(Flow { from, from_port: from_port.to_owned(), to, to_port: to_port.to_owned() });
+        Ok(())
+    }
+
+    /// Registers the fragment whose operators detect a new frame; it runs at
+    /// the start of every iteration of the resident loop.
+    pub fn register_data_ready_handler(&mut self, handler: Fragment) -> Result<(), FragmentError> {
+        if self.handler.is_some() {
+            return Err(FragmentError::HandlerAlreadyRegistered { fragment: self.name.clone() });
+        }
+        if handler.handler.is_some() {
+            return Err(FragmentError::NestedHandler { handler: handler.name.clone() });
+        }
+        self.handler = Some(Box::new(handler));
+        Ok(())
+    }
+
+    pub fn data_ready_handler(&self) -> Option<&Fragment> {
+        self.handler.as_deref()
+    }
+
+    pub fn data_ready_handler_mut(&mut self) -> Option<&mut Fragment> {
+        self.handler.as_deref_mut()
+    }
+
+    /// Plans this fragment (not its handler): execution order, one buffer
+    /// per connection, warnings. See [`Plan`].
+    pub fn plan(&self) -> Result<Plan, FragmentError> {
+        super::plan::plan(self)
+    }
+
+    /// Enqueues every operator's `compute` in plan order on `target.stream`.
+    /// `buffers[i]` is the memory of `plan.buffers()[i]` (see [`Plan::bind_buffers`]).
+    pub fn enqueue(
+        &mut self,
+        plan: &Plan,
+        buffers: &[DeviceRegion],
+        target: &EnqueueTarget<'_>,
+    ) -> Result<(), FragmentError> {
+        for &id in plan.order() {
+            self.enqueue_operator(plan, id, buffers, target)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues one operator's `compute` (for executors that put their own
+    /// work, such as stage markers, between operators). Call it for every
+    /// operator of `plan.order()`, in that order.
+    pub fn enqueue_operator(
+        &mut self,
+        plan: &Plan,
+        id: OperatorId,
+        buffers: &[DeviceRegion],
+        target: &EnqueueTarget<'_>,
+    ) -> Result<(), FragmentError> {
+        plan.check_belongs_to(self)?;
+        if buffers.len() != plan.buffers().len() {
+            return Err(FragmentError::PlanMismatch {
+                fragment: self.name.clone(),
+                problem: format!("{} buffers bound, the plan has {}", buffers.len(), plan.buffers().len()),
+            });
+        }
+        let entry = self
+            .operators
+            .get_mut(id.0)
+            .ok_or(FragmentError::UnknownOperatorId { fragment: self.name.clone(), id: id.0 })?;
+        let mut ctx = ComputeContext {
+            operator: &entry.name,
+            stream: target.stream,
+            ports: plan.bindings(id),
+            buffers,
+            frame_desc: target.frame_desc,
+            chain_result: target.chain_result,
+            kernels: target.kernels,
+        };
+        entry.op.compute(&mut ctx)
+    }
+
+    fn check_port(&self, id: OperatorId, port: &str, direction: PortDirection) -> Result<(), FragmentError> {
+        let entry = self
+            .operators
+            .get(id.0)
+            .ok_or(FragmentError::UnknownOperatorId { fragment: self.name.clone(), id: id.0 })?;
+        match entry.spec.port(port, direction) {
+            Some(_) => Ok(()),
+            None => Err(FragmentError::UnknownPort {
+                operator: entry.name.clone(),
+                port: port.to_owned(),
+                direction: direction.as_str(),
+                available: entry.spec.port_names(direction),
+            }),
+        }
+    }
+}

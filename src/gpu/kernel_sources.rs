@@ -1,0 +1,53 @@
+//! The operator kernels' CUDA sources (`kernels/`), embedded in the binary so
+//! the CUDA backend compiles them with NVRTC at start-up wherever it runs.
+//! They `#include "ops_common.cuh"` (below) and the shared layout header
+//! `ring.cuh` (with its `prelude.cuh`) from `handlers/`.
+
+/// Headers the kernel sources include by name, besides `ring.cuh`/`prelude.cuh`.
+pub const KERNEL_HEADERS: &[(&str, &str)] =
+    &[("ops_common.cuh", include_str!("../../kernels/ops_common.cuh"))];
+
+/// Every `.cu` file of `kernels/`: (file name, source).
+pub const KERNEL_SOURCES: &[(&str, &str)] = &[
+    ("unpack.cu", include_str!("../../kernels/unpack.cu")),
+    ("fir.cu", include_str!("../../kernels/fir.cu")),
+    ("filter2d.cu", include_str!("../../kernels/filter2d.cu")),
+    ("reduce.cu", include_str!("../../kernels/reduce.cu")),
+    ("delay.cu", include_str!("../../kernels/delay.cu")),
+];
+
+/// The `extern "C"` kernels the built-in operators launch, by source file.
+pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
+    ("unpack.cu", &["fl_unpack_u8", "fl_unpack_u16", "fl_unpack_u12"]),
+    ("fir.cu", &["fl_fir"]),
+    ("filter2d.cu", &["fl_filter2d"]),
+    ("reduce.cu", &["fl_stats", "fl_threshold", "fl_stats_threshold"]),
+    ("delay.cu", &["fl_delay"]),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `.cu` or `.cuh` file added to kernels/ but not embedded would never be compiled.
+    #[test]
+    fn every_kernel_file_is_embedded_and_named() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".cu") || n.ends_with(".cuh"))
+            .collect();
+        on_disk.sort();
+        let mut embedded: Vec<String> =
+            KERNEL_SOURCES.iter().chain(KERNEL_HEADERS).map(|(n, _)| n.to_string()).collect();
+        embedded.sort();
+        assert_eq!(on_disk, embedded);
+        for (file, source) in KERNEL_SOURCES {
+            let names = KERNEL_NAMES.iter().find(|(f, _)| f == file).map(|(_, n)| *n).unwrap();
+            for name in names {
+                assert!(source.contains(&format!(" {name}(")), "{file} defines no kernel {name}");
+            }
+        }
+    }
+}

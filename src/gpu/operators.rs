@@ -1,0 +1,433 @@
+//! The built-in operators as GPU-resident operators (one kernel launch each,
+//! kernels in `kernels/`), the main fragment built from a configured chain,
+//! and an artificial delay operator for tests that need a slow GPU.
+
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+
+use crate::fragment::{
+    ComputeContext, DeviceRegion, Fragment, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory,
+};
+use crate::ops::{MAX_FIR_TAPS, OpSpec, SampleFormat, validate_chain};
+
+/// Threads per block of the elementwise kernels (`FL_OP_THREADS`).
+pub const OP_THREADS: u32 = 256;
+/// Threads of the one block that reduces a frame (`FL_REDUCE_THREADS`).
+pub const REDUCE_THREADS: u32 = 1024;
+/// Most blocks an elementwise kernel is launched with; larger frames are
+/// covered by grid-stride loops, so a graph sized for big frames stays cheap
+/// on small ones.
+pub const MAX_GRID: u32 = 1024;
+
+/// Floats a region holds, as the `capacity` the kernels take.
+fn float_capacity(region: DeviceRegion) -> u32 {
+    u32::try_from(region.bytes / 4).unwrap_or(u32::MAX)
+}
+
+/// Blocks for `items` work items of `per_block` each, within `1..=MAX_GRID`.
+fn grid_for(items: u32, per_block: u32) -> u32 {
+    items.div_ceil(per_block).clamp(1, MAX_GRID)
+}
+
+fn config(grid: u32, block: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Bytes of an f32 sample buffer holding `samples` (at least one sample, so
+/// that a port is never declared empty).
+fn sample_bytes(samples: usize) -> usize {
+    samples.max(1) * std::mem::size_of::<f32>()
+}
+
+/// `unpack`: the claimed slot's payload to f32 samples; writes the frame's
+/// sample count into the FrameDesc. Output port `out`.
+pub struct UnpackOp {
+    name: String,
+    format: SampleFormat,
+    scale: f32,
+    offset: f32,
+    max_samples: usize,
+}
+
+impl UnpackOp {
+    pub fn new(name: &str, format: SampleFormat, scale: f32, offset: f32, max_frame_bytes: usize) -> Self {
+        let max_samples = format.samples_in(max_frame_bytes);
+        Self { name: name.to_owned(), format, scale, offset, max_samples }
+    }
+
+    /// Kernel and samples each thread converts per chunk.
+    fn kernel(&self) -> (&'static str, u32) {
+        match self.format {
+            SampleFormat::U8 => ("fl_unpack_u8", 16),
+            SampleFormat::U16 => ("fl_unpack_u16", 8),
+            SampleFormat::U12 => ("fl_unpack_u12", 8),
+        }
+    }
+}
+
+impl GpuResidentOperator for UnpackOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.output("out", PortMemory::Size(sample_bytes(self.max_samples)));
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let out = ctx.port("out")?;
+        let capacity = float_capacity(out);
+        let (kernel, per_thread) = self.kernel();
+        let f = ctx.kernel(kernel)?;
+        let (fd, y) = (ctx.frame_desc(), out.dptr);
+        let mut launch = ctx.stream().launch_builder(f);
+        launch.arg(&fd).arg(&y).arg(&capacity).arg(&self.scale).arg(&self.offset);
+        let cfg = config(grid_for(capacity, OP_THREADS * per_thread), OP_THREADS);
+        // SAFETY: (FrameDesc*, float*, uint32_t, float, float) is fl_unpack_*'s signature; the
+        // kernel writes at most `capacity` floats of `out` and reads at most payload_len bytes.
+        unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
+        Ok(())
+    }
+}
+
+/// Parameters of `fl_fir`, passed by value (mirrors `FirParams` in kernels/fir.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct FirParams {
+    /// Odd, `1..=MAX_FIR_TAPS`.
+    pub count: u32,
+    pub taps: [f32; MAX_FIR_TAPS],
+}
+
+// SAFETY: plain #[repr(C)] data with the layout of the CUDA struct.
+unsafe impl DeviceRepr for FirParams {}
+
+/// Parameters of `fl_filter2d`, passed by value (mirrors kernels/filter2d.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Filter2dParams {
+    /// At least 1.
+    pub width: u32,
+    pub kernel: [f32; 9],
+}
+
+// SAFETY: plain #[repr(C)] data with the layout of the CUDA struct.
+unsafe impl DeviceRepr for Filter2dParams {}
+
+/// A sample-to-sample filter: ports `in` and `out` of the chain's sample
+/// buffer size, one launch of `kernel(FrameDesc*, const float* in, float*
+/// out, uint32_t capacity, P params)`.
+pub struct FilterOp<P> {
+    name: String,
+    kernel: &'static str,
+    params: P,
+    max_samples: usize,
+}
+
+/// `fir`: centred, zero-padded FIR.
+pub type FirOp = FilterOp<FirParams>;
+/// `filter2d`: 3x3 filter over rows of `width` samples.
+pub type Filter2dOp = FilterOp<Filter2dParams>;
+
+impl FilterOp<FirParams> {
+    /// `taps` must hold an odd number of taps, at most [`MAX_FIR_TAPS`].
+    pub fn fir(name: &str, taps: &[f32], max_samples: usize) -> Result<Self, FragmentError> {
+        if taps.len().is_multiple_of(2) || taps.len() > MAX_FIR_TAPS {
+            return Err(FragmentError::Operator {
+                operator: name.to_owned(),
+                problem: format!("{} taps; use an odd number between 1 and {MAX_FIR_TAPS}", taps.len()),
+            });
+        }
+        let mut params = FirParams { count: taps.len() as u32, taps: [0.0; MAX_FIR_TAPS] };
+        params.taps[..taps.len()].copy_from_slice(taps);
+        Ok(Self { name: name.to_owned(), kernel: "fl_fir", params, max_samples })
+    }
+}
+
+impl FilterOp<Filter2dParams> {
+    pub fn filter2d(
+        name: &str,
+        width: u32,
+        kernel: [f32; 9],
+        max_samples: usize,
+    ) -> Result<Self, FragmentError> {
+        if width == 0 {
+            return Err(FragmentError::Operator {
+                operator: name.to_owned(),
+                problem: "width is 0; rows must hold at least one sample".to_owned(),
+            });
+        }
+        let params = Filter2dParams { width, kernel };
+        Ok(Self { name: name.to_owned(), kernel: "fl_filter2d", params, max_samples })
+    }
+}
+
+impl<P: DeviceRepr + Send> GpuResidentOperator for FilterOp<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        let bytes = sample_bytes(self.max_samples);
+        spec.input("in", PortMemory::Size(bytes)).output("out", PortMemory::Size(bytes));
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let (x, y) = (ctx.port("in")?, ctx.port("out")?);
+        let capacity = float_capacity(x).min(float_capacity(y));
+        let f = ctx.kernel(self.kernel)?;
+        let fd = ctx.frame_desc();
+        let mut launch = ctx.stream().launch_builder(f);
+        launch.arg(&fd).arg(&x.dptr).arg(&y.dptr).arg(&capacity).arg(&self.params);
+        // SAFETY: (const FrameDesc*, const float*, float*, uint32_t, P) is the signature of
+        // fl_fir (P = FirParams) and fl_filter2d (P = Filter2dParams), the only kernels the
+        // constructors name; each touches at most `capacity` floats of either buffer.
+        unsafe { launch.launch(config(grid_for(capacity, OP_THREADS), OP_THREADS)) }
+            .map_err(|e| ctx.enqueue_error(self.kernel, e))?;
+        Ok(())
+    }
+}
+
+/// Which reductions a [`ReduceOp`] computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reduction {
+    /// Sum, min, max, mean.
+    Stats,
+    /// Count above `level` and first index.
+    Threshold { level: f32 },
+    /// Both in one pass (a stats next to a threshold in the chain).
+    StatsThreshold { level: f32 },
+}
+
+/// `stats` and/or `threshold`: one block reduces the frame into the
+/// ChainResult. Port `in`; `out` passes the samples through unchanged.
+pub struct ReduceOp {
+    name: String,
+    reduction: Reduction,
+    max_samples: usize,
+}
+
+impl ReduceOp {
+    pub fn new(name: &str, reduction: Reduction, max_samples: usize) -> Self {
+        Self { name: name.to_owned(), reduction, max_samples }
+    }
+}
+
+impl GpuResidentOperator for ReduceOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.input("in", PortMemory::Size(sample_bytes(self.max_samples)))
+            .output("out", PortMemory::SameAsInput("in".to_owned()));
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let x = ctx.port("in")?;
+        let capacity = float_capacity(x);
+        let (kernel, level) = match self.reduction {
+            Reduction::Stats => ("fl_stats", None),
+            Reduction::Threshold { level } => ("fl_threshold", Some(level)),
+            Reduction::StatsThreshold { level } => ("fl_stats_threshold", Some(level)),
+        };
+        let f = ctx.kernel(kernel)?;
+        let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
+        let mut launch = ctx.stream().launch_builder(f);
+        launch.arg(&fd).arg(&x.dptr).arg(&capacity).arg(&result);
+        if let Some(level) = &level {
+            launch.arg(level);
+        }
+        // SAFETY: (const FrameDesc*, const float*, uint32_t, ChainResult*[, float]) is the
+        // signature of fl_stats / fl_threshold / fl_stats_threshold; one block of
+        // REDUCE_THREADS, as the kernels' reduction assumes.
+        unsafe { launch.launch(config(1, REDUCE_THREADS)) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
+        Ok(())
+    }
+}
+
+/// Holds the chain for `delay_ns` on the GPU (one spinning thread). Port
+/// `in`; `out` passes the samples through.
+pub struct DelayOp {
+    name: String,
+    delay_ns: u64,
+    port_bytes: usize,
+}
+
+impl DelayOp {
+    pub fn new(name: &str, delay_ns: u64, port_bytes: usize) -> Self {
+        Self { name: name.to_owned(), delay_ns, port_bytes }
+    }
+}
+
+impl GpuResidentOperator for DelayOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.input("in", PortMemory::Size(self.port_bytes.max(1)))
+            .output("out", PortMemory::SameAsInput("in".to_owned()));
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let f = ctx.kernel("fl_delay")?;
+        let mut launch = ctx.stream().launch_builder(f);
+        launch.arg(&self.delay_ns);
+        // SAFETY: fl_delay takes one uint64_t and touches no memory.
+        unsafe { launch.launch(config(1, 1)) }.map_err(|e| ctx.enqueue_error("fl_delay", e))?;
+        Ok(())
+    }
+}
+
+/// How [`build_main_fragment`] lays the chain out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainLayout {
+    /// Run a stats next to a threshold as one kernel (one pass, one graph node fewer).
+    pub fuse_reductions: bool,
+    /// Append a [`DelayOp`] of this many ns (0: none).
+    pub delay_ns: u64,
+}
+
+impl Default for ChainLayout {
+    fn default() -> Self {
+        Self { fuse_reductions: true, delay_ns: 0 }
+    }
+}
+
+/// Builds the main fragment for a configured chain and frames of at most
+/// `max_frame_bytes`: one operator per chain entry (a stats next to a
+/// threshold fused when asked), linked `out -> in`. Operators are named
+/// `"<op>[<chain index>]"`, e.g. `fir[1]` or `stats+threshold[2]`.
+pub fn build_main_fragment(
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    layout: ChainLayout,
+) -> Result<Fragment, FragmentError> {
+    validate_chain(chain).map_err(FragmentError::InvalidChain)?;
+    let OpSpec::Unpack { format, .. } = chain[0] else { unreachable!("validate_chain puts unpack first") };
+    let max_samples = format.samples_in(max_frame_bytes);
+    let mut fragment = Fragment::new("main");
+    let mut previous = None;
+    let mut i = 0;
+    while i < chain.len() {
+        let name = |op: &str| format!("{op}[{i}]");
+        let next = chain.get(i + 1);
+        let (id, consumed) = match &chain[i] {
+            OpSpec::Unpack { format, scale, offset } => (
+                fragment.add_operator(UnpackOp::new(
+                    &name("unpack"),
+                    *format,
+                    *scale,
+                    *offset,
+                    max_frame_bytes,
+                ))?,
+                1,
+            ),
+            OpSpec::Fir { taps } => (fragment.add_operator(FirOp::fir(&name("fir"), taps, max_samples)?)?, 1),
+            OpSpec::Filter2d { width, kernel } => (
+                fragment.add_operator(Filter2dOp::filter2d(
+                    &name("filter2d"),
+                    *width,
+                    *kernel,
+                    max_samples,
+                )?)?,
+                1,
+            ),
+            OpSpec::Stats | OpSpec::Threshold { .. } => {
+                let (reduction, consumed) = match (&chain[i], next) {
+                    (OpSpec::Stats, Some(OpSpec::Threshold { level }))
+                    | (OpSpec::Threshold { level }, Some(OpSpec::Stats))
+                        if layout.fuse_reductions =>
+                    {
+                        (Reduction::StatsThreshold { level: *level }, 2)
+                    }
+                    (OpSpec::Stats, _) => (Reduction::Stats, 1),
+                    (OpSpec::Threshold { level }, _) => (Reduction::Threshold { level: *level }, 1),
+                    _ => unreachable!("matched above"),
+                };
+                let label = match reduction {
+                    Reduction::Stats => "stats",
+                    Reduction::Threshold { .. } => "threshold",
+                    Reduction::StatsThreshold { .. } => "stats+threshold",
+                };
+                (fragment.add_operator(ReduceOp::new(&name(label), reduction, max_samples))?, consumed)
+            }
+        };
+        if let Some(prev) = previous {
+            fragment.add_flow(prev, "out", id, "in")?;
+        }
+        previous = Some(id);
+        i += consumed;
+    }
+    if layout.delay_ns > 0 {
+        let id = fragment.add_operator(DelayOp::new("delay", layout.delay_ns, sample_bytes(max_samples)))?;
+        fragment.add_flow(previous.expect("the chain is not empty"), "out", id, "in")?;
+    }
+    Ok(fragment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragment::PortDirection;
+    use crate::ops::default_chain;
+
+    fn names(f: &Fragment) -> Vec<String> {
+        let plan = f.plan().unwrap();
+        plan.order().iter().map(|&id| f.operator_name(id).unwrap().to_owned()).collect()
+    }
+
+    #[test]
+    fn default_chain_fuses_its_reductions_and_plans_two_buffers() {
+        let f = build_main_fragment(&default_chain(), 8192, ChainLayout::default()).unwrap();
+        assert_eq!(names(&f), ["unpack[0]", "fir[1]", "stats+threshold[2]"]);
+        let plan = f.plan().unwrap();
+        assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
+        assert_eq!(plan.buffers().len(), 2);
+        assert_eq!(plan.allocated_bytes(), 2 * 4096 * 4);
+        // The chain's output is the FIR's buffer, passed through by the reduction.
+        let last = *plan.order().last().unwrap();
+        let fir = plan.order()[1];
+        assert_eq!(
+            plan.port_buffer(last, "out", PortDirection::Output),
+            plan.port_buffer(fir, "out", PortDirection::Output)
+        );
+    }
+
+    #[test]
+    fn unfused_chain_with_every_operator_and_a_delay() {
+        let chain = vec![
+            OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0, offset: 0.0 },
+            OpSpec::Threshold { level: 1.0 },
+            OpSpec::Filter2d { width: 7, kernel: [1.0; 9] },
+            OpSpec::Fir { taps: vec![1.0; 3] },
+            OpSpec::Stats,
+        ];
+        let layout = ChainLayout { fuse_reductions: false, delay_ns: 5_000 };
+        let f = build_main_fragment(&chain, 3000, layout).unwrap();
+        assert_eq!(names(&f), ["unpack[0]", "threshold[1]", "filter2d[2]", "fir[3]", "stats[4]", "delay"]);
+        let plan = f.plan().unwrap();
+        assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
+        // unpack->threshold->filter2d share one, then filter2d->fir, fir->stats->delay.
+        assert_eq!(plan.buffers().len(), 3);
+        assert!(plan.buffers().iter().all(|b| b.bytes == 2000 * 4));
+    }
+
+    #[test]
+    fn invalid_chains_are_refused_with_the_chain_errors() {
+        let err = build_main_fragment(&[OpSpec::Stats], 64, ChainLayout::default()).unwrap_err();
+        assert!(err.to_string().contains("must start with op = \"unpack\""), "{err}");
+        assert!(FirOp::fir("fir", &[1.0, 2.0], 8).is_err());
+        assert!(Filter2dOp::filter2d("f2d", 0, [0.0; 9], 8).is_err());
+    }
+
+    #[test]
+    fn launch_geometry() {
+        assert_eq!(grid_for(0, 256), 1);
+        assert_eq!(grid_for(4096, 256), 16);
+        assert_eq!(grid_for(1 << 20, 256), MAX_GRID);
+        assert_eq!(float_capacity(DeviceRegion { dptr: 1, bytes: 4099 }), 1024);
+        assert_eq!(std::mem::size_of::<FirParams>(), 4 + 4 * MAX_FIR_TAPS);
+        assert_eq!(std::mem::size_of::<Filter2dParams>(), 40);
+    }
+}
