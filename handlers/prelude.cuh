@@ -1,0 +1,64 @@
+// frameloop device prelude: fixed-width integer types, the CUDA device-runtime
+// declarations the loop needs, and small memory-ordering helpers. Every kernel
+// source is compiled by NVRTC without CUDA toolkit headers, so what would
+// normally come from <cstdint> and cuda_device_runtime_api.h is declared here.
+#pragma once
+
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+
+// Declared like cuda_device_runtime_api.h (CUDA 12.4 and later, 13.x): the
+// handle is a 64-bit integer and cudaGraphSetConditional is a device-runtime
+// builtin that needs no relocatable device code.
+typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(cudaGraphConditionalHandle handle,
+                                                                      unsigned int value);
+
+#define FL_DEVICE __device__ __forceinline__
+
+// Nanoseconds of the GPU's global timer.
+FL_DEVICE uint64_t fl_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// System-scope acquire load: pairs with a release store by the host (or another device).
+FL_DEVICE uint64_t fl_load_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// System-scope relaxed load (a volatile read that is never cached).
+FL_DEVICE uint64_t fl_load_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// System-scope release store: every earlier write is visible before this one.
+FL_DEVICE void fl_store_release_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// System-scope relaxed store.
+FL_DEVICE void fl_store_relaxed_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Atomically takes a flag set by the host (returns its old value, leaves 0).
+FL_DEVICE uint64_t fl_take_flag_sys(uint64_t* p) {
+  uint64_t v;
+  asm volatile("atom.acq_rel.sys.global.exch.b64 %0, [%1], 0;" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE float fl_pos_inf() { return __int_as_float(0x7f800000); }
+FL_DEVICE float fl_neg_inf() { return __int_as_float(0xff800000); }

@@ -1,0 +1,213 @@
+// frameloop shared layout: the CUDA mirror of src/ring/layout.rs (frame ring,
+// slots, result ring, frame descriptor, chain result) and of the loop's control
+// structures in src/gpu/control.rs. tests/gpu_layout.rs compiles a program that
+// checks every size and offset below against the Rust values.
+#pragma once
+#include "prelude.cuh"
+
+#define FL_RING_MAGIC 0x474e5246u  // "FRNG" little-endian
+#define FL_RING_LAYOUT_VERSION 1u
+#define FL_SLOTS_OFFSET 256u
+#define FL_SLOT_PAYLOAD_OFFSET 128u
+#define FL_SLOT_ALIGN 256u
+
+#define FL_SLOT_COMPLETE (1u << 0)
+#define FL_SLOT_INCOMPLETE (1u << 1)
+#define FL_SLOT_TIMED_OUT (1u << 2)
+
+#define FL_POLICY_EVERY 0u
+#define FL_POLICY_LATEST 1u
+
+#define FL_RESULT_MAGIC 0x53525246u  // "FRRS"
+#define FL_RESULT_HAS_STATS (1u << 0)
+#define FL_RESULT_HAS_DETECT (1u << 1)
+#define FL_RESULT_GPU_CLOCK (1u << 2)
+#define FL_RESULTS_OFFSET 128u
+
+struct alignas(64) RingHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t slot_count;
+  uint32_t slot_stride;
+  uint32_t payload_capacity;
+  uint32_t policy;
+  uint32_t slots_offset;
+  uint32_t _reserved0[9];
+  uint64_t head_seq;  // writer: release store
+  uint64_t _pad1[7];
+  uint64_t claimed_seq;  // consumer: store before reading the slot
+  uint64_t _pad2[7];
+  uint64_t consumed_seq;  // consumer: release store when done
+  uint64_t _pad3[7];
+};
+
+struct alignas(64) SlotHeader {
+  uint64_t ring_seq;
+  uint64_t frame_seq;
+  uint32_t stream_id;
+  uint32_t flags;
+  uint32_t payload_len;
+  uint32_t packets_expected;
+  uint32_t packets_received;
+  uint32_t _reserved0;
+  uint64_t sender_ts_ns;
+  uint64_t first_rx_ns;
+  uint64_t last_rx_ns;
+  uint64_t published_ns;
+  uint64_t _reserved1[7];
+};
+
+struct alignas(64) ResultRingHeader {
+  uint32_t magic;
+  uint32_t capacity;
+  uint32_t _reserved0[14];
+  uint64_t head_seq;  // producer: release store
+  uint64_t _pad1[7];
+};
+
+struct alignas(64) ResultRecord {
+  uint64_t result_seq;
+  uint64_t ring_seq;
+  uint64_t frame_seq;
+  uint32_t stream_id;
+  uint32_t slot_flags;
+  uint64_t sender_ts_ns;
+  uint64_t first_rx_ns;
+  uint64_t last_rx_ns;
+  uint64_t published_ns;
+  uint64_t detect_ns;
+  uint64_t done_ns;
+  float sum;
+  float min;
+  float max;
+  float mean;
+  uint32_t detect_count;
+  int32_t first_detect_index;
+  uint32_t output_len;
+  uint32_t result_flags;
+  uint64_t skipped_before;
+  uint64_t _reserved[6];
+};
+
+// Filled by the data-ready handler for the frame of this loop iteration; every
+// operator kernel receives a pointer to it.
+struct alignas(64) FrameDesc {
+  uint64_t payload_dptr;  // device address of the claimed slot's payload
+  uint64_t slot_dptr;     // device address of the claimed slot's SlotHeader
+  uint64_t ring_seq;
+  uint32_t payload_len;  // clamped to the slot capacity
+  uint32_t n_samples;    // written by the unpack kernel
+  uint64_t detect_ns;    // %globaltimer when the handler claimed the slot
+  uint64_t skipped;      // frames skipped to reach this one (policy latest)
+  uint64_t _reserved[2];
+};
+
+// Reduction values of one frame. The handler resets it when it claims a frame
+// to {sum 0, min +inf, max -inf, mean 0, detect_count 0, first_detect_index -1}.
+struct ChainResult {
+  float sum;
+  float min;
+  float max;
+  float mean;
+  uint32_t detect_count;
+  int32_t first_detect_index;
+  uint32_t _reserved[2];
+};
+
+// ---- the resident loop's own structures (src/gpu/control.rs) ----
+
+#define FL_STATE_IDLE 0ull
+#define FL_STATE_RUNNING 1ull
+#define FL_STATE_TORN_DOWN 2ull
+#define FL_STATE_TIMED_OUT 3ull
+
+// Handler verdicts (DeviceLoopState::verdict).
+#define FL_VERDICT_NONE 0u
+#define FL_VERDICT_READY 1u
+#define FL_VERDICT_STOP 2u
+
+// Stage marker values (LoopControl::stage): 0 idle, 1 handler, 2 controller,
+// 3 + i operator i of the workload, 0xffff end marker.
+#define FL_STAGE_IDLE 0ull
+#define FL_STAGE_HANDLER 1ull
+#define FL_STAGE_CONTROLLER 2ull
+#define FL_STAGE_FIRST_OP 3ull
+#define FL_STAGE_END_MARKER 0xffffull
+
+// Control block in mapped host memory; every field owns a 64-byte line.
+// host -> GPU: tear_down, data_ready. GPU -> host: everything else.
+struct alignas(64) FlLine {
+  uint64_t v;
+  uint64_t _pad[7];
+};
+
+struct alignas(64) LoopControl {
+  FlLine tear_down;        // host sets 1 to stop the loop
+  FlLine data_ready;       // host-driven mode: host sets 1 per frame, handler takes it
+  FlLine state;            // FL_STATE_*
+  FlLine stage;            // last stage marker written
+  FlLine stage_seq;        // ring sequence the marker refers to
+  FlLine iterations;       // loop iterations
+  FlLine idle_iterations;  // iterations that found no frame
+  FlLine frames;           // frames the chain ran on
+  FlLine skipped;          // frames skipped under policy latest
+  FlLine results;          // results published (result-ready counter)
+  FlLine handler_ns;       // ns spent inside the data-ready handler (GPU busy while idle)
+  FlLine heartbeat_ns;     // %globaltimer at the last controller run
+};
+
+// Device-memory state of the loop.
+struct alignas(64) DeviceLoopState {
+  FrameDesc desc;
+  ChainResult chain;
+  uint32_t _pad0[8];
+  SlotHeader slot;  // copy of the claimed slot header
+  uint64_t last_claimed;
+  uint64_t last_frame_ns;  // %globaltimer of the last claim (timeout reference)
+  uint64_t result_seq;
+  uint64_t handler_ns;  // accumulated handler time, published by the controller
+  uint64_t skipped;     // accumulated skipped frames
+  uint32_t verdict;     // FL_VERDICT_* of the current iteration
+  uint32_t stop_state;  // FL_STATE_* to publish when stopping
+  uint64_t iterations;
+  uint64_t idle_iterations;
+  uint64_t frames;
+  uint64_t _pad1[7];
+};
+
+// Parameters of the handler, controller and end-marker kernels (by value).
+struct LoopParams {
+  RingHeader* ring;            // frame ring, device address (mapped)
+  ResultRingHeader* results;   // result ring, device address (mapped)
+  LoopControl* ctl;            // control block, device address (mapped)
+  DeviceLoopState* st;         // device memory
+  uint64_t poll_budget_ns;     // poll this long per iteration before giving up
+  uint64_t poll_interval_ns;   // __nanosleep between polls (0 = spin)
+  uint64_t sleep_ns;           // Holoscan-style sleep when no data was found
+  uint64_t timeout_ns;         // tear down after this long without a frame (0 = never)
+  cudaGraphConditionalHandle if_handle;
+  cudaGraphConditionalHandle while_handle;
+  uint32_t slot_count;
+  uint32_t slot_stride;
+  uint32_t payload_capacity;
+  uint32_t policy;
+  uint32_t result_capacity;
+  uint32_t host_driven;        // 1: wait for LoopControl::data_ready from the host
+  uint32_t sync_with_host;     // 1: __threadfence_system before raising result-ready
+  uint32_t chain_flags;        // FL_RESULT_HAS_* of the chain
+  uint32_t handler_sets_if;    // 1: the handler sets the IF value (controller beside the workload)
+  uint32_t stage_markers;      // 1: stage marker kernels run between operators
+};
+
+static_assert(sizeof(RingHeader) == 256, "RingHeader");
+static_assert(sizeof(SlotHeader) == FL_SLOT_PAYLOAD_OFFSET, "SlotHeader");
+static_assert(sizeof(ResultRingHeader) == FL_RESULTS_OFFSET, "ResultRingHeader");
+static_assert(sizeof(ResultRecord) == 192, "ResultRecord");
+static_assert(sizeof(FrameDesc) == 64, "FrameDesc");
+static_assert(sizeof(ChainResult) == 32, "ChainResult");
+static_assert(sizeof(LoopControl) == 12 * 64, "LoopControl");
+
+// Device address of the slot holding ring sequence `seq` (>= 1).
+FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
+  return (uint64_t)p.ring + FL_SLOTS_OFFSET + ((seq - 1) % p.slot_count) * (uint64_t)p.slot_stride;
+}

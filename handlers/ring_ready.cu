@@ -1,0 +1,189 @@
+// The built-in data-ready handler of the resident loop and the loop's own
+// kernels: the one-thread controller, the end marker that publishes a result,
+// and the stage marker used to name a faulting stage.
+#include "ring.cuh"
+
+// Resets the reduction values for a newly claimed frame.
+FL_DEVICE void fl_reset_chain_result(ChainResult* c) {
+  c->sum = 0.0f;
+  c->min = fl_pos_inf();
+  c->max = fl_neg_inf();
+  c->mean = 0.0f;
+  c->detect_count = 0;
+  c->first_detect_index = -1;
+}
+
+FL_DEVICE void fl_mark_stage(const LoopParams& p, uint64_t stage, uint64_t seq) {
+  fl_store_relaxed_sys(&p.ctl->stage_seq.v, seq);
+  fl_store_relaxed_sys(&p.ctl->stage.v, stage);
+  __threadfence_system();
+}
+
+// Sleeps about `ns` nanoseconds, waking early when the host asks for tear-down.
+FL_DEVICE void fl_sleep_interruptible(const LoopParams& p, uint64_t ns) {
+  const uint64_t start = fl_globaltimer();
+  for (;;) {
+    const uint64_t elapsed = fl_globaltimer() - start;
+    if (elapsed >= ns || fl_load_relaxed_sys(&p.ctl->tear_down.v)) return;
+    const uint64_t left = ns - elapsed;
+    __nanosleep((unsigned)(left < 100000ull ? left : 100000ull));
+  }
+}
+
+// One loop iteration's look at the frame ring. Claims the next frame under the
+// ring's policy (every: the next sequence; latest: the newest, counting the
+// skipped ones), polling for up to poll_budget_ns; records the verdict for the
+// controller and, when handler_sets_if, sets the IF value itself.
+extern "C" __global__ void fl_ring_ready(LoopParams p) {
+  DeviceLoopState* st = p.st;
+  const uint64_t t0 = fl_globaltimer();
+  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_HANDLER, st->last_claimed);
+  if (st->last_frame_ns == 0) st->last_frame_ns = t0;
+  const uint64_t last = st->last_claimed;
+  uint32_t verdict = FL_VERDICT_NONE;
+  uint64_t head = last;
+  for (;;) {
+    if (fl_load_relaxed_sys(&p.ctl->tear_down.v)) {
+      verdict = FL_VERDICT_STOP;
+      st->stop_state = (uint32_t)FL_STATE_TORN_DOWN;
+      break;
+    }
+    bool look = true;
+    if (p.host_driven) look = fl_load_relaxed_sys(&p.ctl->data_ready.v) != 0 && fl_take_flag_sys(&p.ctl->data_ready.v) != 0;
+    if (look) {
+      head = fl_load_acquire_sys(&p.ring->head_seq);
+      if (head != last) {
+        verdict = FL_VERDICT_READY;
+        break;
+      }
+    }
+    const uint64_t now = fl_globaltimer();
+    if (p.timeout_ns != 0 && now - st->last_frame_ns >= p.timeout_ns) {
+      verdict = FL_VERDICT_STOP;
+      st->stop_state = (uint32_t)FL_STATE_TIMED_OUT;
+      break;
+    }
+    if (now - t0 >= p.poll_budget_ns) break;
+    if (p.poll_interval_ns != 0) __nanosleep((unsigned)p.poll_interval_ns);
+  }
+
+  if (verdict == FL_VERDICT_READY) {
+    const uint64_t seq = p.policy == FL_POLICY_LATEST ? head : last + 1;
+    fl_store_relaxed_sys(&p.ring->claimed_seq, seq);
+    const uint64_t slot = fl_slot_dptr(p, seq);
+    // The acquire load of head_seq orders these reads after the writer's stores.
+    const volatile uint4* src = (const volatile uint4*)slot;
+    uint4* dst = (uint4*)&st->slot;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) {
+      const uint4 v = {src[i].x, src[i].y, src[i].z, src[i].w};
+      dst[i] = v;
+    }
+    FrameDesc* d = &st->desc;
+    d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
+    d->slot_dptr = slot;
+    d->ring_seq = seq;
+    const uint32_t len = st->slot.payload_len;
+    d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
+    d->n_samples = 0;
+    d->skipped = seq - last - 1;
+    d->detect_ns = fl_globaltimer();
+    fl_reset_chain_result(&st->chain);
+    st->last_claimed = seq;
+    st->last_frame_ns = d->detect_ns;
+    st->skipped += d->skipped;
+  } else if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) {
+    fl_sleep_interruptible(p, p.sleep_ns);
+  }
+  st->verdict = verdict;
+  if (p.handler_sets_if) cudaGraphSetConditional(p.if_handle, verdict == FL_VERDICT_READY ? 1u : 0u);
+  st->handler_ns += fl_globaltimer() - t0;
+}
+
+// One thread: turns the handler's verdict into the loop's conditional values
+// and publishes the counters to the host. Runs beside the workload when the
+// handler set the IF value itself, in front of it otherwise.
+extern "C" __global__ void fl_loop_controller(LoopParams p) {
+  DeviceLoopState* st = p.st;
+  LoopControl* ctl = p.ctl;
+  const uint32_t verdict = st->verdict;
+  if (!p.handler_sets_if) cudaGraphSetConditional(p.if_handle, verdict == FL_VERDICT_READY ? 1u : 0u);
+  st->iterations += 1;
+  fl_store_relaxed_sys(&ctl->iterations.v, st->iterations);
+  if (verdict == FL_VERDICT_READY) {
+    st->frames += 1;
+    fl_store_relaxed_sys(&ctl->frames.v, st->frames);
+    fl_store_relaxed_sys(&ctl->skipped.v, st->skipped);
+  } else {
+    st->idle_iterations += 1;
+    fl_store_relaxed_sys(&ctl->idle_iterations.v, st->idle_iterations);
+  }
+  fl_store_relaxed_sys(&ctl->handler_ns.v, st->handler_ns);
+  fl_store_relaxed_sys(&ctl->heartbeat_ns.v, fl_globaltimer());
+  if (verdict == FL_VERDICT_STOP) {
+    cudaGraphSetConditional(p.while_handle, 0u);
+    fl_store_release_sys(&ctl->state.v, (uint64_t)st->stop_state);
+  }
+}
+
+// Publishes the frame's result: builds the ResultRecord from the slot header
+// copy, the frame descriptor and the chain result, writes it into the mapped
+// result ring, releases the result head, hands the slot back to the writer and
+// raises result-ready.
+extern "C" __global__ void fl_end_marker(LoopParams p) {
+  DeviceLoopState* st = p.st;
+  const FrameDesc& d = st->desc;
+  const ChainResult& c = st->chain;
+  const SlotHeader& s = st->slot;
+  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_END_MARKER, d.ring_seq);
+  const uint64_t seq = st->result_seq + 1;
+  st->result_seq = seq;
+
+  ResultRecord r;
+  r.result_seq = seq;
+  r.ring_seq = d.ring_seq;
+  r.frame_seq = s.frame_seq;
+  r.stream_id = s.stream_id;
+  r.slot_flags = s.flags;
+  r.sender_ts_ns = s.sender_ts_ns;
+  r.first_rx_ns = s.first_rx_ns;
+  r.last_rx_ns = s.last_rx_ns;
+  r.published_ns = s.published_ns;
+  r.detect_ns = d.detect_ns;
+  const bool stats = (p.chain_flags & FL_RESULT_HAS_STATS) != 0;
+  const bool detect = (p.chain_flags & FL_RESULT_HAS_DETECT) != 0;
+  r.sum = stats ? c.sum : 0.0f;
+  r.min = stats ? c.min : 0.0f;
+  r.max = stats ? c.max : 0.0f;
+  r.mean = stats ? c.mean : 0.0f;
+  r.detect_count = detect ? c.detect_count : 0u;
+  r.first_detect_index = detect ? c.first_detect_index : -1;
+  r.output_len = d.n_samples;
+  r.result_flags = p.chain_flags | FL_RESULT_GPU_CLOCK;
+  r.skipped_before = d.skipped;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) r._reserved[i] = 0;
+  r.done_ns = fl_globaltimer();
+
+  ResultRecord* slot = (ResultRecord*)((char*)p.results + FL_RESULTS_OFFSET) + (seq - 1) % p.result_capacity;
+  const uint4* from = (const uint4*)&r;
+  volatile uint4* to = (volatile uint4*)slot;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(ResultRecord) / sizeof(uint4)); ++i) {
+    to[i].x = from[i].x;
+    to[i].y = from[i].y;
+    to[i].z = from[i].z;
+    to[i].w = from[i].w;
+  }
+  fl_store_release_sys(&p.results->head_seq, seq);
+  fl_store_release_sys(&p.ring->consumed_seq, d.ring_seq);
+  if (p.sync_with_host) __threadfence_system();
+  fl_store_relaxed_sys(&p.ctl->results.v, seq);
+  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_IDLE, d.ring_seq);
+}
+
+// Stage marker node (only with stage markers on): records which operator is
+// about to run, so that a fault can be attributed to it.
+extern "C" __global__ void fl_stage_marker(LoopParams p, uint64_t stage) {
+  fl_mark_stage(p, stage, p.st->desc.ring_seq);
+}

@@ -1,0 +1,1 @@
+//! Latency benchmark of the CUDA backend against launch-per-frame baselines.

@@ -1,0 +1,85 @@
+//! Calibration of the GPU's `%globaltimer` against the host's CLOCK_REALTIME,
+//! so that GPU detect/done times can be placed on the host timeline.
+//!
+//! A persistent one-thread kernel answers host requests with the GPU time at
+//! which it saw each one; the host brackets every request with two
+//! CLOCK_REALTIME reads. The round with the shortest bracket wins; half of its
+//! width bounds the error of the offset.
+
+use super::driver::{LaunchDims, launch_raw, stream_done, stream_sync};
+use super::mapped::MappedMemory;
+use super::{GpuError, KernelLibrary};
+use crate::clock::realtime_ns;
+use cudarc::driver::{CudaContext, CudaStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Result of one calibration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct ClockCalibration {
+    /// Add to a `%globaltimer` value to get CLOCK_REALTIME ns.
+    pub offset_ns: i64,
+    /// Bound on the error of `offset_ns` (half the best round trip).
+    pub error_ns: u64,
+    /// Rounds measured.
+    pub rounds: u32,
+}
+
+/// Measures the offset with `rounds` request/answer exchanges.
+pub fn calibrate(
+    ctx: &Arc<CudaContext>,
+    lib: &KernelLibrary,
+    stream: &Arc<CudaStream>,
+    rounds: u32,
+) -> Result<ClockCalibration, GpuError> {
+    let mem = MappedMemory::alloc(ctx, 4 * 64)?;
+    let word = |i: usize| -> &AtomicU64 {
+        // SAFETY: the mapping holds 4 lines of 64 bytes, 8-aligned, alive for this function.
+        unsafe { &*(mem.host_ptr().add(i * 64) as *const AtomicU64) }
+    };
+    let dptr = |i: usize| mem.dptr() + (i * 64) as u64;
+    let (mut req, mut ans_seq, mut ans_ns, mut stop) = (dptr(0), dptr(1), dptr(2), dptr(3));
+    let func = lib.function("fl_clock_probe")?;
+    let mut params = [
+        (&mut req as *mut u64).cast(),
+        (&mut ans_seq as *mut u64).cast(),
+        (&mut ans_ns as *mut u64).cast(),
+        (&mut stop as *mut u64).cast(),
+    ];
+    // SAFETY: four device pointers, matching the kernel's four pointer parameters.
+    unsafe { launch_raw(stream, func, LaunchDims::SINGLE, &mut params)? };
+    let mut best: Option<(u64, i64)> = None;
+    let mut failure = None;
+    for r in 1..=u64::from(rounds.max(1)) {
+        let t0 = realtime_ns();
+        word(0).store(r, Ordering::Release);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while word(1).load(Ordering::Acquire) != r {
+            if std::time::Instant::now() > deadline {
+                failure = Some(match stream_done(stream) {
+                    Err(e) => e,
+                    _ => GpuError::Setup("the clock probe kernel did not answer within 2 s".into()),
+                });
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if failure.is_some() {
+            break;
+        }
+        let t1 = realtime_ns();
+        let gpu = word(2).load(Ordering::Acquire);
+        let width = t1 - t0;
+        let offset = (t0 + width / 2) as i64 - gpu as i64;
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, offset));
+        }
+    }
+    word(3).store(1, Ordering::Release);
+    stream_sync(stream)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let (width, offset_ns) = best.expect("at least one round ran");
+    Ok(ClockCalibration { offset_ns, error_ns: width.div_ceil(2), rounds: rounds.max(1) })
+}

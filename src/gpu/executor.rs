@@ -1,0 +1,764 @@
+//! The GPU-resident executor: captures the data-ready handler fragment and the
+//! workload fragment into one persistent graph,
+//! `WHILE { handler ; controller ; IF(ready) { workload ; end marker } }`,
+//! instantiates it and launches it once; the host then only talks to it
+//! through the control block in mapped memory. Also runs the same fragment
+//! launched per frame (graph or plain stream), the baselines of the benchmark.
+
+use super::clock::{ClockCalibration, calibrate};
+use super::control::*;
+use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphExec, GraphRef, LaunchDims, Node};
+use super::library::KernelLibrary;
+use super::mapped::MappedMemory;
+use super::nvrtc::CacheDir;
+use super::{GpuError, GpuInfo};
+use crate::backend::{BackendError, LoopStats, ResidentLoop};
+use crate::config::LoopConfig;
+use crate::fragment::{
+    ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
+    Plan,
+};
+use crate::ops::OpSpec;
+use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
+use crate::ring::{FrameRing, ResultRing};
+use cudarc::driver::{CudaContext, CudaStream};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An opened GPU: context, compiled kernels and clock calibration.
+pub struct GpuRuntime {
+    pub info: GpuInfo,
+    pub ctx: Arc<CudaContext>,
+    pub library: KernelLibrary,
+    clock: Mutex<ClockCalibration>,
+}
+
+impl GpuRuntime {
+    /// Probes device `ordinal`, opens it, compiles (or loads cached) kernels and
+    /// calibrates the GPU clock.
+    pub fn open(ordinal: usize, cache: CacheDir) -> Result<Arc<Self>, GpuError> {
+        let info = super::probe(ordinal)?;
+        let ctx = driver::open_context(ordinal)?;
+        let library = KernelLibrary::load(&ctx, cache)?;
+        let rt = Arc::new(Self { info, ctx, library, clock: Mutex::new(ClockCalibration::default()) });
+        rt.recalibrate_clock()?;
+        Ok(rt)
+    }
+
+    /// Allocates zeroed mapped host memory for a ring or a control block.
+    pub fn mapped(&self, len: usize) -> Result<MappedMemory, GpuError> {
+        MappedMemory::alloc(&self.ctx, len)
+    }
+
+    /// Re-measures the `%globaltimer` offset (e.g. periodically, against drift).
+    pub fn recalibrate_clock(&self) -> Result<ClockCalibration, GpuError> {
+        let stream = self.ctx.new_stream()?;
+        let c = calibrate(&self.ctx, &self.library, &stream, 200)?;
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = c;
+        Ok(c)
+    }
+
+    pub fn clock(&self) -> ClockCalibration {
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Where the controller kernel sits in the loop body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ControllerPlacement {
+    /// The handler sets the IF value itself; the controller runs beside the
+    /// workload (off the latency path). Used with the built-in handler.
+    Beside,
+    /// handler → controller → IF: the controller turns the handler's verdict
+    /// into the IF value. Needed for custom handler fragments.
+    Before,
+}
+
+/// How the fragment is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LaunchStyle {
+    /// One persistent graph launched once.
+    Resident,
+    /// One instantiated graph (claim → workload → end marker) launched per frame.
+    GraphPerFrame,
+    /// The same kernels launched on a stream per frame.
+    StreamPerFrame,
+}
+
+/// Settings of an executor beyond [`LoopConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutorOptions {
+    pub loop_cfg: LoopConfig,
+    /// The host calls [`ResidentExecutor::data_ready`] for each frame instead of
+    /// the handler watching the ring head on its own.
+    pub host_driven: bool,
+    /// Marker kernels before every operator, so a fault names its stage
+    /// (costs about one kernel launch per operator per frame).
+    pub stage_markers: bool,
+    /// `None`: `Beside` for the built-in handler, `Before` for a custom one.
+    pub controller: Option<ControllerPlacement>,
+    pub style: LaunchStyle,
+    /// How long `tear_down` waits for the graph to stop.
+    pub tear_down_wait: Duration,
+}
+
+impl ExecutorOptions {
+    pub fn new(loop_cfg: LoopConfig) -> Self {
+        Self {
+            loop_cfg,
+            host_driven: false,
+            stage_markers: false,
+            controller: None,
+            style: LaunchStyle::Resident,
+            tear_down_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The built-in data-ready handler as a GPU-resident operator: launches
+/// `fl_ring_ready` with the loop parameters the executor fills in before capture.
+pub struct RingReadyHandler {
+    params: Arc<Mutex<LoopParams>>,
+}
+
+impl GpuResidentOperator for RingReadyHandler {
+    fn name(&self) -> &str {
+        "ring_ready"
+    }
+    fn setup(&mut self, _spec: &mut OperatorSpec) {}
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let mut p = *self.params.lock().unwrap_or_else(|e| e.into_inner());
+        let f = ctx.kernel("fl_ring_ready")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: one argument of type LoopParams, matching the kernel.
+        unsafe { driver::launch_raw(ctx.stream(), f, LaunchDims::SINGLE, &mut args) }
+            .map_err(|e| FragmentError::Operator { operator: "ring_ready".into(), problem: e.to_string() })
+    }
+}
+
+/// The `RESULT_HAS_*` flags of a chain.
+pub fn chain_flags(chain: &[OpSpec]) -> u32 {
+    chain.iter().fold(0, |f, op| match op {
+        OpSpec::Stats => f | RESULT_HAS_STATS,
+        OpSpec::Threshold { .. } => f | RESULT_HAS_DETECT,
+        _ => f,
+    })
+}
+
+/// A planned fragment with its buffers bound.
+struct PlannedFragment {
+    fragment: Fragment,
+    plan: Plan,
+    buffers: Vec<DeviceRegion>,
+    _allocations: Vec<DeviceBuffer>,
+}
+
+/// Plans `fragment` and allocates its executor-owned buffers.
+fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<HandlerPlan, GpuError> {
+    let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
+    for d in plan.diagnostics() {
+        tracing::warn!("fragment {}: {}", fragment.name(), d.message);
+    }
+    let mut allocations = Vec::new();
+    let buffers = plan.bind_buffers(|bytes| {
+        let b = DeviceBuffer::new(ctx, bytes, 0)?;
+        let p = b.dptr();
+        allocations.push(b);
+        Ok::<_, GpuError>(p)
+    })?;
+    Ok(HandlerPlan { plan, buffers, _allocations: allocations })
+}
+
+impl PlannedFragment {
+    fn new(ctx: &Arc<CudaContext>, fragment: Fragment) -> Result<Self, GpuError> {
+        let HandlerPlan { plan, buffers, _allocations } = plan_fragment(ctx, &fragment)?;
+        Ok(Self { fragment, plan, buffers, _allocations })
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.plan
+            .order()
+            .iter()
+            .filter_map(|&id| self.fragment.operator_name(id).map(str::to_string))
+            .collect()
+    }
+}
+
+/// Plan and buffers of the data-ready handler fragment (the fragment itself
+/// stays registered with the workload, or is the built-in one).
+struct HandlerPlan {
+    plan: Plan,
+    buffers: Vec<DeviceRegion>,
+    _allocations: Vec<DeviceBuffer>,
+}
+
+/// The executor of one fragment over one frame ring and one result ring.
+pub struct ResidentExecutor {
+    rt: Arc<GpuRuntime>,
+    frame_ring: Arc<FrameRing>,
+    result_ring: Arc<ResultRing>,
+    control: MappedMemory,
+    state: DeviceBuffer,
+    workload: PlannedFragment,
+    /// The built-in handler fragment, or `None` when the workload registered its own.
+    builtin_handler: Option<Fragment>,
+    handler: HandlerPlan,
+    handler_params: Arc<Mutex<LoopParams>>,
+    params: LoopParams,
+    opts: ExecutorOptions,
+    placement: ControllerPlacement,
+    stage_names: Vec<String>,
+    capture_stream: Arc<CudaStream>,
+    run_stream: Arc<CudaStream>,
+    /// Field order matters: the executable graph is dropped before the graph.
+    exec: Option<GraphExec>,
+    _graph: Option<Graph>,
+    launched: bool,
+    /// The terminal outcome once the loop stopped (by tear-down, timeout or fault).
+    finished: Option<Result<(), String>>,
+}
+
+impl ResidentExecutor {
+    /// Builds the executor. `workload` is the main fragment (its registered
+    /// data-ready handler fragment, if any, replaces the built-in one);
+    /// `chain_flags` says which result fields the workload fills.
+    pub fn new(
+        rt: Arc<GpuRuntime>,
+        workload: Fragment,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain_flags: u32,
+        opts: ExecutorOptions,
+    ) -> Result<Self, GpuError> {
+        let ring_dptr = frame_ring.memory().device_ptr().ok_or(GpuError::Memory {
+            what: "the frame ring",
+            why: "it is in plain host memory; allocate it with GpuRuntime::mapped".into(),
+        })?;
+        let results_dptr = result_ring.memory().device_ptr().ok_or(GpuError::Memory {
+            what: "the result ring",
+            why: "it is in plain host memory; allocate it with GpuRuntime::mapped".into(),
+        })?;
+        let ctx = Arc::clone(&rt.ctx);
+        let control = MappedMemory::alloc(&ctx, std::mem::size_of::<LoopControl>())?;
+        let state = DeviceBuffer::new(&ctx, std::mem::size_of::<DeviceLoopState>(), 0)?;
+        let handler_params = Arc::new(Mutex::new(LoopParams::default()));
+        let custom_handler = workload.data_ready_handler().is_some();
+        let builtin_handler = if custom_handler {
+            None
+        } else {
+            let mut h = Fragment::new("data_ready");
+            h.add_operator(RingReadyHandler { params: Arc::clone(&handler_params) })
+                .map_err(|e| GpuError::Setup(e.to_string()))?;
+            Some(h)
+        };
+        let placement = opts.controller.unwrap_or(if custom_handler {
+            ControllerPlacement::Before
+        } else {
+            ControllerPlacement::Beside
+        });
+        if custom_handler && placement == ControllerPlacement::Beside {
+            return Err(GpuError::Setup(
+                "a custom data-ready handler cannot set the IF value; use ControllerPlacement::Before".into(),
+            ));
+        }
+        let cfg = &opts.loop_cfg;
+        let params = LoopParams {
+            ring: ring_dptr,
+            results: results_dptr,
+            ctl: control.dptr(),
+            st: state.dptr(),
+            poll_budget_ns: cfg.poll_budget_us * 1000,
+            poll_interval_ns: cfg.poll_interval_ns,
+            sleep_ns: cfg.data_not_ready_sleep_interval_us * 1000,
+            timeout_ns: cfg.timeout_ms * 1_000_000,
+            if_handle: 0,
+            while_handle: 0,
+            slot_count: frame_ring.slot_count() as u32,
+            slot_stride: frame_ring.slot_stride() as u32,
+            payload_capacity: frame_ring.payload_capacity() as u32,
+            policy: frame_ring.policy().code(),
+            result_capacity: result_ring.capacity() as u32,
+            host_driven: u32::from(opts.host_driven),
+            sync_with_host: u32::from(cfg.sync_with_host),
+            chain_flags,
+            handler_sets_if: u32::from(placement == ControllerPlacement::Beside),
+            stage_markers: u32::from(opts.stage_markers),
+        };
+        let handler = match (&builtin_handler, workload.data_ready_handler()) {
+            (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
+            (None, None) => unreachable!("a handler is registered or built in"),
+        };
+        let workload = PlannedFragment::new(&ctx, workload)?;
+        let stage_names = workload.names();
+        let capture_stream = ctx.new_stream()?;
+        let run_stream = ctx.new_stream()?;
+        let mut ex = Self {
+            rt,
+            frame_ring,
+            result_ring,
+            control,
+            state,
+            workload,
+            builtin_handler,
+            handler,
+            handler_params,
+            params,
+            placement,
+            stage_names,
+            capture_stream,
+            run_stream,
+            exec: None,
+            _graph: None,
+            launched: false,
+            finished: None,
+            opts,
+        };
+        match ex.opts.style {
+            LaunchStyle::Resident => ex.build_resident()?,
+            LaunchStyle::GraphPerFrame => ex.build_per_frame_graph()?,
+            LaunchStyle::StreamPerFrame => ex.set_standalone_params(),
+        }
+        Ok(ex)
+    }
+
+    fn control(&self) -> &LoopControl {
+        // SAFETY: the mapping holds a zero-initialised LoopControl (all-zero
+        // atomics are valid), 64-byte aligned, alive as long as `self`.
+        unsafe { &*(self.control.host_ptr() as *const LoopControl) }
+    }
+
+    fn set_standalone_params(&mut self) {
+        let mut p = self.params;
+        p.handler_sets_if = 0;
+        p.poll_budget_ns = 0;
+        p.sleep_ns = 0;
+        p.timeout_ns = 0;
+        p.host_driven = 0;
+        self.params = p;
+        *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    fn build_resident(&mut self) -> Result<(), GpuError> {
+        let ctx = Arc::clone(&self.rt.ctx);
+        let graph = Graph::new()?;
+        let root = graph.root();
+        let while_handle = root.conditional_handle(&ctx, 1, true)?;
+        let (_, body) = root.add_conditional(&ctx, &[], while_handle, Conditional::While)?;
+        let if_handle = body.conditional_handle(&ctx, 0, false)?;
+        self.params.while_handle = while_handle.0;
+        self.params.if_handle = if_handle.0;
+        *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
+
+        let handler_leaves = self.capture_handler(body)?;
+        let mut p = self.params;
+        let controller = self.rt.library.function("fl_loop_controller")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: one LoopParams argument, matching the kernel.
+        let ctl_node =
+            unsafe { body.add_kernel(&handler_leaves, controller, LaunchDims::SINGLE, &mut args)? };
+        let if_deps = match self.placement {
+            ControllerPlacement::Beside => handler_leaves,
+            ControllerPlacement::Before => vec![ctl_node],
+        };
+        let (_, if_body) = body.add_conditional(&ctx, &if_deps, if_handle, Conditional::If)?;
+        self.capture_workload(if_body, &[])?;
+        let exec = graph.instantiate()?;
+        self.exec = Some(exec);
+        self._graph = Some(graph);
+        Ok(())
+    }
+
+    fn build_per_frame_graph(&mut self) -> Result<(), GpuError> {
+        self.set_standalone_params();
+        let graph = Graph::new()?;
+        let leaves = self.capture_handler(graph.root())?;
+        self.capture_workload(graph.root(), &leaves)?;
+        self.exec = Some(graph.instantiate()?);
+        self._graph = Some(graph);
+        Ok(())
+    }
+
+    fn capture_handler(&mut self, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
+        let stream = Arc::clone(&self.capture_stream);
+        let leaves = into.capture(&stream, &[], |s| self.enqueue_handler(s))?;
+        if leaves.is_empty() {
+            return Err(GpuError::Setup("the data-ready handler fragment enqueued no work".into()));
+        }
+        Ok(leaves)
+    }
+
+    fn capture_workload(&mut self, into: GraphRef<'_>, deps: &[Node]) -> Result<(), GpuError> {
+        let stream = Arc::clone(&self.capture_stream);
+        into.capture(&stream, deps, |s| self.enqueue_workload(s))?;
+        Ok(())
+    }
+
+    fn enqueue_handler(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let target = EnqueueTarget {
+            stream,
+            frame_desc: self.state.dptr() + DESC_OFFSET as u64,
+            chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+            kernels: &self.rt.library,
+        };
+        let fragment = match self.builtin_handler.as_mut() {
+            Some(h) => h,
+            None => self
+                .workload
+                .fragment
+                .data_ready_handler_mut()
+                .ok_or_else(|| GpuError::Setup("the data-ready handler fragment disappeared".into()))?,
+        };
+        fragment
+            .enqueue(&self.handler.plan, &self.handler.buffers, &target)
+            .map_err(|e| GpuError::Setup(e.to_string()))
+    }
+
+    /// Enqueues the workload operators (with stage markers when enabled) and the end marker.
+    fn enqueue_workload(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let rt = Arc::clone(&self.rt);
+        let lib = &rt.library;
+        let mut p = self.params;
+        if self.opts.stage_markers {
+            let marker = lib.function("fl_stage_marker")?;
+            let order: Vec<_> = self.workload.plan.order().to_vec();
+            for (i, id) in order.into_iter().enumerate() {
+                let mut stage = STAGE_FIRST_OP + i as u64;
+                let mut args =
+                    [(&mut p as *mut LoopParams).cast::<c_void>(), (&mut stage as *mut u64).cast()];
+                // SAFETY: (LoopParams, u64) matches fl_stage_marker.
+                unsafe { driver::launch_raw(stream, marker, LaunchDims::SINGLE, &mut args)? };
+                self.enqueue_one_operator(stream, id)?;
+            }
+        } else {
+            let target = EnqueueTarget {
+                stream,
+                frame_desc: self.state.dptr() + DESC_OFFSET as u64,
+                chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+                kernels: &self.rt.library,
+            };
+            let w = &mut self.workload;
+            w.fragment.enqueue(&w.plan, &w.buffers, &target).map_err(|e| GpuError::Setup(e.to_string()))?;
+        }
+        let end = self.rt.library.function("fl_end_marker")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: one LoopParams argument, matching the kernel.
+        unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }
+    }
+
+    fn enqueue_one_operator(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        id: crate::fragment::OperatorId,
+    ) -> Result<(), GpuError> {
+        let frame_desc = self.state.dptr() + DESC_OFFSET as u64;
+        let chain_result = self.state.dptr() + CHAIN_OFFSET as u64;
+        let w = &mut self.workload;
+        let entry = &mut w.fragment.operators[id.index()];
+        let mut ctx = ComputeContext {
+            operator: &entry.name,
+            stream,
+            ports: w.plan.bindings(id),
+            buffers: &w.buffers,
+            frame_desc,
+            chain_result,
+            kernels: &self.rt.library,
+        };
+        entry.op.compute(&mut ctx).map_err(|e| GpuError::Setup(e.to_string()))
+    }
+
+    /// Names of the workload stages in execution order.
+    pub fn stage_names(&self) -> &[String] {
+        &self.stage_names
+    }
+
+    pub fn placement(&self) -> ControllerPlacement {
+        self.placement
+    }
+
+    /// Starts the loop: resets the control block and loop state and launches
+    /// the persistent graph once (resident style), or arms per-frame launching.
+    pub fn launch(&mut self) -> Result<(), GpuError> {
+        if self.launched {
+            return Err(GpuError::Setup("already launched; tear down first".into()));
+        }
+        let c = self.control();
+        for line in [&c.tear_down, &c.data_ready, &c.stage, &c.stage_seq, &c.iterations, &c.idle_iterations] {
+            line.store(0);
+        }
+        for line in [&c.frames, &c.skipped, &c.results, &c.handler_ns, &c.heartbeat_ns] {
+            line.store(0);
+        }
+        c.state.store(STATE_RUNNING);
+        let consumed = self.frame_ring.consumed();
+        let st = DeviceLoopState {
+            last_claimed: consumed,
+            result_seq: self.result_ring.head(),
+            ..Default::default()
+        };
+        // SAFETY: DeviceLoopState is plain old data (integers, floats, padding zeroed by Default).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&st as *const DeviceLoopState).cast::<u8>(),
+                std::mem::size_of::<DeviceLoopState>(),
+            )
+        };
+        self.state.write(0, bytes)?;
+        self.finished = None;
+        if self.opts.style == LaunchStyle::Resident {
+            let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
+            exec.launch(&self.run_stream)?;
+            if let Err(e) = driver::stream_done(&self.run_stream) {
+                return Err(self.fault(e));
+            }
+        }
+        self.launched = true;
+        Ok(())
+    }
+
+    /// Per-frame styles: processes the newest published frame now (one graph
+    /// or stream launch). Returns without waiting for the result.
+    pub fn launch_one_frame(&mut self) -> Result<(), GpuError> {
+        match self.opts.style {
+            LaunchStyle::Resident => {
+                Err(GpuError::Setup("launch_one_frame is for the per-frame styles".into()))
+            }
+            LaunchStyle::GraphPerFrame => {
+                let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
+                exec.launch(&self.run_stream)
+            }
+            LaunchStyle::StreamPerFrame => {
+                let s = Arc::clone(&self.run_stream);
+                self.enqueue_handler(&s)?;
+                self.enqueue_workload(&s)
+            }
+        }
+    }
+
+    /// Waits for the per-frame work queued so far, reporting a failure of it.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        driver::stream_sync(&self.run_stream)
+    }
+
+    pub fn is_launched(&mut self) -> bool {
+        self.poll();
+        self.launched
+    }
+
+    /// Host-driven mode: tells the handler a frame was published.
+    pub fn data_ready(&self) {
+        self.control().data_ready.store(1);
+    }
+
+    /// Results published so far (the result-ready counter).
+    pub fn results_published(&self) -> u64 {
+        self.control().results.load()
+    }
+
+    /// True when a result newer than `seen` was published.
+    pub fn result_ready(&self, seen: u64) -> bool {
+        self.results_published() > seen
+    }
+
+    /// Counters published by the controller.
+    pub fn stats(&self) -> LoopStats {
+        let c = self.control();
+        LoopStats {
+            frames_processed: c.results.load(),
+            frames_skipped: c.skipped.load(),
+            idle_iterations: c.idle_iterations.load(),
+            iterations: c.iterations.load(),
+        }
+    }
+
+    /// Nanoseconds the data-ready handler has spent running (polling or sleeping).
+    pub fn handler_busy_ns(&self) -> u64 {
+        self.control().handler_ns.load()
+    }
+
+    pub fn clock(&self) -> ClockCalibration {
+        self.rt.clock()
+    }
+
+    /// Checks whether the graph ended by itself (timeout) or faulted.
+    pub fn poll(&mut self) -> Option<Result<(), String>> {
+        if self.launched && self.opts.style == LaunchStyle::Resident {
+            match driver::stream_done(&self.run_stream) {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.launched = false;
+                    self.finished = Some(Ok(()));
+                }
+                Err(e) => {
+                    self.launched = false;
+                    self.finished = Some(Err(self.fault(e).to_string()));
+                }
+            }
+        }
+        self.finished.clone()
+    }
+
+    /// The terminal state the GPU published (`STATE_*`).
+    pub fn state(&self) -> u64 {
+        self.control().state.load()
+    }
+
+    /// Names the stage a failed run was in, from the marker the GPU left.
+    fn fault(&self, e: GpuError) -> GpuError {
+        let c = self.control();
+        let (stage, seq) = (c.stage.load(), c.stage_seq.load());
+        let name = if self.opts.stage_markers {
+            match stage {
+                STAGE_IDLE => "between frames (data-ready handler or controller)".to_string(),
+                STAGE_HANDLER => "data-ready handler".to_string(),
+                STAGE_CONTROLLER => "controller".to_string(),
+                STAGE_END_MARKER => "end marker".to_string(),
+                s => self
+                    .stage_names
+                    .get((s - STAGE_FIRST_OP) as usize)
+                    .cloned()
+                    .unwrap_or_else(|| format!("unknown stage marker {s}")),
+            }
+        } else if c.frames.load() > c.results.load() || self.opts.style != LaunchStyle::Resident {
+            format!("workload (one of {}; enable stage markers to pinpoint)", self.stage_names.join(", "))
+        } else {
+            "data-ready handler or controller".to_string()
+        };
+        GpuError::StageFault { stage: name, ring_seq: seq, error: e.to_string() }
+    }
+
+    /// Stops the loop: raises tear-down and waits (bounded) for the graph to
+    /// finish. Always returns; reports a fault, a timeout or a wedged GPU.
+    pub fn tear_down(&mut self) -> Result<LoopStats, GpuError> {
+        if self.opts.style != LaunchStyle::Resident {
+            self.launched = false;
+            driver::stream_sync(&self.run_stream).map_err(|e| self.fault(e))?;
+            return Ok(self.stats());
+        }
+        self.control().tear_down.store(1);
+        let deadline = Instant::now()
+            + self.opts.tear_down_wait
+            + Duration::from_micros(
+                self.opts.loop_cfg.poll_budget_us + self.opts.loop_cfg.data_not_ready_sleep_interval_us,
+            );
+        loop {
+            match driver::stream_done(&self.run_stream) {
+                Ok(true) => break,
+                Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
+                Ok(false) => {
+                    let waited_ms = self.opts.tear_down_wait.as_millis() as u64;
+                    return Err(GpuError::TearDownTimeout {
+                        waited_ms,
+                        stage: self.control().stage.load().to_string(),
+                    });
+                }
+                Err(e) => {
+                    self.launched = false;
+                    return Err(self.fault(e));
+                }
+            }
+        }
+        self.launched = false;
+        self.finished = Some(Ok(()));
+        Ok(self.stats())
+    }
+}
+
+impl Drop for ResidentExecutor {
+    fn drop(&mut self) {
+        if self.launched && self.opts.style == LaunchStyle::Resident {
+            if let Err(e) = self.tear_down() {
+                tracing::warn!("tearing the resident loop down on drop: {e}");
+            }
+        }
+    }
+}
+
+// TODO(operators): replace with `super::operators` once the CUDA operators exist.
+fn chain_fragment(_chain: &[OpSpec], _max_frame_bytes: usize) -> Result<Fragment, GpuError> {
+    Err(GpuError::Setup("this build has no CUDA operators for the chain".into()))
+}
+
+/// The CUDA resident loop as the appliance sees it.
+pub struct CudaLoop {
+    exec: ResidentExecutor,
+}
+
+impl CudaLoop {
+    /// Builds the loop over rings that live in mapped memory of `rt`
+    /// (allocate them with [`GpuRuntime::mapped`]).
+    pub fn new(
+        rt: Arc<GpuRuntime>,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain: &[OpSpec],
+        cfg: LoopConfig,
+    ) -> Result<Self, GpuError> {
+        if !frame_ring.take_reader_for_device() {
+            return Err(GpuError::Setup("the frame ring already has a consumer".into()));
+        }
+        let fragment = chain_fragment(chain, frame_ring.payload_capacity())?;
+        let exec = ResidentExecutor::new(
+            rt,
+            fragment,
+            frame_ring,
+            result_ring,
+            chain_flags(chain),
+            ExecutorOptions::new(cfg),
+        )?;
+        Ok(Self { exec })
+    }
+
+    pub fn executor(&mut self) -> &mut ResidentExecutor {
+        &mut self.exec
+    }
+}
+
+fn backend_error(e: GpuError) -> BackendError {
+    match e {
+        GpuError::StageFault { stage, ring_seq, error } => {
+            BackendError::Stage { stage, message: format!("ring sequence {ring_seq}: {error}") }
+        }
+        other => BackendError::Other(other.to_string()),
+    }
+}
+
+impl ResidentLoop for CudaLoop {
+    fn backend_name(&self) -> &'static str {
+        "cuda"
+    }
+    fn launch(&mut self) -> Result<(), BackendError> {
+        if self.exec.is_launched() {
+            return Err(BackendError::AlreadyLaunched);
+        }
+        self.exec.launch().map_err(backend_error)
+    }
+    fn is_launched(&self) -> bool {
+        self.exec.launched && driver::stream_done(&self.exec.run_stream).is_ok_and(|done| !done)
+    }
+    fn stats(&self) -> LoopStats {
+        self.exec.stats()
+    }
+    fn clock_offset_ns(&self) -> i64 {
+        self.exec.clock().offset_ns
+    }
+    fn clock_error_ns(&self) -> u64 {
+        self.exec.clock().error_ns
+    }
+    fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
+        let was_running = self.exec.launched;
+        if let Some(Err(e)) = self.exec.poll() {
+            return Err(BackendError::Other(e));
+        }
+        if !was_running && self.exec.finished.is_none() {
+            return Err(BackendError::NotLaunched);
+        }
+        if !self.exec.launched {
+            return match self.exec.state() {
+                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: self.exec.opts.loop_cfg.timeout_ms }),
+                _ => Ok(self.exec.stats()),
+            };
+        }
+        self.exec.tear_down().map_err(backend_error)
+    }
+}

@@ -1,0 +1,25 @@
+//! The CUDA sources embedded in the binary: the shared headers that kernels
+//! `#include`, the loop's own kernels (`handlers/`) and the operator kernels
+//! (`kernels/`, listed by `gpu::kernel_sources`).
+
+/// Headers resolved by name for every compiled source (`#include "ring.cuh"`).
+pub const HEADERS: &[(&str, &str)] = &[
+    ("prelude.cuh", include_str!("../../handlers/prelude.cuh")),
+    ("ring.cuh", include_str!("../../handlers/ring.cuh")),
+];
+
+/// The resident loop's kernels: data-ready handler, controller, end and stage
+/// markers, and the diagnostics (round-trip floor, deliberate fault).
+pub const HANDLER_SOURCES: &[(&str, &str)] = &[
+    ("ring_ready.cu", include_str!("../../handlers/ring_ready.cu")),
+    ("diagnostics.cu", include_str!("../../handlers/diagnostics.cu")),
+];
+
+/// The operator kernels from `kernels/`.
+// TODO(kernel_sources): replace with `super::kernel_sources::KERNEL_SOURCES` once it exists.
+pub const OPERATOR_SOURCES: &[(&str, &str)] = &[];
+
+/// Every source compiled at start-up, handlers first.
+pub fn all_sources() -> impl Iterator<Item = (&'static str, &'static str)> {
+    HANDLER_SOURCES.iter().chain(OPERATOR_SOURCES.iter()).copied()
+}

@@ -1,0 +1,87 @@
+//! Every embedded CUDA source compiles through NVRTC, and `handlers/ring.cuh`
+//! agrees with the Rust layouts (a program of `static_assert`s generated from
+//! the Rust sizes and offsets must compile). Needs only libnvrtc, no GPU; the
+//! tests skip with a message where NVRTC cannot be loaded.
+
+use frameloop::gpu::{control, nvrtc, nvrtc_present, sources};
+
+/// Architectures the kernels must build for (Turing, the oldest CUDA 13 supports, to Hopper).
+const ARCHES: &[&str] = &["sm_75", "sm_80", "sm_90"];
+
+fn nvrtc_or_skip() -> bool {
+    if nvrtc_present() {
+        return true;
+    }
+    eprintln!(
+        "skipped: libnvrtc.so.13 is not on the loader path (pip install nvidia-cuda-nvrtc==13.0.88 and set LD_LIBRARY_PATH)"
+    );
+    false
+}
+
+#[test]
+fn every_source_compiles_for_every_arch() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let mut compiled = 0;
+    for arch in ARCHES {
+        for (file, source) in sources::all_sources() {
+            let cubin =
+                nvrtc::compile(file, source, arch).unwrap_or_else(|e| panic!("{file} for {arch}: {e}"));
+            assert_eq!(&cubin[..4], b"\x7fELF", "{file} for {arch} is not a cubin");
+            compiled += 1;
+        }
+    }
+    assert!(compiled >= 2 * ARCHES.len());
+}
+
+#[test]
+fn ring_cuh_matches_the_rust_layout() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let source = control::layout_check_source();
+    assert!(source.matches("static_assert").count() >= 20, "too few sizes and constants checked");
+    let ptx = nvrtc::compile_ptx("layout_check.cu", &source, "compute_90")
+        .unwrap_or_else(|e| panic!("a size or constant differs: {e}"));
+    let got = control::parse_ptx_offsets(&ptx).expect("constant stores of fl_layout_offsets in the PTX");
+    let want = control::expected_offsets();
+    assert!(want.len() > 80, "too few offsets checked");
+    assert_eq!(got.len(), want.len());
+    for ((what, rust), cuda) in want.iter().zip(&got) {
+        assert_eq!(rust, cuda, "{what}: Rust {rust}, ring.cuh {cuda}");
+    }
+}
+
+#[test]
+fn a_wrong_layout_fact_is_caught() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let bad = "#include \"ring.cuh\"\nstatic_assert(sizeof(ResultRecord) == 200, \"ResultRecord size\");\n";
+    let err = nvrtc::compile("layout_bad.cu", bad, "sm_90").expect_err("a wrong size must not compile");
+    assert!(err.to_string().contains("ResultRecord size"), "{err}");
+    let ptx = "mov.u64 %rd3, 0;\nst.global.u64 [%rd2], %rd3;\nmov.u64 %rd4, 64;\n\
+               st.global.u64 [%rd2+16], %rd4;\nst.global.u64 [%rd2+8], %rd3;\n";
+    assert_eq!(control::parse_ptx_offsets(ptx), Some(vec![0, 0, 64]));
+    assert_eq!(control::parse_ptx_offsets("st.global.u64 [%rd2], %rd9;"), None);
+}
+
+#[test]
+fn cubin_cache_round_trips() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = nvrtc::Compiler::new("sm_90", nvrtc::CacheDir::At(dir.path().to_path_buf())).unwrap();
+    let (file, source) = sources::HANDLER_SOURCES[0];
+    let path = c.cache_path(file, source).unwrap();
+    assert!(!path.exists());
+    let first = c.cubin(file, source).unwrap();
+    assert!(path.exists(), "cubin was not cached at {}", path.display());
+    std::fs::write(&path, b"not a cubin").unwrap();
+    let again = c.cubin(file, source).unwrap();
+    assert_eq!(first.len(), again.len(), "a corrupt cache entry must be recompiled");
+    let other = c.cache_path(file, &format!("{source}\n// changed")).unwrap();
+    assert_ne!(path, other, "the key must depend on the source");
+}
