@@ -1,0 +1,644 @@
+//! The operator kernels against their CPU references.
+//!
+//! `every_kernel_compiles_with_nvrtc` runs everywhere NVRTC is installed (CI
+//! installs the nvidia-cuda-nvrtc wheel): it fails when NVRTC is missing and
+//! FRAMELOOP_REQUIRE_NVRTC=1, and says "skipped" otherwise. The other tests
+//! need a GPU (`cargo test --test gpu_ops -- --include-ignored`): each kernel
+//! runs through the fragment API on fresh random inputs, outputs poisoned
+//! first, and is compared with `frameloop::ops::cpu` element by element.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result, sys};
+use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
+
+use frameloop::fragment::{
+    DevicePtr, DeviceRegion, EnqueueTarget, Fragment, GpuResidentOperator, OperatorId, Plan, PortDirection,
+};
+use frameloop::gpu::kernel_sources::{KERNEL_HEADERS, KERNEL_NAMES, KERNEL_SOURCES};
+use frameloop::gpu::operators::{
+    ChainLayout, DelayOp, Filter2dOp, FirOp, ReduceOp, Reduction, UnpackOp, build_main_fragment,
+};
+use frameloop::ops::{CpuChain, OpSpec, SampleFormat, cpu};
+use frameloop::ring::layout::{ChainResult, FrameDesc};
+
+/// Headers from handlers/ that the kernels include (the shared ring layout).
+const LAYOUT_HEADERS: &[(&str, &str)] = &[
+    ("prelude.cuh", include_str!("../handlers/prelude.cuh")),
+    ("ring.cuh", include_str!("../handlers/ring.cuh")),
+];
+
+fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen libnvrtc; cudarc panics on any other NVRTC call without it.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Writes every header into a fresh directory for NVRTC's include path.
+fn header_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in LAYOUT_HEADERS.iter().chain(KERNEL_HEADERS) {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+fn compile(file: &str, source: &str, arch: &'static str, include: &std::path::Path) -> Ptx {
+    let opts = CompileOptions {
+        arch: Some(arch),
+        include_paths: vec![include.to_string_lossy().into_owned()],
+        options: vec!["-std=c++17".into()],
+        name: Some(file.to_owned()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(source, opts).unwrap_or_else(|e| panic!("{file} does not compile for {arch}: {e}"))
+}
+
+#[test]
+fn every_kernel_compiles_with_nvrtc() {
+    if !nvrtc_present() {
+        let fix = "install it with `pip install nvidia-cuda-nvrtc==13.0.88` and put its \
+                   site-packages/nvidia/cu13/lib on LD_LIBRARY_PATH";
+        if std::env::var("FRAMELOOP_REQUIRE_NVRTC").as_deref() == Ok("1") {
+            panic!("FRAMELOOP_REQUIRE_NVRTC=1 but libnvrtc.so.13 cannot be loaded: {fix}");
+        }
+        eprintln!("skipped: libnvrtc.so.13 cannot be loaded ({fix})");
+        return;
+    }
+    let include = header_dir();
+    for arch in ["sm_90", "sm_80", "compute_90"] {
+        for (file, source) in KERNEL_SOURCES {
+            let ptx = compile(file, source, arch, include.path()).to_src();
+            let names = KERNEL_NAMES.iter().find(|(f, _)| f == file).unwrap().1;
+            for name in names {
+                assert!(ptx.contains(&format!(".entry {name}(")), "{file} for {arch}: no entry {name}");
+            }
+            assert!(!ptx.contains(".local"), "{file} for {arch} spills to local memory");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- GPU side
+
+/// A small xorshift generator: fresh inputs every run, seed printed for replay.
+struct Rng(u64);
+
+impl Rng {
+    fn fresh(test: &str) -> Self {
+        let seed =
+            std::env::var("FRAMELOOP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+                    | 1
+            });
+        eprintln!("{test}: FRAMELOOP_TEST_SEED={seed}");
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    /// Uniform in [lo, hi).
+    fn float(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    fn floats(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.float(lo, hi)).collect()
+    }
+}
+
+/// The device, the compiled kernels, and device memory freed on drop.
+struct Gpu {
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _modules: Vec<Arc<CudaModule>>,
+    kernels: HashMap<String, CudaFunction>,
+    allocations: Vec<DevicePtr>,
+}
+
+/// Byte pattern of poisoned sample buffers: every f32 is a NaN.
+const POISON: u8 = 0xff;
+/// Byte pattern of a poisoned ChainResult: no field equals a real result.
+const RESULT_POISON: u8 = 0xa5;
+
+impl Gpu {
+    fn open() -> Gpu {
+        assert!(driver_present(), "no CUDA driver (libcuda.so) on this machine; run the GPU tests on a GPU");
+        assert!(nvrtc_present(), "NVRTC (libnvrtc.so.13) is not on LD_LIBRARY_PATH");
+        let ctx = CudaContext::new(0).expect("open GPU 0");
+        let (major, minor) = ctx.compute_capability().unwrap();
+        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+        let include = header_dir();
+        let mut modules = Vec::new();
+        let mut kernels = HashMap::new();
+        for (file, source) in KERNEL_SOURCES {
+            let module = ctx.load_module(compile(file, source, arch, include.path())).unwrap();
+            for name in KERNEL_NAMES.iter().find(|(f, _)| f == file).unwrap().1 {
+                kernels.insert(name.to_string(), module.load_function(name).unwrap());
+            }
+            modules.push(module);
+        }
+        let stream = ctx.new_stream().unwrap();
+        Gpu { _ctx: ctx, stream, _modules: modules, kernels, allocations: Vec::new() }
+    }
+
+    fn alloc(&mut self, bytes: usize) -> DevicePtr {
+        // SAFETY: a plain device allocation, freed in Drop.
+        let p = unsafe { result::malloc_sync(bytes.max(1)) }.expect("cuMemAlloc");
+        self.allocations.push(p);
+        p
+    }
+
+    fn fill(&self, dptr: DevicePtr, byte: u8, bytes: usize) {
+        // SAFETY: callers pass regions inside allocations of this Gpu.
+        unsafe { result::memset_d8_sync(dptr, byte, bytes) }.expect("cuMemsetD8");
+    }
+
+    fn upload<T: Copy>(&self, dptr: DevicePtr, data: &[T]) {
+        // SAFETY: as in `fill`; T is plain data.
+        unsafe { result::memcpy_htod_sync(dptr, data) }.expect("cuMemcpyHtoD");
+    }
+
+    fn download<T: Copy + Default>(&self, dptr: DevicePtr, len: usize) -> Vec<T> {
+        let mut out = vec![T::default(); len];
+        // SAFETY: as in `fill`; T is plain data and every bit pattern is a valid T here.
+        unsafe { result::memcpy_dtoh_sync(&mut out, dptr) }.expect("cuMemcpyDtoH");
+        out
+    }
+
+    fn sync(&self) {
+        self.stream.synchronize().expect("a kernel faulted");
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        for p in self.allocations.drain(..) {
+            // SAFETY: allocated by `alloc`, freed once; errors are ignored (never panic in drop).
+            let _ = unsafe { result::free_sync(p) };
+        }
+    }
+}
+
+/// A planned fragment with its buffers, FrameDesc and ChainResult on the device.
+struct Rig {
+    fragment: Fragment,
+    plan: Plan,
+    buffers: Vec<DeviceRegion>,
+    frame_desc: DevicePtr,
+    chain_result: DevicePtr,
+}
+
+impl Rig {
+    fn new(gpu: &mut Gpu, fragment: Fragment) -> Rig {
+        let plan = fragment.plan().unwrap();
+        assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
+        let buffers = plan.bind_buffers::<()>(|bytes| Ok(gpu.alloc(bytes))).unwrap();
+        let frame_desc = gpu.alloc(std::mem::size_of::<FrameDesc>());
+        let chain_result = gpu.alloc(std::mem::size_of::<ChainResult>());
+        Rig { fragment, plan, buffers, frame_desc, chain_result }
+    }
+
+    fn single(gpu: &mut Gpu, op: impl GpuResidentOperator + 'static) -> Rig {
+        let mut f = Fragment::new("test");
+        f.add_operator(op).unwrap();
+        Rig::new(gpu, f)
+    }
+
+    fn port(&self, id: OperatorId, port: &str, direction: PortDirection) -> DeviceRegion {
+        self.buffers[self.plan.port_buffer(id, port, direction).unwrap()]
+    }
+
+    fn first(&self) -> OperatorId {
+        self.plan.order()[0]
+    }
+
+    fn last(&self) -> OperatorId {
+        *self.plan.order().last().unwrap()
+    }
+
+    fn set_desc(&self, gpu: &Gpu, desc: FrameDesc) {
+        gpu.upload(self.frame_desc, std::slice::from_ref(&desc));
+    }
+
+    fn desc(&self, gpu: &Gpu) -> FrameDesc {
+        gpu.download::<FrameDesc>(self.frame_desc, 1)[0]
+    }
+
+    fn result(&self, gpu: &Gpu) -> ChainResult {
+        gpu.download::<ChainResult>(self.chain_result, 1)[0]
+    }
+
+    /// Poisons every buffer and the ChainResult.
+    fn poison(&self, gpu: &Gpu) {
+        for b in &self.buffers {
+            gpu.fill(b.dptr, POISON, b.bytes);
+        }
+        gpu.fill(self.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+    }
+
+    fn run(&mut self, gpu: &Gpu) {
+        let target = EnqueueTarget {
+            stream: &gpu.stream,
+            frame_desc: self.frame_desc,
+            chain_result: self.chain_result,
+            kernels: &gpu.kernels,
+        };
+        self.fragment.enqueue(&self.plan, &self.buffers, &target).unwrap();
+        gpu.sync();
+    }
+}
+
+/// `got` equals `want` within `rel * bound[i]` (bound: the sum of the
+/// magnitudes of the terms, so cancellation cannot hide behind the
+/// tolerance); NaN never passes. Returns how many were bit-exact.
+fn assert_close(what: &str, got: &[f32], want: &[f32], bound: &[f32], rel: f32) -> usize {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut exact = 0;
+    for i in 0..want.len() {
+        let (g, w) = (got[i], want[i]);
+        if g.to_bits() == w.to_bits() {
+            exact += 1;
+            continue;
+        }
+        assert!(!g.is_nan(), "{what}[{i}]: NaN (unwritten?), want {w}");
+        assert!((g - w).abs() <= rel * bound[i].abs() + f32::MIN_POSITIVE, "{what}[{i}]: got {g}, want {w}");
+    }
+    exact
+}
+
+/// The rest of a buffer past the frame's samples must still be poison.
+fn assert_untouched(what: &str, tail: &[f32]) {
+    if let Some(i) = tail.iter().position(|v| v.to_bits() != u32::from_ne_bytes([POISON; 4])) {
+        panic!("{what}: wrote past the frame's samples (at +{i})");
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+#[ignore = "needs a GPU"]
+fn unpack_matches_cpu_for_every_format() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("unpack");
+    let max_frame = MIB;
+    let payload = gpu.alloc(max_frame + 64);
+    let lens = [0, 1, 2, 3, 4, 5, 17, 48, 1001, 8191, 8192, 12289, 100_003, MIB - 1, MIB];
+    let mut exact = 0;
+    let mut total = 0;
+    for format in [SampleFormat::U8, SampleFormat::U16, SampleFormat::U12] {
+        let (scale, offset) = (rng.float(-2.0, 2.0), rng.float(-100.0, 100.0));
+        let mut rig = Rig::single(&mut gpu, UnpackOp::new("unpack", format, scale, offset, max_frame));
+        let out = rig.port(rig.first(), "out", PortDirection::Output);
+        let capacity = out.bytes / 4;
+        for &len in &lens {
+            for misalign in [0usize, 1, 4] {
+                let raw = rng.bytes(len);
+                gpu.upload(payload + misalign as u64, &raw);
+                rig.poison(&gpu);
+                let desc = FrameDesc {
+                    payload_dptr: payload + misalign as u64,
+                    payload_len: len as u32,
+                    n_samples: u32::MAX,
+                    ..Default::default()
+                };
+                rig.set_desc(&gpu, desc);
+                rig.run(&gpu);
+                let mut want = vec![0f32; capacity];
+                let n = cpu::unpack(&raw, format, scale, offset, &mut want);
+                let what = format!("unpack {format:?} len {len} misalign {misalign}");
+                assert_eq!(rig.desc(&gpu).n_samples as usize, n, "{what}: n_samples");
+                let got: Vec<f32> = gpu.download(out.dptr, capacity);
+                let bound: Vec<f32> = want[..n].to_vec();
+                exact += assert_close(&what, &got[..n], &want[..n], &bound, 1e-6);
+                total += n;
+                assert_untouched(&what, &got[n..]);
+            }
+        }
+        // A payload longer than the buffer is clamped, never overrun.
+        let raw = rng.bytes(max_frame);
+        gpu.upload(payload, &raw);
+        rig.poison(&gpu);
+        rig.set_desc(
+            &gpu,
+            FrameDesc { payload_dptr: payload, payload_len: (max_frame + 64) as u32, ..Default::default() },
+        );
+        rig.run(&gpu);
+        assert_eq!(rig.desc(&gpu).n_samples as usize, format.samples_in(max_frame), "{format:?} clamp");
+    }
+    eprintln!("unpack: {exact} of {total} samples bit-exact");
+}
+
+/// Runs a one-operator filter rig over random samples of each length and
+/// compares with `reference(x, |x|) -> (y, bound)`.
+fn check_filter(
+    gpu: &Gpu,
+    rig: &mut Rig,
+    rng: &mut Rng,
+    what: &str,
+    lens: &[usize],
+    reference: &dyn Fn(&[f32]) -> (Vec<f32>, Vec<f32>),
+) -> (usize, usize) {
+    let (x, y) = (
+        rig.port(rig.first(), "in", PortDirection::Input),
+        rig.port(rig.first(), "out", PortDirection::Output),
+    );
+    let capacity = x.bytes / 4;
+    let (mut exact, mut total) = (0, 0);
+    for &len in lens {
+        let input = rng.floats(len.min(capacity), -10.0, 10.0);
+        rig.poison(gpu);
+        gpu.upload(x.dptr, &input);
+        rig.set_desc(gpu, FrameDesc { n_samples: len as u32, ..Default::default() });
+        rig.run(gpu);
+        let n = len.min(capacity);
+        let (want, bound) = reference(&input);
+        let got: Vec<f32> = gpu.download(y.dptr, capacity);
+        let label = format!("{what} n {len}");
+        exact += assert_close(&label, &got[..n], &want, &bound, 1e-6);
+        total += n;
+        assert_untouched(&label, &got[n..]);
+        let kept: Vec<f32> = gpu.download(x.dptr, n);
+        assert!(kept.iter().zip(&input).all(|(a, b)| a.to_bits() == b.to_bits()), "{label}: input changed");
+    }
+    (exact, total)
+}
+
+const FILTER_LENS: [usize; 11] = [0, 1, 2, 3, 7, 100, 255, 4096, 4097, 524_288, 524_288 + 100];
+
+#[test]
+#[ignore = "needs a GPU"]
+fn fir_matches_cpu() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("fir");
+    let capacity = 524_288;
+    let (mut exact, mut total) = (0, 0);
+    for count in [1usize, 3, 5, 31, 63] {
+        let taps = rng.floats(count, -1.0, 1.0);
+        let mut rig = Rig::single(&mut gpu, FirOp::fir("fir", &taps, capacity).unwrap());
+        let abs_taps: Vec<f32> = taps.iter().map(|t| t.abs()).collect();
+        let reference = |x: &[f32]| {
+            let (mut y, mut bound) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+            cpu::fir(x, &taps, &mut y);
+            let ax: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+            cpu::fir(&ax, &abs_taps, &mut bound);
+            (y, bound)
+        };
+        let (e, t) =
+            check_filter(&gpu, &mut rig, &mut rng, &format!("fir {count} taps"), &FILTER_LENS, &reference);
+        exact += e;
+        total += t;
+    }
+    eprintln!("fir: {exact} of {total} samples bit-exact");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn filter2d_matches_cpu() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("filter2d");
+    let capacity = 524_288;
+    let (mut exact, mut total) = (0, 0);
+    for width in [1u32, 2, 3, 64, 100, 1000, 4096, 600_000] {
+        let kernel: [f32; 9] = std::array::from_fn(|_| rng.float(-1.0, 1.0));
+        let mut rig =
+            Rig::single(&mut gpu, Filter2dOp::filter2d("filter2d", width, kernel, capacity).unwrap());
+        let abs_kernel = kernel.map(f32::abs);
+        let reference = |x: &[f32]| {
+            let (mut y, mut bound) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+            cpu::filter2d(x, width as usize, &kernel, &mut y);
+            let ax: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+            cpu::filter2d(&ax, width as usize, &abs_kernel, &mut bound);
+            (y, bound)
+        };
+        let (e, t) = check_filter(
+            &gpu,
+            &mut rig,
+            &mut rng,
+            &format!("filter2d width {width}"),
+            &FILTER_LENS,
+            &reference,
+        );
+        exact += e;
+        total += t;
+    }
+    eprintln!("filter2d: {exact} of {total} samples bit-exact");
+}
+
+fn check_stats(what: &str, got: &ChainResult, x: &[f32]) {
+    let want = cpu::stats(x);
+    let magnitude: f64 = x.iter().map(|v| v.abs() as f64).sum();
+    let tol = |v: f32| 1e-5 * v.abs() as f64 + 1e-12 * magnitude;
+    assert!(((got.sum - want.sum) as f64).abs() <= tol(want.sum), "{what}: sum {} vs {}", got.sum, want.sum);
+    let mean_tol = tol(want.mean) / x.len().max(1) as f64 + 1e-5 * want.mean.abs() as f64;
+    assert!(((got.mean - want.mean) as f64).abs() <= mean_tol, "{what}: mean {} vs {}", got.mean, want.mean);
+    assert_eq!(
+        (got.min.to_bits(), got.max.to_bits()),
+        (want.min.to_bits(), want.max.to_bits()),
+        "{what}: min/max"
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn stats_and_threshold_match_cpu_and_pass_samples_through() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("reduce");
+    let capacity = MIB;
+    let lens = [0, 1, 2, 5, 1023, 4096, 4097, 65_537, 524_288, MIB, MIB + 5];
+    for kind in 0..3 {
+        let level = 0.0f32;
+        let reduction = match kind {
+            0 => Reduction::Stats,
+            1 => Reduction::Threshold { level },
+            _ => Reduction::StatsThreshold { level },
+        };
+        let mut rig = Rig::single(&mut gpu, ReduceOp::new("reduce", reduction, capacity));
+        let x = rig.port(rig.first(), "in", PortDirection::Input);
+        assert_eq!(x, rig.port(rig.first(), "out", PortDirection::Output), "samples pass through");
+        for &len in &lens {
+            for (lo, hi) in [(-1.0f32, 1.0f32), (-3.0, -1.0), (1.0, 3.0), (-1.0, 0.001)] {
+                let n = len.min(capacity);
+                let mut input = rng.floats(n, lo, hi);
+                if n > 3 && hi < 0.01 {
+                    // A lone sample above the level late in the frame, and one exactly at it.
+                    input[n - 2] = 0.5;
+                    input[n / 3] = level;
+                }
+                rig.poison(&gpu);
+                gpu.upload(x.dptr, &input);
+                rig.set_desc(&gpu, FrameDesc { n_samples: len as u32, ..Default::default() });
+                rig.run(&gpu);
+                let got = rig.result(&gpu);
+                let what = format!("{reduction:?} n {len} in [{lo}, {hi})");
+                let poison = f32::from_bits(u32::from_ne_bytes([RESULT_POISON; 4]));
+                if matches!(reduction, Reduction::Threshold { .. }) {
+                    assert_eq!(got.sum.to_bits(), poison.to_bits(), "{what}: threshold wrote the stats");
+                } else {
+                    check_stats(&what, &got, &input);
+                }
+                if matches!(reduction, Reduction::Stats) {
+                    assert_eq!(
+                        got.detect_count,
+                        u32::from_ne_bytes([RESULT_POISON; 4]),
+                        "{what}: stats wrote the count"
+                    );
+                } else {
+                    let (count, first) = cpu::threshold(&input, level);
+                    assert_eq!(
+                        (got.detect_count, got.first_detect_index),
+                        (count, first),
+                        "{what}: threshold"
+                    );
+                }
+                let kept: Vec<f32> = gpu.download(x.dptr, n);
+                assert!(
+                    kept.iter().zip(&input).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: samples changed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn delay_holds_the_stream_for_its_time() {
+    let mut gpu = Gpu::open();
+    let delay = Duration::from_micros(300);
+    let mut rig = Rig::single(&mut gpu, DelayOp::new("delay", delay.as_nanos() as u64, 4));
+    rig.run(&gpu); // warm
+    let start = Instant::now();
+    rig.run(&gpu);
+    assert!(start.elapsed() >= delay, "returned after {:?}", start.elapsed());
+}
+
+/// A random valid chain: unpack first, then up to four other operators.
+fn random_chain(rng: &mut Rng) -> Vec<OpSpec> {
+    let format = [SampleFormat::U8, SampleFormat::U16, SampleFormat::U12][rng.below(3)];
+    let mut chain =
+        vec![OpSpec::Unpack { format, scale: rng.float(0.001, 0.1), offset: rng.float(-5.0, 5.0) }];
+    let (mut stats, mut threshold) = (false, false);
+    for _ in 0..rng.below(5) {
+        match rng.below(4) {
+            0 => {
+                let count = 2 * rng.below(32) + 1;
+                chain.push(OpSpec::Fir { taps: rng.floats(count, -0.5, 0.5) })
+            }
+            1 => chain.push(OpSpec::Filter2d {
+                width: 1 + rng.below(300) as u32,
+                kernel: std::array::from_fn(|_| rng.float(-0.3, 0.3)),
+            }),
+            2 if !stats => {
+                stats = true;
+                chain.push(OpSpec::Stats)
+            }
+            3 if !threshold => {
+                threshold = true;
+                chain.push(OpSpec::Threshold { level: rng.float(-1.0, 1.0) })
+            }
+            _ => {}
+        }
+    }
+    chain
+}
+
+/// Compares one GPU run of a whole chain with the CPU chain on the same payload.
+fn check_chain(gpu: &Gpu, rig: &Rig, cpu_chain: &mut CpuChain, raw: &[u8], what: &str) {
+    let want = cpu_chain.run(raw);
+    let desc = rig.desc(gpu);
+    assert_eq!(desc.n_samples as usize, want.output_len, "{what}: n_samples");
+    let out = rig.port(rig.last(), "out", PortDirection::Output);
+    let got: Vec<f32> = gpu.download(out.dptr, want.output_len);
+    let want_samples = cpu_chain.output(&want);
+    // Chained filters compound rounding; the CPU and GPU order their f32 work alike, so they agree exactly.
+    for (i, (g, w)) in got.iter().zip(want_samples).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g - w).abs() <= 1e-5 * w.abs(),
+            "{what}: sample {i}: {g} vs {w}"
+        );
+    }
+    let result = rig.result(gpu);
+    if let Some(stats) = want.stats {
+        assert!(
+            ((result.sum - stats.sum) as f64).abs() <= 1e-5 * stats.sum.abs() as f64 + 1e-3,
+            "{what}: sum"
+        );
+        assert_eq!((result.min, result.max), (stats.min, stats.max), "{what}: min/max");
+    }
+    if let Some(detect) = want.detect {
+        assert_eq!((result.detect_count, result.first_detect_index), detect, "{what}: threshold");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn whole_chains_match_the_cpu_chain_also_when_captured_into_a_graph() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("chains");
+    let payload = gpu.alloc(MIB);
+    let mut chains = vec![frameloop::ops::default_chain()];
+    chains.extend((0..12).map(|_| random_chain(&mut rng)));
+    for (c, chain) in chains.iter().enumerate() {
+        for max_frame in [8192usize, MIB] {
+            for fuse in [true, false] {
+                let layout = ChainLayout { fuse_reductions: fuse, delay_ns: 0 };
+                let mut rig = Rig::new(&mut gpu, build_main_fragment(chain, max_frame, layout).unwrap());
+                let mut cpu_chain = CpuChain::new(chain, max_frame).unwrap();
+                let what = format!("chain {c} {chain:?} max {max_frame} fused {fuse}");
+                // Enqueued directly, on frames of several sizes.
+                for len in [max_frame, max_frame - 1, 1 + rng.below(max_frame), 0] {
+                    let raw = rng.bytes(len);
+                    gpu.upload(payload, &raw);
+                    rig.poison(&gpu);
+                    rig.set_desc(
+                        &gpu,
+                        FrameDesc { payload_dptr: payload, payload_len: len as u32, ..Default::default() },
+                    );
+                    rig.run(&gpu);
+                    check_chain(&gpu, &rig, &mut cpu_chain, &raw, &format!("{what} len {len}"));
+                }
+                if max_frame != 8192 {
+                    continue;
+                }
+                // Captured once into a graph, replayed on new frames.
+                gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+                let target = EnqueueTarget {
+                    stream: &gpu.stream,
+                    frame_desc: rig.frame_desc,
+                    chain_result: rig.chain_result,
+                    kernels: &gpu.kernels,
+                };
+                let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
+                let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
+                enqueued.unwrap();
+                for _ in 0..3 {
+                    let len = 1 + rng.below(max_frame);
+                    let raw = rng.bytes(len);
+                    gpu.upload(payload, &raw);
+                    rig.poison(&gpu);
+                    rig.set_desc(
+                        &gpu,
+                        FrameDesc { payload_dptr: payload, payload_len: len as u32, ..Default::default() },
+                    );
+                    graph.launch().unwrap();
+                    gpu.sync();
+                    check_chain(&gpu, &rig, &mut cpu_chain, &raw, &format!("{what} graph len {len}"));
+                }
+            }
+        }
+    }
+}
