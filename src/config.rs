@@ -156,6 +156,12 @@ pub struct Config {
     pub loop_: LoopConfig,
     #[serde(default = "default_chain")]
     pub chain: Vec<OpSpec>,
+    #[serde(default)]
+    pub ingest: crate::ingest::UdpConfig,
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsConfig,
+    #[serde(default)]
+    pub service: crate::service::ServiceConfig,
 }
 
 impl Default for Config {
@@ -165,6 +171,9 @@ impl Default for Config {
             ring: RingConfig::default(),
             loop_: LoopConfig::default(),
             chain: default_chain(),
+            ingest: Default::default(),
+            metrics: Default::default(),
+            service: Default::default(),
         }
     }
 }
@@ -175,6 +184,9 @@ impl Config {
         let mut p = Vec::new();
         self.ring.validate(&mut p);
         self.loop_.validate(&mut p);
+        self.ingest.validate(&mut p);
+        self.metrics.validate(&mut p);
+        self.service.validate(&mut p);
         if let Err(errs) = ops::validate_chain(&self.chain) {
             for e in errs {
                 p.push(ConfigProblem::new("chain", e.to_string()));
@@ -265,7 +277,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
     };
     let mut problems = Vec::new();
-    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain"];
+    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain", "ingest", "metrics", "service"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -288,11 +300,15 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             .collect::<Option<Vec<_>>>()
             .unwrap_or_default(),
         Some(_) => {
-            problems.push(ConfigProblem::new("chain", "must be an array of tables: write [[chain]] sections"));
+            problems
+                .push(ConfigProblem::new("chain", "must be an array of tables: write [[chain]] sections"));
             Vec::new()
         }
     };
-    let config = Config { backend, ring, loop_, chain };
+    let ingest = section("ingest", table.get("ingest"), &mut problems);
+    let metrics = section("metrics", table.get("metrics"), &mut problems);
+    let service = section("service", table.get("service"), &mut problems);
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service };
     if problems.is_empty() {
         problems = config.problems();
     }
@@ -376,9 +392,15 @@ mod tests {
         )
         .unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
-        for k in
-            ["colour", "ring.slotz", "ring.slot_bytes", "ring.policy", "loop.poll_budget_us", "loop.bogus", "chain[0]"]
-        {
+        for k in [
+            "colour",
+            "ring.slotz",
+            "ring.slot_bytes",
+            "ring.policy",
+            "loop.poll_budget_us",
+            "loop.bogus",
+            "chain[0]",
+        ] {
             assert!(keys.iter().any(|x| x.starts_with(k)), "missing {k} in {keys:?}\n{err}");
         }
         assert!(keys.iter().any(|x| x.starts_with("chain[1]")), "{keys:?}");

@@ -50,6 +50,7 @@ pub struct Percentiles {
     pub p99_us: f64,
     pub p99_9_us: f64,
     pub max_us: f64,
+    pub mean_us: f64,
 }
 
 impl Percentiles {
@@ -65,6 +66,7 @@ impl Percentiles {
             p99_us: us(h.value_at_quantile(0.99)),
             p99_9_us: us(h.value_at_quantile(0.999)),
             max_us: us(h.max()),
+            mean_us: h.mean() / 1000.0,
         }
     }
 }

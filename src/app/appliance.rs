@@ -1,0 +1,367 @@
+//! The running appliance: frame ring and result ring, the UDP receiver
+//! thread, the resident loop (host or CUDA) and the result thread, started
+//! in that dependency order and stopped in the reverse one.
+
+use super::AppError;
+use crate::backend::{LoopStats, ResidentLoop};
+use crate::config::{BackendChoice, Config};
+use crate::host::HostLoop;
+use crate::ingest::{IngestCounters, IngestError, IngestSnapshot, Reassembler, UdpReceiver};
+use crate::metrics::{ResultCallback, ResultSink, ResultThread, Summary, create_interval_log};
+use crate::ring::layout::{result_ring_bytes, ring_bytes};
+use crate::ring::{FrameRing, HostMemory, ResultReader, ResultRing, RingMemory};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long the result thread sleeps when the result ring is empty.
+const RESULT_POLL: Duration = Duration::from_micros(20);
+
+/// Options that come from the command line rather than the config file.
+#[derive(Default)]
+pub struct StartOptions {
+    /// Write HdrHistogram interval logs here (overrides `metrics.histogram_log`).
+    pub histogram_log: Option<PathBuf>,
+    /// Called with every result the host sees (tests, checks).
+    pub on_result: Option<ResultCallback>,
+}
+
+/// The backend that was picked and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendPick {
+    pub name: &'static str,
+    pub reason: String,
+}
+
+/// Picks the backend for `choice`: `auto` takes CUDA only when a GPU and
+/// NVRTC are usable, and says why it took what it took.
+pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
+    match choice {
+        BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
+        BackendChoice::Cuda => match crate::gpu::probe(0) {
+            Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
+            Err(why) => Err(AppError::Startup(format!(
+                "backend cuda needs a usable GPU: {why}; use --backend host (or auto) on this machine"
+            ))),
+        },
+        BackendChoice::Auto => match crate::gpu::probe(0) {
+            Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
+            Err(why) => Ok(BackendPick { name: "host", reason: format!("auto: no usable GPU ({why})") }),
+        },
+    }
+}
+
+/// A running appliance.
+pub struct Appliance {
+    pick: BackendPick,
+    local_addr: SocketAddr,
+    gro_active: bool,
+    counters: Arc<IngestCounters>,
+    frame_ring: Arc<FrameRing>,
+    rx_stop: Arc<AtomicBool>,
+    /// Invariant: `Some` until `stop` joins it.
+    rx_thread: Option<JoinHandle<Result<(), IngestError>>>,
+    resident: Box<dyn ResidentLoop>,
+    results: Option<ResultThread>,
+    started: Instant,
+}
+
+/// Everything the appliance reports when it stops.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub backend: BackendPick,
+    pub elapsed_s: f64,
+    pub listen: String,
+    pub gro: bool,
+    pub loop_stats: LoopStats,
+    pub ingest: IngestSnapshot,
+    pub latency: Summary,
+}
+
+impl Appliance {
+    /// Allocates the rings, launches the resident loop, starts the result
+    /// thread and binds the receiver. When this returns, frames are accepted.
+    pub fn start(cfg: &Config, opts: StartOptions) -> Result<Self, AppError> {
+        let pick = pick_backend(cfg.backend)?;
+        tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
+        let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes);
+        let result_bytes = result_ring_bytes(cfg.ring.results);
+
+        let (frame_ring, result_ring, mut resident): (_, _, Box<dyn ResidentLoop>) = match pick.name {
+            "cuda" => {
+                let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
+                    .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
+                let mem = |len| -> Result<Box<dyn RingMemory>, AppError> {
+                    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
+                };
+                let (fr, rr) = make_rings(cfg, mem(frame_bytes)?, mem(result_bytes)?)?;
+                let lp = crate::gpu::CudaLoop::new(
+                    Arc::clone(&rt),
+                    Arc::clone(&fr),
+                    Arc::clone(&rr),
+                    &cfg.chain,
+                    cfg.loop_.clone(),
+                )
+                .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
+                (fr, rr, Box::new(lp))
+            }
+            _ => {
+                let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
+                    Ok(Box::new(HostMemory::new(len).map_err(|e| {
+                        AppError::Startup(format!("cannot map {len} bytes for a ring: {e}; lower ring.slots"))
+                    })?))
+                };
+                let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
+                let lp = HostLoop::new(
+                    Arc::clone(&fr),
+                    Arc::clone(&rr),
+                    cfg.chain.clone(),
+                    cfg.ring.slot_bytes,
+                    cfg.loop_.clone(),
+                )
+                .map_err(|e| AppError::Startup(e.to_string()))?;
+                (fr, rr, Box::new(lp))
+            }
+        };
+        resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
+
+        let mut sink =
+            ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
+        if let Some(cb) = opts.on_result {
+            sink = sink.with_callback(cb);
+        }
+        if let Some(path) = opts.histogram_log.as_ref().or(cfg.metrics.histogram_log.as_ref()) {
+            let now = crate::clock::realtime_ns();
+            let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
+            sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
+        }
+        let results = ResultThread::spawn(sink, RESULT_POLL).map_err(|e| AppError::Startup(e.to_string()))?;
+
+        let counters = Arc::new(IngestCounters::default());
+        let writer = frame_ring
+            .writer()
+            .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
+        let reassembler = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(&counters));
+        let mut receiver = UdpReceiver::bind(&cfg.ingest, reassembler)
+            .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+        let local_addr = receiver.local_addr();
+        let gro_active = receiver.gro_active();
+        let rx_stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&rx_stop);
+        let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+        let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+        let rx_thread = std::thread::Builder::new()
+            .name("frameloop-rx".into())
+            .spawn(move || {
+                let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
+                let ok = placed.is_ok();
+                let _ = placed_tx.send(placed);
+                if ok { receiver.run(&stop) } else { Ok(()) }
+            })
+            .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+        if let Ok(Err(e)) = placed_rx.recv() {
+            rx_stop.store(true, Ordering::Release);
+            return Err(AppError::Startup(e.to_string()));
+        }
+        tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
+
+        Ok(Self {
+            pick,
+            local_addr,
+            gro_active,
+            counters,
+            frame_ring,
+            rx_stop,
+            rx_thread: Some(rx_thread),
+            resident,
+            results: Some(results),
+            started: Instant::now(),
+        })
+    }
+
+    /// The address the receiver is bound to (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn backend(&self) -> &BackendPick {
+        &self.pick
+    }
+
+    /// Ingest counters (live).
+    pub fn ingest(&self) -> IngestSnapshot {
+        self.counters.snapshot()
+    }
+
+    /// Resident loop counters (live).
+    pub fn loop_stats(&self) -> LoopStats {
+        self.resident.stats()
+    }
+
+    /// True while the resident loop runs (false after it tore itself down).
+    pub fn is_launched(&self) -> bool {
+        self.resident.is_launched()
+    }
+
+    /// Latency summary so far.
+    pub fn latency(&self) -> Summary {
+        self.results.as_ref().map(ResultThread::snapshot).unwrap_or_else(|| Summary::of(&Default::default()))
+    }
+
+    /// One line for a progress display.
+    pub fn progress_line(&self) -> String {
+        let ingest = self.counters.snapshot();
+        format!(
+            "{:>6.1}s  rx {} datagrams  {}  drops {}",
+            self.started.elapsed().as_secs_f64(),
+            ingest.datagrams,
+            self.latency().progress_line(),
+            self.counters.snapshot().datagrams_dropped()
+        )
+    }
+
+    /// Everything the Prometheus endpoint shows, as of now.
+    pub fn metrics_snapshot(&self) -> crate::service::MetricsSnapshot {
+        use crate::service::{MetricsSnapshot, SegmentLatency};
+        let latency = self.latency();
+        let loop_stats = self.resident.stats();
+        let ingest = self.counters.snapshot();
+        let f = &latency.frames;
+        MetricsSnapshot {
+            backend: self.pick.name.to_string(),
+            loop_launched: self.resident.is_launched(),
+            loop_iterations: loop_stats.iterations,
+            loop_idle_iterations: loop_stats.idle_iterations,
+            frames: vec![
+                ("processed".into(), f.processed),
+                ("complete".into(), f.complete),
+                ("incomplete".into(), f.incomplete),
+                ("skipped".into(), f.skipped),
+                ("results_lost".into(), f.results_lost),
+            ],
+            drops: crate::ingest::counters::COUNTERS
+                .iter()
+                .filter(|(_, class)| !matches!(class, crate::ingest::CounterClass::Total))
+                .filter_map(|(name, _)| ingest.get(name).map(|v| (name.to_string(), v)))
+                .collect(),
+            ring_overruns: ingest.ring_full,
+            latency: latency
+                .segments
+                .iter()
+                .map(|s| {
+                    let p = &s.percentiles;
+                    let ns = |us: f64| (us * 1000.0) as u64;
+                    SegmentLatency {
+                        segment: s.segment.name().to_string(),
+                        count: s.count,
+                        sum_ns: p.mean_us * 1000.0 * s.count as f64,
+                        quantiles: vec![
+                            (0.5, ns(p.p50_us)),
+                            (0.9, ns(p.p90_us)),
+                            (0.99, ns(p.p99_us)),
+                            (0.999, ns(p.p99_9_us)),
+                            (1.0, ns(p.max_us)),
+                        ],
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Waits until every published frame has been consumed or `timeout` passes.
+    pub fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.frame_ring.consumed() >= self.frame_ring.head() {
+                return true;
+            }
+            if Instant::now() >= deadline || !self.resident.is_launched() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Stops the receiver (publishing what it holds), lets the loop finish
+    /// the frames in the ring, tears the loop down and returns the report.
+    pub fn stop(mut self) -> Result<Report, AppError> {
+        self.rx_stop.store(true, Ordering::Release);
+        let rx = self.rx_thread.take().map(|h| h.join());
+        let drained = self.drain(Duration::from_secs(2));
+        if !drained {
+            tracing::warn!("frames left in the ring at shutdown were not processed");
+        }
+        let loop_result = self.resident.tear_down();
+        // Results of the last frames: give the result thread a moment to see them.
+        std::thread::sleep(Duration::from_millis(5));
+        let latency = match self.results.take() {
+            Some(r) => r.stop().map_err(|e| AppError::Runtime(e.to_string()))?,
+            None => Summary::of(&Default::default()),
+        };
+        let loop_stats = match loop_result {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("resident loop: {e}");
+                self.resident.stats()
+            }
+        };
+        match rx {
+            Some(Ok(Ok(()))) | None => {}
+            Some(Ok(Err(e))) => tracing::error!("receiver stopped with an error: {e}"),
+            Some(Err(_)) => tracing::error!("the receiver thread panicked"),
+        }
+        Ok(Report {
+            backend: self.pick.clone(),
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            listen: self.local_addr.to_string(),
+            gro: self.gro_active,
+            loop_stats,
+            ingest: self.counters.snapshot(),
+            latency,
+        })
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+fn make_rings(
+    cfg: &Config,
+    frames: Box<dyn RingMemory>,
+    results: Box<dyn RingMemory>,
+) -> Result<(Arc<FrameRing>, Arc<ResultRing>), AppError> {
+    let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
+        .map_err(|e| AppError::Startup(e.to_string()))?;
+    Ok((fr, ResultRing::new(results, cfg.ring.results)))
+}
+
+impl Report {
+    /// The human-readable report: latency table, then counter sections.
+    pub fn render(&self) -> String {
+        let mut summary = self.latency.clone();
+        let l = &self.loop_stats;
+        summary.add_counters(
+            "resident loop",
+            [
+                ("frames_processed", l.frames_processed),
+                ("frames_skipped", l.frames_skipped),
+                ("iterations", l.iterations),
+                ("idle_iterations", l.idle_iterations),
+            ],
+        );
+        summary.add_counters("ingest", self.ingest.iter());
+        format!(
+            "backend: {} ({})\nlistening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            self.backend.name,
+            self.backend.reason,
+            self.listen,
+            on_off(self.gro),
+            self.elapsed_s,
+            summary.render_table()
+        )
+    }
+}

@@ -1,0 +1,87 @@
+//! `frameloop bench` and `frameloop send`: the appliance with a loopback sender.
+
+use super::*;
+
+#[derive(clap::Parser)]
+struct SendOnly {
+    #[command(flatten)]
+    args: crate::sender::SendArgs,
+}
+
+/// `frameloop bench`: the appliance and a loopback sender in one process.
+pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
+    let mut cfg = load_or_default(args.config.as_deref())?;
+    backend_override(&mut cfg, args.backend);
+    if args.compare {
+        return compare(&cfg, args);
+    }
+    if args.frame_bytes > cfg.ring.slot_bytes {
+        cfg.ring.slot_bytes = args.frame_bytes;
+    }
+    cfg.ingest.bind = "127.0.0.1:0".into();
+    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    let app =
+        Appliance::start(&cfg, StartOptions { histogram_log: args.histogram_log.clone(), on_result: None })?;
+    let to = app.local_addr().to_string();
+    let argv = [
+        "send".to_string(),
+        "--to".into(),
+        to,
+        "--rate".into(),
+        args.rate.to_string(),
+        "--frame-bytes".into(),
+        args.frame_bytes.to_string(),
+        "--packet-bytes".into(),
+        args.packet_bytes.to_string(),
+        "--duration".into(),
+        args.duration.to_string(),
+        "--streams".into(),
+        args.streams.to_string(),
+    ];
+    let send = <SendOnly as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| AppError::Startup(format!("bad sender settings: {e}")))?
+        .args;
+    let stop = signals::stop_flag();
+    let sender = std::thread::Builder::new()
+        .name("frameloop-sender".into())
+        .spawn(move || crate::sender::run_sender(&send, stop, |_| {}))
+        .map_err(|e| AppError::Startup(format!("cannot start the sender thread: {e}")))?;
+    let mut progress = Progress::new();
+    while !sender.is_finished() {
+        progress.show(|| app.progress_line());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    progress.done();
+    let sent = sender
+        .join()
+        .map_err(|_| AppError::Runtime("the sender thread panicked".into()))?
+        .map_err(|e| AppError::Runtime(format!("sender: {e}")))?;
+    // Let the last frames through reassembly and the loop.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    app.drain(std::time::Duration::from_secs(2));
+    let mut report = app.stop()?;
+    report.latency.add_counters(
+        "sender",
+        [("frames_sent", sent.frames), ("packets_sent", sent.packets), ("bytes_sent", sent.bytes)],
+    );
+    print_report(&report, Some(("sender", serde_json::to_value(&sent).unwrap_or_default())), args.json);
+    Ok(())
+}
+
+fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
+    let _ = (cfg, args);
+    Err(AppError::Startup("--compare is not available in this build yet".into()))
+}
+
+/// `frameloop send`: the sensor emulator.
+pub fn send(args: &crate::sender::SendArgs) -> Result<(), AppError> {
+    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    let mut progress = Progress::new();
+    let stats = crate::sender::run_sender(args, signals::stop_flag(), |s| {
+        progress.show(|| format!("{s:?}"));
+    })
+    .map_err(|e| AppError::Runtime(e.to_string()))?;
+    progress.done();
+    println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+    Ok(())
+}

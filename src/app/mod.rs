@@ -1,0 +1,254 @@
+//! The appliance as the command line drives it: argument structs, logging,
+//! and the `bench`, `run`, `send` and `validate` commands.
+
+pub mod appliance;
+mod loopback;
+pub mod signals;
+
+pub use appliance::{Appliance, BackendPick, Report, StartOptions, pick_backend};
+pub use loopback::{bench, send};
+
+use crate::config::{self, BackendChoice, Config};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors that stop a command, each saying what to do about it.
+#[derive(Debug, Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("{0}")]
+    Startup(String),
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Arguments of `frameloop validate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ValidateArgs {
+    /// Config file to check (TOML).
+    #[arg(long, short)]
+    pub config: PathBuf,
+}
+
+/// Logs go to stderr through `tracing`; `RUST_LOG` (or `FRAMELOOP_LOG`) filters them.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("FRAMELOOP_LOG")
+        .ok()
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .or_else(|| EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// `frameloop validate`: prints every problem, or a one-line confirmation.
+pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
+    let cfg = config::load(&args.config)?;
+    println!(
+        "{}: ok (backend {:?}, {} slots of {} bytes, policy {:?}, chain: {})",
+        args.config.display(),
+        cfg.backend,
+        cfg.ring.slots,
+        cfg.ring.slot_bytes,
+        cfg.ring.policy,
+        cfg.chain.iter().map(|o| o.name()).collect::<Vec<_>>().join(" -> ")
+    );
+    Ok(())
+}
+
+/// Loads `path` or returns the embedded defaults.
+pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppError> {
+    Ok(match path {
+        Some(p) => config::load(p)?,
+        None => Config::default(),
+    })
+}
+
+fn backend_override(cfg: &mut Config, choice: Option<BackendChoice>) {
+    if let Some(b) = choice {
+        cfg.backend = b;
+    }
+}
+
+/// Arguments of `frameloop bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Backend: auto (CUDA when a GPU is usable, else host), host or cuda.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    /// Config file for ring, loop and chain settings (default: embedded defaults).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// How long the loopback sender streams, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Frames per second the loopback sender offers.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Bytes per frame.
+    #[arg(long, default_value_t = 65536)]
+    pub frame_bytes: usize,
+    /// Bytes per UDP datagram, the 48-byte native header included (8972 fits a 9000-byte MTU).
+    #[arg(long, default_value_t = 8972)]
+    pub packet_bytes: usize,
+    /// Interleaved sensor streams.
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write HdrHistogram interval logs to this file.
+    #[arg(long)]
+    pub histogram_log: Option<PathBuf>,
+    /// CUDA only: compare the resident graph against sleep-interval,
+    /// launch-per-frame and round-trip-floor modes on host-published frames.
+    #[arg(long)]
+    pub compare: bool,
+}
+
+/// Arguments of `frameloop run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Config file (TOML); see systemd/frameloop.toml for every key.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Override the config's backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    /// Write HdrHistogram interval logs to this file (overrides metrics.histogram_log).
+    #[arg(long)]
+    pub histogram_log: Option<PathBuf>,
+    /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn print_report(report: &Report, extra: Option<(&str, serde_json::Value)>, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(report).unwrap_or_default();
+        if let (Some((k, e)), Some(obj)) = (extra, v.as_object_mut()) {
+            obj.insert(k.to_string(), e);
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", report.render());
+    }
+}
+
+/// A progress line on stderr: rewritten in place on a terminal, one line a second otherwise.
+struct Progress {
+    tty: bool,
+    last: std::time::Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        use std::io::IsTerminal;
+        Self { tty: std::io::stderr().is_terminal(), last: std::time::Instant::now(), shown: false }
+    }
+    fn show(&mut self, line: impl FnOnce() -> String) {
+        let every = if self.tty { 250 } else { 1000 };
+        if self.last.elapsed() < std::time::Duration::from_millis(every) {
+            return;
+        }
+        self.last = std::time::Instant::now();
+        if self.tty {
+            eprint!("\r\x1b[2K{}", line());
+        } else {
+            eprintln!("{}", line());
+        }
+        self.shown = true;
+    }
+    fn done(&mut self) {
+        if self.tty && self.shown {
+            eprintln!();
+        }
+    }
+}
+
+/// `frameloop run`: serve until a signal (or `--duration`), then report.
+///
+/// Under systemd (`NOTIFY_SOCKET`) it sends READY=1 once the ring is
+/// allocated, the loop launched and the socket bound; WATCHDOG=1 only while
+/// the resident loop keeps iterating; STOPPING=1 on the way out.
+pub fn run(args: &RunArgs) -> Result<(), AppError> {
+    use crate::service::{MetricsBoard, MetricsServer, Notifier, ProgressSource, WatchdogPinger};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    let mut cfg = load_or_default(args.config.as_deref())?;
+    backend_override(&mut cfg, args.backend);
+    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    let notifier = Notifier::from_env().map(Arc::new);
+    let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
+    let app = Appliance::start(&cfg, opts)?;
+
+    let board = MetricsBoard::new();
+    board.publish(app.metrics_snapshot());
+    let server = match cfg.service.metrics_socket_addr() {
+        Some(addr) => {
+            let s =
+                MetricsServer::start(addr, board.clone()).map_err(|e| AppError::Startup(e.to_string()))?;
+            tracing::info!("metrics on http://{}/metrics", s.local_addr());
+            Some(s)
+        }
+        None => None,
+    };
+    // The watchdog pings only while this counter, fed from the loop's own
+    // iteration count, keeps moving.
+    let iterations = Arc::new(AtomicU64::new(app.loop_stats().iterations));
+    let pinger = notifier.as_ref().and_then(|n| {
+        n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name));
+        let it = Arc::clone(&iterations);
+        WatchdogPinger::start(
+            Arc::clone(n),
+            vec![ProgressSource::new("resident loop", move || it.load(Ordering::Relaxed))],
+        )
+    });
+
+    let started = Instant::now();
+    let limit = args.duration.map(Duration::from_secs_f64);
+    let mut progress = Progress::new();
+    let mut last_publish = Instant::now();
+    let stop = signals::stop_flag();
+    while !stop.load(Ordering::Acquire) {
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            break;
+        }
+        if !app.is_launched() {
+            tracing::error!("the resident loop stopped by itself; shutting down");
+            break;
+        }
+        iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+        if last_publish.elapsed() >= Duration::from_millis(500) {
+            board.publish(app.metrics_snapshot());
+            last_publish = Instant::now();
+        }
+        if notifier.is_none() {
+            progress.show(|| app.progress_line());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    progress.done();
+    if let Some(n) = &notifier {
+        n.stopping();
+    }
+    drop(pinger);
+    match signals::last_signal() {
+        Some(sig) => tracing::info!("received {sig}; stopping"),
+        None => tracing::info!("stopping"),
+    }
+    let report = app.stop()?;
+    if let Some(s) = server {
+        s.stop();
+    }
+    tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
+    print_report(&report, None, args.json);
+    Ok(())
+}
