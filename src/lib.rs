@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod ops;
 pub mod ring;
+pub mod rtp;
 pub mod sender;
 pub mod service;
 pub mod wire;

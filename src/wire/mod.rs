@@ -1,3 +1,4 @@
 //! Wire formats: pure parsers and encoders over bytes, no I/O.
 
 pub mod native;
+pub mod rtp4175;
