@@ -1,0 +1,372 @@
+//! The sensor emulator: sends frames in the native wire format at a paced
+//! rate, each stamped with its send time, over sendmmsg batches or UDP GSO.
+//!
+//! Frame `k` of a run (counting across streams) belongs to stream
+//! `k % streams` with sequence `k / streams` and is due at `t0 + k / rate`.
+//! Its payload follows a [`Pattern`], so receivers can check every byte.
+
+mod frame;
+mod pacing;
+mod pattern;
+mod socket;
+
+pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
+pub use pacing::{SPIN_NS, Schedule, wait_until};
+pub use pattern::Pattern;
+pub use socket::{FrameSent, Transmitter};
+
+use crate::clock::{monotonic_ns, realtime_ns};
+use crate::wire::native::HEADER_LEN;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Send buffer the sender asks for (the kernel caps it at net.core.wmem_max).
+const SEND_BUFFER_BYTES: usize = 4 << 20;
+/// How often `run_sender` reports progress.
+const PROGRESS_INTERVAL_NS: u64 = 500_000_000;
+
+/// Whether to use UDP generic segmentation offload (`UDP_SEGMENT`).
+#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GsoMode {
+    /// Use GSO when the kernel accepts it, otherwise one datagram per message.
+    #[default]
+    Auto,
+    /// Require GSO; stop with an error if the kernel refuses it.
+    On,
+    /// Never use GSO.
+    Off,
+}
+
+/// What became of GSO in a run.
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GsoStatus {
+    /// Several datagrams per send call, segmented by the kernel.
+    Active,
+    /// Not requested (`--gso off`).
+    #[default]
+    Off,
+    /// The kernel does not offer `UDP_SEGMENT`.
+    Unsupported,
+    /// The kernel accepted the option but refused a GSO send; the run went on without.
+    RefusedOnSend,
+    /// Datagrams so large that two do not fit one GSO send.
+    NotUseful,
+}
+
+/// Settings of `frameloop send` (and of the loopback sender of `frameloop bench`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SendArgs {
+    /// Destination, HOST:PORT (for example 127.0.0.1:5000). A name resolves
+    /// to its first address.
+    #[arg(long, value_name = "ADDR")]
+    pub to: String,
+
+    /// Frames per second, summed over all streams (fractions allowed, e.g.
+    /// 0.5). Frame k is sent at start + k/rate; the whole frame goes out as
+    /// one burst.
+    #[arg(long, value_name = "FPS", default_value_t = 1000.0)]
+    pub rate: f64,
+
+    /// Frame size in bytes (payload only, headers not counted), 1 to 4294967295.
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub frame_bytes: u64,
+
+    /// UDP payload size of each datagram in bytes, including the 48-byte
+    /// frameloop header: 49 to 65507. A frame becomes ceil(N / (M - 48))
+    /// datagrams; only the last can be shorter. 8972 fills a 9000-byte MTU,
+    /// 1472 a 1500-byte MTU.
+    #[arg(long, value_name = "M", default_value_t = 8972)]
+    pub packet_bytes: usize,
+
+    /// Send this many frames in total (over all streams), then stop.
+    #[arg(long, value_name = "K", conflicts_with = "duration")]
+    pub count: Option<u64>,
+
+    /// Send for this many seconds (fractions allowed), then stop. Without
+    /// --count or --duration the sender runs until stopped (Ctrl-C).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+
+    /// Number of streams; frames cycle through stream ids 0..S round-robin,
+    /// each stream with its own frame sequence starting at 0.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub streams: u32,
+
+    /// Payload content: `counter` (each 8-byte word holds its index, the
+    /// stream id and the frame sequence) or `random` (seeded by stream and
+    /// sequence). Both can be recomputed by a receiver to check the bytes.
+    #[arg(long, value_enum, default_value_t = Pattern::Counter)]
+    pub pattern: Pattern,
+
+    /// UDP segmentation offload: `auto` uses UDP_SEGMENT when the kernel
+    /// supports it and falls back to one datagram per message; `on` fails if
+    /// it cannot; `off` never uses it. Either way sends go in sendmmsg batches.
+    #[arg(long, value_enum, default_value_t = GsoMode::Auto)]
+    pub gso: GsoMode,
+
+    /// Source address to bind, ADDR:PORT (default: any address, any port, of
+    /// the destination's family).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<SocketAddr>,
+}
+
+/// Why the sender could not start or had to stop. Transient send failures
+/// are not errors: they are retried or counted in [`SendErrorCounts`].
+#[derive(Debug, Error)]
+pub enum SendError {
+    #[error("--rate {rate} is not a positive number of frames per second")]
+    Rate { rate: f64 },
+    #[error("--duration {seconds} is not a positive number of seconds")]
+    Duration { seconds: f64 },
+    #[error("--streams must be at least 1")]
+    Streams,
+    #[error(
+        "--packet-bytes {packet_bytes} is out of range: it must exceed the {HEADER_LEN}-byte header \
+         and be at most {MAX_DATAGRAM_BYTES} (the largest UDP datagram)"
+    )]
+    PacketBytes { packet_bytes: usize },
+    #[error("--frame-bytes {frame_bytes} is out of range: use 1 to 4294967295")]
+    FrameBytes { frame_bytes: u64 },
+    #[error("cannot resolve --to {addr}: {source}; give HOST:PORT, for example 127.0.0.1:5000")]
+    Resolve { addr: String, source: io::Error },
+    #[error("--to {addr} resolves to no address; give HOST:PORT, for example 127.0.0.1:5000")]
+    NoAddress { addr: String },
+    #[error(
+        "--bind {bind} and --to {to} are of different address families; bind an address of the same family"
+    )]
+    FamilyMismatch { bind: SocketAddr, to: SocketAddr },
+    #[error("cannot create a UDP socket: {source}")]
+    Socket { source: io::Error },
+    #[error(
+        "cannot bind the source address {addr}: {source}; check --bind (address on this host, port free)"
+    )]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("cannot connect the UDP socket to {addr}: {source}; check --to and the routing table")]
+    Connect { addr: SocketAddr, source: io::Error },
+    #[error(
+        "--gso on, but the kernel refused UDP segmentation offload ({source}); \
+         use --gso auto to fall back or --gso off"
+    )]
+    GsoRefused { source: io::Error },
+    #[error(
+        "--gso on needs at least two datagrams per send, so --packet-bytes at most {max} \
+         (got {packet_bytes}); use --gso auto or off"
+    )]
+    GsoPacketTooLarge { packet_bytes: usize, max: usize },
+    #[error("datagrams of {packet_bytes} bytes are too large for the path ({source}); lower --packet-bytes")]
+    MessageSize { packet_bytes: usize, source: io::Error },
+    #[error("sending failed: {source}; check that --to is reachable from --bind")]
+    Send { source: io::Error },
+}
+
+/// Send failures that did not stop the run, by kind.
+#[derive(serde::Serialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendErrorCounts {
+    /// Sends retried because the kernel had no buffer space (ENOBUFS).
+    pub enobufs_retries: u64,
+    /// Sends retried because the socket would block (EAGAIN).
+    pub eagain_retries: u64,
+    /// Sends retried after a signal interrupted them (EINTR).
+    pub interrupted_retries: u64,
+    /// Datagrams not sent because the destination refused an earlier one
+    /// (ICMP port unreachable: no receiver listening yet).
+    pub refused_packets: u64,
+    /// Datagrams given up because a stop came while a send was being retried.
+    pub abandoned_packets: u64,
+    /// Times the kernel refused a GSO send and the run continued without GSO.
+    pub gso_fallbacks: u64,
+}
+
+/// Counters and rates of a sender run (a snapshot while running, the totals at the end).
+#[derive(serde::Serialize, Debug, Clone, Default, PartialEq)]
+pub struct SenderStats {
+    /// Frames whose every packet was handed to the kernel or counted in `errors`.
+    pub frames: u64,
+    /// Datagrams the kernel accepted.
+    pub packets: u64,
+    /// UDP payload bytes the kernel accepted (native headers included).
+    pub bytes: u64,
+    /// Datagrams per frame.
+    pub packets_per_frame: u32,
+    pub errors: SendErrorCounts,
+    pub gso: GsoStatus,
+    /// Seconds from the first frame's due time to now (or to the end of the run).
+    pub elapsed_s: f64,
+    /// Frames per second between the first and the last frame sent
+    /// (`(frames - 1) / (t_last - t_first)`), 0 with fewer than two frames.
+    pub frames_per_s: f64,
+    /// `packets / elapsed_s`.
+    pub packets_per_s: f64,
+    /// UDP payload bit rate, `8 * bytes / elapsed_s / 1e9`.
+    pub gbit_per_s: f64,
+    /// Largest delay between a frame's due time and its timestamp, ns.
+    pub max_schedule_lag_ns: u64,
+    /// Mean of that delay, ns.
+    pub mean_schedule_lag_ns: u64,
+}
+
+impl SendArgs {
+    /// Checks the settings that do not need the network.
+    pub fn validate(&self) -> Result<FrameGeometry, SendError> {
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Err(SendError::Rate { rate: self.rate });
+        }
+        if let Some(seconds) = self.duration
+            && !(seconds.is_finite() && seconds > 0.0)
+        {
+            return Err(SendError::Duration { seconds });
+        }
+        if self.streams == 0 {
+            return Err(SendError::Streams);
+        }
+        FrameGeometry::new(self.frame_bytes, self.packet_bytes)
+    }
+
+    /// Resolves `--to` to its first socket address.
+    pub fn destination(&self) -> Result<SocketAddr, SendError> {
+        let resolve = |source| SendError::Resolve { addr: self.to.clone(), source };
+        self.to
+            .to_socket_addrs()
+            .map_err(resolve)?
+            .next()
+            .ok_or_else(|| SendError::NoAddress { addr: self.to.clone() })
+    }
+}
+
+/// Opens the UDP socket the sender uses: bound to `bind` (or the wildcard of
+/// `to`'s family), send buffer raised, connected to `to`.
+pub fn open_socket(to: SocketAddr, bind: Option<SocketAddr>) -> Result<Socket, SendError> {
+    let bind = match bind {
+        Some(b) if b.is_ipv4() != to.is_ipv4() => return Err(SendError::FamilyMismatch { bind: b, to }),
+        Some(b) => b,
+        None if to.is_ipv4() => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        None => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP))
+        .map_err(|source| SendError::Socket { source })?;
+    if let Err(e) = socket.set_send_buffer_size(SEND_BUFFER_BYTES) {
+        tracing::debug!("cannot raise the send buffer to {SEND_BUFFER_BYTES} bytes: {e}");
+    }
+    socket.bind(&SockAddr::from(bind)).map_err(|source| SendError::Bind { addr: bind, source })?;
+    socket.connect(&SockAddr::from(to)).map_err(|source| SendError::Connect { addr: to, source })?;
+    Ok(socket)
+}
+
+/// Runs the sender as `args` says until the count or duration is reached or
+/// `stop` is raised. `progress` gets a snapshot about twice a second.
+pub fn run_sender(
+    args: &SendArgs,
+    stop: &AtomicBool,
+    progress: impl FnMut(&SenderStats),
+) -> Result<SenderStats, SendError> {
+    args.validate()?;
+    let socket = open_socket(args.destination()?, args.bind)?;
+    run_sender_on(socket, args, stop, progress)
+}
+
+/// [`run_sender`] over a socket the caller opened and connected (for
+/// special socket options); `args.to` and `args.bind` are not used.
+pub fn run_sender_on(
+    socket: Socket,
+    args: &SendArgs,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&SenderStats),
+) -> Result<SenderStats, SendError> {
+    let geometry = args.validate()?;
+    let mut tx = Transmitter::new(socket, args.gso, geometry.packet_bytes())?;
+    let mut frame = FrameBuffer::new(geometry);
+    let duration = args.duration.map(Duration::from_secs_f64);
+    let schedule = Schedule::new(monotonic_ns(), args.rate, args.count, duration);
+    let mut run = RunTotals::new(&schedule, geometry.packet_count());
+
+    let mut k = 0u64;
+    while !schedule.is_past_end(k) {
+        let stream = (k % args.streams as u64) as u32;
+        let seq = k / args.streams as u64;
+        frame.fill_payload(args.pattern, stream, seq);
+        let due = schedule.due_ns(k);
+        let Some(woke) = wait_until(due, stop) else { break };
+        frame.write_headers(stream, seq, realtime_ns());
+        let sent = tx.send_frame(&frame, stop, &mut run.stats.errors)?;
+        run.frame_sent(sent, woke - due, woke);
+        k += 1;
+        if run.progress_due(woke) {
+            progress(&run.snapshot(tx.gso(), monotonic_ns()));
+        }
+    }
+    // A duration run lasts its duration even when its last frame went out early.
+    if let Some(d) = duration
+        && !stop.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let end = schedule.start_ns().saturating_add(d.as_nanos() as u64);
+        let _ = wait_until(end, stop);
+    }
+    Ok(run.snapshot(tx.gso(), monotonic_ns()))
+}
+
+/// Running totals of [`run_sender_on`], turned into [`SenderStats`] on demand.
+struct RunTotals {
+    stats: SenderStats,
+    start_ns: u64,
+    first_sent_ns: Option<u64>,
+    last_sent_ns: u64,
+    lag_sum_ns: u128,
+    next_progress_ns: u64,
+}
+
+impl RunTotals {
+    fn new(schedule: &Schedule, packets_per_frame: u32) -> Self {
+        RunTotals {
+            stats: SenderStats { packets_per_frame, ..SenderStats::default() },
+            start_ns: schedule.start_ns(),
+            first_sent_ns: None,
+            last_sent_ns: 0,
+            lag_sum_ns: 0,
+            next_progress_ns: schedule.start_ns() + PROGRESS_INTERVAL_NS,
+        }
+    }
+
+    fn frame_sent(&mut self, sent: FrameSent, lag_ns: u64, at_ns: u64) {
+        let s = &mut self.stats;
+        s.frames += 1;
+        s.packets += sent.packets;
+        s.bytes += sent.bytes;
+        s.max_schedule_lag_ns = s.max_schedule_lag_ns.max(lag_ns);
+        self.lag_sum_ns += lag_ns as u128;
+        self.first_sent_ns.get_or_insert(at_ns);
+        self.last_sent_ns = at_ns;
+    }
+
+    fn progress_due(&mut self, now_ns: u64) -> bool {
+        if now_ns < self.next_progress_ns {
+            return false;
+        }
+        self.next_progress_ns = now_ns + PROGRESS_INTERVAL_NS;
+        true
+    }
+
+    fn snapshot(&self, gso: GsoStatus, now_ns: u64) -> SenderStats {
+        let mut s = self.stats.clone();
+        s.gso = gso;
+        s.elapsed_s = now_ns.saturating_sub(self.start_ns) as f64 / 1e9;
+        if s.elapsed_s > 0.0 {
+            s.packets_per_s = s.packets as f64 / s.elapsed_s;
+            s.gbit_per_s = s.bytes as f64 * 8.0 / s.elapsed_s / 1e9;
+        }
+        if let Some(first) = self.first_sent_ns
+            && self.last_sent_ns > first
+        {
+            s.frames_per_s = (s.frames - 1) as f64 * 1e9 / (self.last_sent_ns - first) as f64;
+        }
+        if s.frames > 0 {
+            s.mean_schedule_lag_ns = (self.lag_sum_ns / s.frames as u128) as u64;
+        }
+        s
+    }
+}

@@ -1,0 +1,107 @@
+//! Frame pacing on an absolute schedule: frame `k` is due at `t0 + k / rate`,
+//! so waiting errors never accumulate. Long gaps sleep; the last
+//! [`SPIN_NS`] before a deadline spin on the clock, because a sleep wakes up
+//! tens of microseconds late.
+
+use crate::clock::monotonic_ns;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long before a deadline the waiter stops sleeping and spins.
+pub const SPIN_NS: u64 = 80_000;
+/// Longest single sleep, so a stop request is seen within this time.
+const MAX_SLEEP_NS: u64 = 20_000_000;
+
+/// When each frame of a run is due and when the run ends. Pure: times are arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// Monotonic time of frame 0, ns.
+    start_ns: u64,
+    /// Nanoseconds between frames; finite and > 0.
+    period_ns: f64,
+    /// Frames to send, if bounded by count.
+    count: Option<u64>,
+    /// Frames due at or after this monotonic time are not sent, if bounded by time.
+    end_ns: Option<u64>,
+}
+
+impl Schedule {
+    /// `rate` frames per second from `start_ns`; `rate` must be finite and > 0.
+    pub fn new(start_ns: u64, rate: f64, count: Option<u64>, duration: Option<Duration>) -> Self {
+        debug_assert!(rate.is_finite() && rate > 0.0);
+        Schedule {
+            start_ns,
+            period_ns: 1e9 / rate,
+            count,
+            end_ns: duration.map(|d| start_ns.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64)),
+        }
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// Monotonic time at which frame `k` is due.
+    pub fn due_ns(&self, k: u64) -> u64 {
+        self.start_ns.saturating_add((k as f64 * self.period_ns).round() as u64)
+    }
+
+    /// Whether frame `k` is past the end of the run.
+    pub fn is_past_end(&self, k: u64) -> bool {
+        self.count.is_some_and(|c| k >= c) || self.end_ns.is_some_and(|end| self.due_ns(k) >= end)
+    }
+}
+
+/// Waits until monotonic time `due_ns`, returning the time it woke up, or
+/// `None` if `stop` was raised first.
+pub fn wait_until(due_ns: u64, stop: &AtomicBool) -> Option<u64> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = monotonic_ns();
+        if now >= due_ns {
+            return Some(now);
+        }
+        let left = due_ns - now;
+        if left > SPIN_NS {
+            std::thread::sleep(Duration::from_nanos((left - SPIN_NS).min(MAX_SLEEP_NS)));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_times_are_absolute_and_do_not_drift() {
+        let s = Schedule::new(1_000, 3.0, None, None);
+        assert_eq!(s.due_ns(0), 1_000);
+        assert_eq!(s.due_ns(1), 1_000 + 333_333_333);
+        assert_eq!(s.due_ns(3), 1_000 + 1_000_000_000);
+        assert_eq!(s.due_ns(3_000_000), 1_000 + 1_000_000_000_000_000);
+    }
+
+    #[test]
+    fn run_ends_by_count_or_by_duration() {
+        let by_count = Schedule::new(0, 1000.0, Some(5), None);
+        assert!(!by_count.is_past_end(4));
+        assert!(by_count.is_past_end(5));
+        let by_time = Schedule::new(0, 1000.0, None, Some(Duration::from_millis(300)));
+        assert!(!by_time.is_past_end(299));
+        assert!(by_time.is_past_end(300));
+        assert!(!Schedule::new(0, 1000.0, None, None).is_past_end(u64::MAX / 2_000_000));
+    }
+
+    #[test]
+    fn wait_returns_at_or_after_the_deadline_and_honours_stop() {
+        let stop = AtomicBool::new(false);
+        let due = monotonic_ns() + 2_000_000;
+        assert!(wait_until(due, &stop).unwrap() >= due);
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(wait_until(monotonic_ns() + 10_000_000_000, &stop), None);
+    }
+}
