@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod backend;
+pub mod capture;
 pub mod clock;
 pub mod config;
 pub mod fragment;
