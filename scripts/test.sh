@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 # Fail (rather than skip) the NVRTC compile checks when NVRTC is missing.
 export FRAMELOOP_REQUIRE_NVRTC="${FRAMELOOP_REQUIRE_NVRTC:-1}"
+# Fail (rather than skip) the tests that drive tcpdump, tshark, GStreamer and systemd-analyze.
+export FRAMELOOP_REQUIRE_TOOLS="${FRAMELOOP_REQUIRE_TOOLS:-1}"
 cargo test --all-targets "$@"

@@ -15,8 +15,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
     if args.compare {
         return compare(&cfg, args);
     }
-    if args.frame_bytes > cfg.ring.slot_bytes {
-        cfg.ring.slot_bytes = args.frame_bytes;
+    let frame_bytes = args.frame_bytes.unwrap_or(65536);
+    if frame_bytes > cfg.ring.slot_bytes {
+        cfg.ring.slot_bytes = frame_bytes;
     }
     cfg.ingest.bind = "127.0.0.1:0".into();
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
@@ -30,7 +31,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         "--rate".into(),
         args.rate.to_string(),
         "--frame-bytes".into(),
-        args.frame_bytes.to_string(),
+        frame_bytes.to_string(),
         "--packet-bytes".into(),
         args.packet_bytes.to_string(),
         "--duration".into(),
@@ -69,8 +70,28 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
 }
 
 fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
-    let _ = (cfg, args);
-    Err(AppError::Startup("--compare is not available in this build yet".into()))
+    let pick = super::pick_backend(if cfg.backend == BackendChoice::Auto { BackendChoice::Cuda } else { cfg.backend })?;
+    if pick.name != "cuda" {
+        return Err(AppError::Startup(
+            "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)".into(),
+        ));
+    }
+    let opts = crate::gpu::bench::CompareOptions {
+        chain: cfg.chain.clone(),
+        frame_bytes: args.frame_bytes.unwrap_or(8192),
+        frames: args.frames,
+        poll_budget_us: cfg.loop_.poll_budget_us,
+        poll_interval_ns: cfg.loop_.poll_interval_ns,
+        ..Default::default()
+    };
+    eprintln!("comparing orchestration modes on {} ({} frames per mode)...", pick.reason, opts.frames);
+    let report = crate::gpu::bench::run_compare(&opts).map_err(|e| AppError::Runtime(e.to_string()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
 }
 
 /// `frameloop send`: the sensor emulator.

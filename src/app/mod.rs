@@ -86,9 +86,9 @@ pub struct BenchArgs {
     /// Frames per second the loopback sender offers.
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
-    /// Bytes per frame.
-    #[arg(long, default_value_t = 65536)]
-    pub frame_bytes: usize,
+    /// Bytes per frame [default: 65536; 8192 with --compare].
+    #[arg(long)]
+    pub frame_bytes: Option<usize>,
     /// Bytes per UDP datagram, the 48-byte native header included (8972 fits a 9000-byte MTU).
     #[arg(long, default_value_t = 8972)]
     pub packet_bytes: usize,
@@ -105,6 +105,9 @@ pub struct BenchArgs {
     /// launch-per-frame and round-trip-floor modes on host-published frames.
     #[arg(long)]
     pub compare: bool,
+    /// With --compare: measured frames per mode.
+    #[arg(long, default_value_t = 4000)]
+    pub frames: usize,
 }
 
 /// Arguments of `frameloop run`.
