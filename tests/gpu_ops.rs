@@ -342,6 +342,9 @@ fn unpack_matches_cpu_for_every_format() {
     eprintln!("unpack: {exact} of {total} samples bit-exact");
 }
 
+/// CPU reference of a filter: samples in, (expected output, error bound per sample) out.
+type FilterReference<'a> = dyn Fn(&[f32]) -> (Vec<f32>, Vec<f32>) + 'a;
+
 /// Runs a one-operator filter rig over random samples of each length and
 /// compares with `reference(x, |x|) -> (y, bound)`.
 fn check_filter(
@@ -350,7 +353,7 @@ fn check_filter(
     rng: &mut Rng,
     what: &str,
     lens: &[usize],
-    reference: &dyn Fn(&[f32]) -> (Vec<f32>, Vec<f32>),
+    reference: &FilterReference<'_>,
 ) -> (usize, usize) {
     let (x, y) = (
         rig.port(rig.first(), "in", PortDirection::Input),

@@ -1,6 +1,16 @@
 //! The built-in operators as GPU-resident operators (one kernel launch each,
 //! kernels in `kernels/`), the main fragment built from a configured chain,
 //! and an artificial delay operator for tests that need a slow GPU.
+//!
+//! Choices made for latency on small frames (8 KiB is the design point):
+//! one graph node per operator, and a stats next to a threshold fused into
+//! one; reductions run in a single block of [`REDUCE_THREADS`] (no atomics,
+//! no memset node, no second pass), which costs throughput only on large
+//! frames (a 1 MiB frame is read by one SM); elementwise grids are capped at
+//! [`MAX_GRID`] blocks with grid-stride loops, so a graph captured for the
+//! largest frame wastes few empty blocks on small ones. Kernels read the
+//! sample count from the FrameDesc at run time and clamp it to their buffers,
+//! so a frame never makes them touch memory outside a port.
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
