@@ -380,6 +380,16 @@ fn check_filter(
     (exact, total)
 }
 
+/// Runs a linear filter `apply(x, absolute_coefficients, y)` on `x`, and on
+/// |x| with |coefficients| for the error bound of each output.
+fn with_bound(x: &[f32], apply: impl Fn(&[f32], bool, &mut [f32])) -> (Vec<f32>, Vec<f32>) {
+    let (mut y, mut bound) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+    apply(x, false, &mut y);
+    let ax: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    apply(&ax, true, &mut bound);
+    (y, bound)
+}
+
 const FILTER_LENS: [usize; 11] = [0, 1, 2, 3, 7, 100, 255, 4096, 4097, 524_288, 524_288 + 100];
 
 #[test]
@@ -393,13 +403,8 @@ fn fir_matches_cpu() {
         let taps = rng.floats(count, -1.0, 1.0);
         let mut rig = Rig::single(&mut gpu, FirOp::fir("fir", &taps, capacity).unwrap());
         let abs_taps: Vec<f32> = taps.iter().map(|t| t.abs()).collect();
-        let reference = |x: &[f32]| {
-            let (mut y, mut bound) = (vec![0f32; x.len()], vec![0f32; x.len()]);
-            cpu::fir(x, &taps, &mut y);
-            let ax: Vec<f32> = x.iter().map(|v| v.abs()).collect();
-            cpu::fir(&ax, &abs_taps, &mut bound);
-            (y, bound)
-        };
+        let reference =
+            |x: &[f32]| with_bound(x, |x, abs, y| cpu::fir(x, if abs { &abs_taps } else { &taps }, y));
         let (e, t) =
             check_filter(&gpu, &mut rig, &mut rng, &format!("fir {count} taps"), &FILTER_LENS, &reference);
         exact += e;
@@ -421,11 +426,9 @@ fn filter2d_matches_cpu() {
             Rig::single(&mut gpu, Filter2dOp::filter2d("filter2d", width, kernel, capacity).unwrap());
         let abs_kernel = kernel.map(f32::abs);
         let reference = |x: &[f32]| {
-            let (mut y, mut bound) = (vec![0f32; x.len()], vec![0f32; x.len()]);
-            cpu::filter2d(x, width as usize, &kernel, &mut y);
-            let ax: Vec<f32> = x.iter().map(|v| v.abs()).collect();
-            cpu::filter2d(&ax, width as usize, &abs_kernel, &mut bound);
-            (y, bound)
+            with_bound(x, |x, abs, y| {
+                cpu::filter2d(x, width as usize, if abs { &abs_kernel } else { &kernel }, y)
+            })
         };
         let (e, t) = check_filter(
             &gpu,
