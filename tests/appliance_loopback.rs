@@ -1,0 +1,306 @@
+//! The whole appliance on the host backend over real loopback sockets: the
+//! real sender streams frames to it, and every processed result is checked
+//! against the chain computed here from the known payload of (stream, frame
+//! sequence) with the CPU reference operators; counters, timestamps and both
+//! overrun policies are checked on the report.
+
+mod appliance_support;
+
+use appliance_support::{
+    Running, check_result, check_sequences, check_timestamps, host_config, one_at_a_time, reference_chain,
+};
+use frameloop::app::Report;
+use frameloop::metrics::Segment;
+use frameloop::ops::{OpSpec, SampleFormat, default_chain};
+use frameloop::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE};
+use frameloop::ring::{OverrunPolicy, ResultRecord};
+use frameloop::sender::{GsoMode, Pattern, SendArgs, SenderStats, run_sender};
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+
+/// What the sender sends in one test.
+#[derive(Debug, Clone, Copy)]
+struct Traffic {
+    frame_bytes: u64,
+    packet_bytes: usize,
+    streams: u32,
+    count: u64,
+    rate: f64,
+    pattern: Pattern,
+}
+
+/// Runs the real sender to `to` on its own thread until it has sent everything.
+fn send(to: SocketAddr, t: Traffic) -> SenderStats {
+    let args = SendArgs {
+        to: to.to_string(),
+        rate: t.rate,
+        frame_bytes: t.frame_bytes,
+        packet_bytes: t.packet_bytes,
+        count: Some(t.count),
+        duration: None,
+        streams: t.streams,
+        pattern: t.pattern,
+        gso: GsoMode::Auto,
+        bind: None,
+    };
+    let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));
+    let stats = sender.join().expect("the sender thread does not panic").expect("the sender runs");
+    assert_eq!(stats.frames, t.count, "the sender sent every frame: {stats:?}");
+    assert_eq!(stats.errors.refused_packets + stats.errors.abandoned_packets, 0, "{stats:?}");
+    stats
+}
+
+/// The payload of frame (`stream`, `seq`). The counter pattern is written out
+/// here from its definition (word `w` = `w | stream << 32 | (seq & 0xffff) << 48`,
+/// little-endian) rather than taken from the sender, and checked against it.
+fn payload(pattern: Pattern, stream: u32, seq: u64, len: usize) -> Vec<u8> {
+    let from_sender = pattern.frame(stream, seq, len);
+    if pattern == Pattern::Counter {
+        let own: Vec<u8> = (0..len)
+            .map(|i| {
+                let word = (i as u64 / 8) | (stream as u64) << 32 | (seq & 0xffff) << 48;
+                word.to_le_bytes()[i % 8]
+            })
+            .collect();
+        assert_eq!(own, from_sender, "the sender's counter pattern differs from its definition");
+    }
+    from_sender
+}
+
+/// Every (stream, sequence) the sender sends: frame k goes to stream
+/// `k % streams` with sequence `k / streams`.
+fn sent_frames(t: Traffic) -> BTreeSet<(u32, u64)> {
+    (0..t.count).map(|k| ((k % t.streams as u64) as u32, k / t.streams as u64)).collect()
+}
+
+/// Checks one result against the reference chain on its frame's payload.
+fn check_against_reference(chain: &[OpSpec], t: Traffic, r: &ResultRecord) {
+    assert_eq!(r.slot_flags & (SLOT_COMPLETE | SLOT_INCOMPLETE), SLOT_COMPLETE, "frames arrive whole: {r:?}");
+    let bytes = payload(t.pattern, r.stream_id, r.frame_seq, t.frame_bytes as usize);
+    check_result(r, &reference_chain(chain, &bytes));
+    check_timestamps(r);
+}
+
+/// A chain's threshold must find samples in some frames and not everywhere,
+/// or its exact check would prove little.
+fn assert_detects_discriminate(chain: &[OpSpec], results: &[ResultRecord]) {
+    if !chain.iter().any(|op| matches!(op, OpSpec::Threshold { .. })) {
+        return;
+    }
+    assert!(
+        results
+            .iter()
+            .any(|r| r.detect_count > 0 && r.detect_count < r.output_len && r.first_detect_index > 0),
+        "the threshold level never splits a frame; pick one that does"
+    );
+}
+
+/// Streams `t` through an appliance running `chain` with policy `every`,
+/// checks every result, and returns the report.
+fn stream_and_check(chain: Vec<OpSpec>, t: Traffic) -> Report {
+    let _serial = one_at_a_time();
+    let mut cfg = host_config(chain.clone());
+    cfg.ring.slot_bytes = t.frame_bytes as usize;
+    // Room for every frame of the run: however long the loop is descheduled
+    // on a loaded machine, no frame finds the ring full.
+    cfg.ring.slots = (t.count as usize).next_power_of_two();
+    let app = Running::start(&cfg);
+    let sent = send(app.addr(), t);
+    app.wait_results(t.count as usize);
+    let (report, results) = app.stop();
+
+    assert_eq!(results.len() as u64, t.count, "one result per frame sent");
+    check_sequences(&results);
+    let seen: BTreeSet<(u32, u64)> = results.iter().map(|r| (r.stream_id, r.frame_seq)).collect();
+    assert_eq!(seen, sent_frames(t), "each frame sent was processed exactly once");
+    for r in &results {
+        assert_eq!(r.skipped_before, 0, "policy every skips nothing");
+        check_against_reference(&chain, t, r);
+    }
+    assert_detects_discriminate(&chain, &results);
+
+    let ingest = &report.ingest;
+    assert_eq!(ingest.datagrams, sent.packets, "every datagram arrived: {ingest:?}");
+    assert_eq!(ingest.packets_accepted, sent.packets, "{ingest:?}");
+    assert_eq!(ingest.datagrams_dropped(), 0, "{ingest:?}");
+    assert_eq!(ingest.frames_dropped(), 0, "{ingest:?}");
+    assert_eq!(
+        (ingest.frames_started, ingest.frames_complete, ingest.frames_incomplete),
+        (t.count, t.count, 0)
+    );
+    assert_eq!(report.loop_stats.frames_processed, t.count);
+    assert_eq!(report.loop_stats.frames_skipped, 0);
+    let frames = &report.latency.frames;
+    assert_eq!((frames.processed, frames.complete, frames.incomplete), (t.count, t.count, 0));
+    assert_eq!((frames.skipped, frames.results_lost), (0, 0));
+    for segment in Segment::ALL {
+        let s = report.latency.segment(segment);
+        assert_eq!(s.count + s.negative_clamped, t.count, "{} recorded once per frame", segment.name());
+        assert_eq!(s.unstamped, 0, "{} is stamped on every frame", segment.name());
+    }
+    report
+}
+
+#[test]
+fn default_chain_results_match_the_reference_on_every_frame() {
+    let traffic = Traffic {
+        frame_bytes: 65536,
+        packet_bytes: 8972,
+        streams: 1,
+        count: 60,
+        rate: 200.0,
+        pattern: Pattern::Random,
+    };
+    stream_and_check(default_chain(), traffic);
+}
+
+#[test]
+fn u8_filter2d_stats_over_three_streams_match_the_reference() {
+    let chain = vec![
+        OpSpec::Unpack { format: SampleFormat::U8, scale: 0.5, offset: -3.0 },
+        // Asymmetric, so a row or column mix-up changes the result.
+        OpSpec::Filter2d { width: 100, kernel: [0.0, 0.1, 0.0, 0.2, 0.4, -0.3, 0.0, 0.05, 0.15] },
+        OpSpec::Stats,
+    ];
+    // 120 whole rows and 37 samples past the last one, which pass through.
+    let traffic = Traffic {
+        frame_bytes: 12_037,
+        packet_bytes: 1472,
+        streams: 3,
+        count: 90,
+        rate: 300.0,
+        pattern: Pattern::Counter,
+    };
+    stream_and_check(chain, traffic);
+}
+
+#[test]
+fn u12_fir_threshold_over_two_streams_matches_the_reference() {
+    let chain = vec![
+        OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0, offset: 0.0 },
+        OpSpec::Fir { taps: vec![0.05, 0.1, 0.2, 0.3, 0.2, 0.1, 0.05] },
+        OpSpec::Threshold { level: 2300.0 },
+    ];
+    // 9001 bytes: 3000 whole packed pairs and two stray bytes, which unpack ignores.
+    let traffic = Traffic {
+        frame_bytes: 9001,
+        packet_bytes: 2048,
+        streams: 2,
+        count: 80,
+        rate: 300.0,
+        pattern: Pattern::Random,
+    };
+    let report = stream_and_check(chain, traffic);
+    assert_eq!(report.backend.name, "host");
+}
+
+#[test]
+fn a_chain_without_reductions_reports_only_its_output_length() {
+    let chain = vec![
+        OpSpec::Unpack { format: SampleFormat::U16, scale: 1.0, offset: 0.0 },
+        OpSpec::Fir { taps: vec![0.25, 0.5, 0.25] },
+    ];
+    let traffic = Traffic {
+        frame_bytes: 20_001,
+        packet_bytes: 4096,
+        streams: 2,
+        count: 40,
+        rate: 300.0,
+        pattern: Pattern::Counter,
+    };
+    stream_and_check(chain, traffic);
+}
+
+/// Streams `t` into a ring of `slots` slots under `policy`, stops once every
+/// datagram is handled and the ring drained, and checks what holds under
+/// both policies: each published frame is processed or counted skipped,
+/// never processed twice, `skipped_before` counts the ring sequences jumped,
+/// and each processed result matches the reference. Returns the report, the
+/// results and the number of frames published.
+fn stream_into_overrun(
+    chain: &[OpSpec],
+    t: Traffic,
+    slots: usize,
+    policy: OverrunPolicy,
+) -> (Report, Vec<ResultRecord>, u64) {
+    let mut cfg = host_config(chain.to_vec());
+    cfg.ring.slots = slots;
+    cfg.ring.slot_bytes = t.frame_bytes as usize;
+    cfg.ring.policy = policy;
+    let app = Running::start(&cfg);
+    let sent = send(app.addr(), t);
+    let ingest = app.wait_ingest("every datagram handled", |s| {
+        s.datagrams == sent.packets
+            && s.datagrams_accounted() == s.datagrams
+            && s.frames_started == s.frames_complete + s.frames_incomplete
+    });
+    let published = ingest.frames_complete + ingest.frames_incomplete;
+    let (report, results) = app.stop();
+
+    assert_eq!(report.ingest.frames_incomplete, 0, "{:?}", report.ingest);
+    assert_eq!(published + report.ingest.ring_full, t.count, "a frame is published or dropped whole");
+    check_sequences(&results);
+    let unique: HashSet<(u32, u64)> = results.iter().map(|r| (r.stream_id, r.frame_seq)).collect();
+    assert_eq!(unique.len(), results.len(), "no frame is processed twice");
+    let mut previous = 0;
+    for r in &results {
+        assert_eq!(r.skipped_before, r.ring_seq - previous - 1, "skipped_before counts the sequences jumped");
+        previous = r.ring_seq;
+        check_against_reference(chain, t, r);
+    }
+    assert_eq!(previous, published, "the newest published frame is processed");
+    let skipped: u64 = results.iter().map(|r| r.skipped_before).sum();
+    assert_eq!(results.len() as u64 + skipped, published, "each published frame is processed or skipped");
+    assert_eq!(
+        (report.loop_stats.frames_processed, report.latency.frames.processed),
+        (results.len() as u64, results.len() as u64)
+    );
+    assert_eq!((report.loop_stats.frames_skipped, report.latency.frames.skipped), (skipped, skipped));
+    (report, results, published)
+}
+
+/// A chain far slower per frame than a few milliseconds.
+fn slow_chain() -> Vec<OpSpec> {
+    vec![
+        OpSpec::Unpack { format: SampleFormat::U8, scale: 1.0, offset: 0.0 },
+        OpSpec::Fir { taps: vec![1.0 / 63.0; 63] },
+        OpSpec::Filter2d { width: 512, kernel: [0.1, 0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1] },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 128.0 },
+    ]
+}
+
+#[test]
+fn policy_every_processes_each_published_frame_in_ring_order() {
+    let _serial = one_at_a_time();
+    // A small ring and a burst faster than the chain: the ring may fill, and
+    // then whole frames are dropped at ingest, never skipped by the loop.
+    let traffic = Traffic {
+        frame_bytes: 32_768,
+        packet_bytes: 8972,
+        streams: 1,
+        count: 60,
+        rate: 2000.0,
+        pattern: Pattern::Random,
+    };
+    let (_, results, published) = stream_into_overrun(&slow_chain(), traffic, 4, OverrunPolicy::Every);
+    assert_eq!(results.len() as u64, published, "policy every processes every published frame");
+    assert!(results.iter().all(|r| r.skipped_before == 0), "policy every skips nothing");
+}
+
+#[test]
+fn policy_latest_with_a_slow_chain_skips_frames_but_never_repeats_one() {
+    let _serial = one_at_a_time();
+    let traffic = Traffic {
+        frame_bytes: 131_072,
+        packet_bytes: 8972,
+        streams: 2,
+        count: 40,
+        rate: 400.0,
+        pattern: Pattern::Random,
+    };
+    let (_, results, published) = stream_into_overrun(&slow_chain(), traffic, 16, OverrunPolicy::Latest);
+    let skipped: u64 = results.iter().map(|r| r.skipped_before).sum();
+    assert!(skipped > 0, "a chain this slow makes policy latest skip frames ({published} published)");
+}
