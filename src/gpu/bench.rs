@@ -1,1 +1,444 @@
-//! Latency benchmark of the CUDA backend against launch-per-frame baselines.
+//! Latency benchmark of the CUDA backend (`frameloop bench --backend cuda
+//! --compare`): one process, one run, the same operators and frames for every
+//! mode. The host publishes frames into the mapped frame ring at random gaps
+//! and measures publish → result seen by the host for: the resident loop with
+//! a poll budget, the resident loop with Holoscan-style sleep intervals,
+//! graph-launch-per-frame, stream-launch-per-frame, an empty-workload resident
+//! loop, and a persistent-kernel round-trip floor.
+
+use super::driver::{self, LaunchDims};
+use super::executor::{
+    ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
+    chain_fragment,
+};
+use super::nvrtc::CacheDir;
+use super::{GpuError, MappedMemory};
+use crate::clock::{monotonic_ns, realtime_ns};
+use crate::config::LoopConfig;
+use crate::fragment::Fragment;
+use crate::ops::OpSpec;
+use crate::ring::layout::{SlotHeader, result_ring_bytes, ring_bytes};
+use crate::ring::{FrameRing, OverrunPolicy, ResultRing, RingWriter};
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    pub ordinal: usize,
+    pub chain: Vec<OpSpec>,
+    pub frame_bytes: usize,
+    /// Measured frames per mode (after `warmup`).
+    pub frames: usize,
+    pub warmup: usize,
+    /// Random gap between frames, µs.
+    pub gap_us: (u64, u64),
+    pub seed: u64,
+    /// Poll budget and interval of the "resident poll" mode.
+    pub poll_budget_us: u64,
+    pub poll_interval_ns: u64,
+    /// How long each resident mode idles (no frames) to measure its idle cost.
+    pub idle_ms: u64,
+    pub cache: CacheDir,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        Self {
+            ordinal: 0,
+            chain: crate::ops::default_chain(),
+            frame_bytes: 8192,
+            frames: 4000,
+            warmup: 200,
+            gap_us: (20, 200),
+            seed: 42,
+            poll_budget_us: 1000,
+            poll_interval_ns: 200,
+            idle_ms: 200,
+            cache: CacheDir::Default,
+        }
+    }
+}
+
+/// Latency percentiles of one mode, µs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeResult {
+    pub mode: String,
+    pub frames: usize,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    /// Resident modes: loop iterations per second while no frame arrives.
+    pub idle_loop_rate_hz: Option<f64>,
+    /// Resident modes: fraction of wall time the handler kernel was running
+    /// while idle (it holds one warp on one SM for that time).
+    pub idle_handler_busy: Option<f64>,
+}
+
+/// One target of the issue and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// Everything one comparison run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareReport {
+    pub device: String,
+    pub chain: Vec<String>,
+    pub frame_bytes: usize,
+    pub frames_per_mode: usize,
+    pub clock_error_ns: u64,
+    pub modes: Vec<ModeResult>,
+    pub targets: Vec<TargetCheck>,
+}
+
+impl CompareReport {
+    /// A fixed-width table of the modes and the targets.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{}\nchain {} | {} B frames | {} frames per mode | clock error ±{} ns\n",
+            self.device,
+            self.chain.join(" → "),
+            self.frame_bytes,
+            self.frames_per_mode,
+            self.clock_error_ns
+        );
+        s.push_str(&format!(
+            "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9}  {:>12} {:>9}\n",
+            "mode (publish → result seen, µs)",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9",
+            "max",
+            "idle loops/s",
+            "idle busy"
+        ));
+        for m in &self.modes {
+            s.push_str(&format!(
+                "{:<38} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2}  {:>12} {:>9}\n",
+                m.mode,
+                m.p50_us,
+                m.p90_us,
+                m.p99_us,
+                m.p999_us,
+                m.max_us,
+                m.idle_loop_rate_hz.map_or("-".into(), |r| format!("{r:.0}")),
+                m.idle_handler_busy.map_or("-".into(), |b| format!("{:.1}%", b * 100.0)),
+            ));
+        }
+        for t in &self.targets {
+            s.push_str(&format!("[{}] {}: {}\n", if t.met { "met" } else { "MISSED" }, t.target, t.measured));
+        }
+        s
+    }
+}
+
+/// Deterministic xorshift64* generator: the same frames and gaps for every mode.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> ModeResult {
+    lat_ns.sort_unstable();
+    let n = lat_ns.len().max(1);
+    let p = |q: f64| lat_ns.get(((q * n as f64) as usize).min(n - 1)).copied().unwrap_or(0) as f64 / 1000.0;
+    ModeResult {
+        mode: mode.to_string(),
+        frames: lat_ns.len(),
+        p50_us: p(0.5),
+        p90_us: p(0.9),
+        p99_us: p(0.99),
+        p999_us: p(0.999),
+        max_us: lat_ns.last().copied().unwrap_or(0) as f64 / 1000.0,
+        idle_loop_rate_hz: idle.map(|i| i.0),
+        idle_handler_busy: idle.map(|i| i.1),
+    }
+}
+
+fn busy_wait(ns: u64) {
+    let until = monotonic_ns() + ns;
+    while monotonic_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Fills a frame payload from the generator (u16 samples spread over 0..65535).
+pub fn fill_frame(rng_seed: u64, frame: u64, out: &mut [u8]) {
+    let mut r = Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    for chunk in out.chunks_mut(8) {
+        let v = r.next().to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+/// Rings in mapped memory for one mode.
+pub struct MappedRings {
+    pub frames: Arc<FrameRing>,
+    pub results: Arc<ResultRing>,
+}
+
+impl MappedRings {
+    pub fn new(
+        rt: &GpuRuntime,
+        slots: usize,
+        frame_bytes: usize,
+        results: usize,
+        policy: OverrunPolicy,
+    ) -> Result<Self, GpuError> {
+        let fmem = rt.mapped(ring_bytes(slots, frame_bytes))?;
+        let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
+            .map_err(|e| GpuError::Setup(e.to_string()))?;
+        let rmem = rt.mapped(result_ring_bytes(results))?;
+        let results = ResultRing::new(Box::new(rmem), results);
+        Ok(Self { frames, results })
+    }
+}
+
+/// Publishes one frame: payload from the generator, header, head release. Returns the publish time.
+pub fn publish(w: &mut RingWriter, seed: u64, index: u64, len: usize) -> Result<(u64, u64), GpuError> {
+    let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
+    fill_frame(seed, index, &mut w.payload_mut(seq)[..len]);
+    let header = SlotHeader {
+        frame_seq: index,
+        payload_len: len as u32,
+        published_ns: realtime_ns(),
+        ..Default::default()
+    };
+    let t0 = monotonic_ns();
+    w.publish(seq, &header);
+    Ok((seq, t0))
+}
+
+struct ModeSpec {
+    name: &'static str,
+    style: LaunchStyle,
+    cfg: LoopConfig,
+    empty: bool,
+    stage_markers: bool,
+    controller: Option<ControllerPlacement>,
+}
+
+fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
+    let rings = MappedRings::new(rt, 64, o.frame_bytes, 8192, OverrunPolicy::Every)?;
+    rings.frames.take_reader_for_device();
+    let (fragment, flags) = if m.empty {
+        (Fragment::new("empty"), 0)
+    } else {
+        (chain_fragment(&o.chain, o.frame_bytes)?, chain_flags(&o.chain))
+    };
+    let mut opts = ExecutorOptions::new(m.cfg.clone());
+    opts.style = m.style;
+    opts.stage_markers = m.stage_markers;
+    opts.controller = m.controller;
+    let mut ex = ResidentExecutor::new(
+        Arc::clone(rt),
+        fragment,
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        flags,
+        opts,
+    )?;
+    let mut w = rings.frames.writer().ok_or_else(|| GpuError::Setup("ring writer taken".into()))?;
+    ex.launch()?;
+    let idle = if m.style == LaunchStyle::Resident {
+        std::thread::sleep(Duration::from_millis(20));
+        let (i0, h0, t0) = (ex.stats().iterations, ex.handler_busy_ns(), monotonic_ns());
+        std::thread::sleep(Duration::from_millis(o.idle_ms));
+        let (i1, h1, t1) = (ex.stats().iterations, ex.handler_busy_ns(), monotonic_ns());
+        let secs = (t1 - t0) as f64 / 1e9;
+        Some(((i1 - i0) as f64 / secs, (h1 - h0) as f64 / (t1 - t0) as f64))
+    } else {
+        None
+    };
+    let mut gaps = Rng(o.seed);
+    let mut lat = Vec::with_capacity(o.frames);
+    let head = Arc::clone(&rings.results);
+    for f in 0..(o.warmup + o.frames) as u64 {
+        let (_, t0) = publish(&mut w, o.seed, f, o.frame_bytes)?;
+        let want = f + 1;
+        if m.style != LaunchStyle::Resident {
+            ex.launch_one_frame()?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while head.head() < want {
+            if Instant::now() > deadline {
+                let why = match ex.poll() {
+                    Some(Err(e)) => e,
+                    _ => "no result within 2 s".to_string(),
+                };
+                return Err(GpuError::Setup(format!("{}: frame {f}: {why}", m.name)));
+            }
+            std::hint::spin_loop();
+        }
+        let t1 = monotonic_ns();
+        if m.style != LaunchStyle::Resident {
+            ex.sync()?;
+        }
+        if f >= o.warmup as u64 {
+            lat.push(t1 - t0);
+        }
+        busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
+    }
+    ex.tear_down()?;
+    Ok(percentiles(m.name, lat, idle))
+}
+
+/// The persistent-kernel round trip: one thread echoes a host-written sequence.
+fn run_floor(rt: &Arc<GpuRuntime>, o: &CompareOptions) -> Result<ModeResult, GpuError> {
+    let mem = MappedMemory::alloc(&rt.ctx, 3 * 64)?;
+    let word = |i: usize| -> &AtomicU64 {
+        // SAFETY: three 64-byte lines, 8-aligned, alive for this function.
+        unsafe { &*(mem.host_ptr().add(i * 64) as *const AtomicU64) }
+    };
+    let (mut inp, mut out, mut stop) = (mem.dptr(), mem.dptr() + 64, mem.dptr() + 128);
+    let stream = rt.ctx.new_stream()?;
+    let f = rt.library.function("fl_floor_echo")?;
+    let mut args =
+        [(&mut inp as *mut u64).cast(), (&mut out as *mut u64).cast(), (&mut stop as *mut u64).cast()];
+    // SAFETY: three device pointers, matching fl_floor_echo.
+    unsafe { driver::launch_raw(&stream, f, LaunchDims::SINGLE, &mut args)? };
+    let mut gaps = Rng(o.seed);
+    let mut lat = Vec::with_capacity(o.frames);
+    let mut failed = None;
+    for s in 1..=(o.warmup + o.frames) as u64 {
+        let t0 = monotonic_ns();
+        word(0).store(s, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while word(1).load(Ordering::Acquire) != s {
+            if Instant::now() > deadline {
+                failed = Some(GpuError::Setup("floor kernel did not answer within 2 s".into()));
+                break;
+            }
+        }
+        if failed.is_some() {
+            break;
+        }
+        if s > o.warmup as u64 {
+            lat.push(monotonic_ns() - t0);
+        }
+        busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
+    }
+    word(2).store(1, Ordering::Release);
+    driver::stream_sync(&stream)?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(percentiles("floor: persistent kernel round trip", lat, None)),
+    }
+}
+
+/// Runs every mode and checks the targets.
+pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
+    let rt = GpuRuntime::open(o.ordinal, o.cache.clone())?;
+    let poll = LoopConfig {
+        poll_budget_us: o.poll_budget_us,
+        poll_interval_ns: o.poll_interval_ns,
+        data_not_ready_sleep_interval_us: 0,
+        timeout_ms: 0,
+        sync_with_host: true,
+    };
+    let sleep = |us| LoopConfig {
+        poll_budget_us: 0,
+        poll_interval_ns: 0,
+        data_not_ready_sleep_interval_us: us,
+        ..poll.clone()
+    };
+    let spec = |name, style, cfg: &LoopConfig, empty| ModeSpec {
+        name,
+        style,
+        cfg: cfg.clone(),
+        empty,
+        stage_markers: false,
+        controller: None,
+    };
+    let modes = [
+        spec("resident poll budget", LaunchStyle::Resident, &poll, false),
+        spec("resident sleep 100 µs (Holoscan)", LaunchStyle::Resident, &sleep(100), false),
+        spec("resident sleep 500 µs (Holoscan)", LaunchStyle::Resident, &sleep(500), false),
+        spec("graph-launch-per-frame", LaunchStyle::GraphPerFrame, &poll, false),
+        spec("stream-launch-per-frame", LaunchStyle::StreamPerFrame, &poll, false),
+        spec("resident EMPTY workload", LaunchStyle::Resident, &poll, true),
+        ModeSpec {
+            controller: Some(ControllerPlacement::Before),
+            ..spec("resident, controller before IF", LaunchStyle::Resident, &poll, false)
+        },
+        ModeSpec {
+            stage_markers: true,
+            ..spec("resident + stage markers", LaunchStyle::Resident, &poll, false)
+        },
+    ];
+    let mut results = vec![run_floor(&rt, o)?];
+    for m in &modes {
+        results.push(run_mode(&rt, o, m)?);
+    }
+    let by = |name: &str| results.iter().find(|r| r.mode.starts_with(name)).cloned().expect("mode ran");
+    let (res, graph, s500, empty, floor) = (
+        by("resident poll"),
+        by("graph-launch"),
+        by("resident sleep 500"),
+        by("resident EMPTY"),
+        by("floor"),
+    );
+    let targets = vec![
+        TargetCheck {
+            target: "resident p50 <= 10 µs".into(),
+            measured: format!("{:.2} µs", res.p50_us),
+            met: res.p50_us <= 10.0,
+        },
+        TargetCheck {
+            target: "resident p99.9 <= 15 µs".into(),
+            measured: format!("{:.2} µs", res.p999_us),
+            met: res.p999_us <= 15.0,
+        },
+        TargetCheck {
+            target: "resident p99.9 <= 0.8 x graph-launch-per-frame p99.9".into(),
+            measured: format!(
+                "{:.2} vs {:.2} µs ({:.2}x)",
+                res.p999_us,
+                graph.p999_us,
+                res.p999_us / graph.p999_us
+            ),
+            met: res.p999_us <= 0.8 * graph.p999_us,
+        },
+        TargetCheck {
+            target: "resident p50 >= 30x lower than sleep 500 µs p50".into(),
+            measured: format!("{:.1}x", s500.p50_us / res.p50_us),
+            met: s500.p50_us >= 30.0 * res.p50_us,
+        },
+        TargetCheck {
+            target: "empty resident p50 within 2.5x of the floor".into(),
+            measured: format!(
+                "{:.2}x ({:.2} vs {:.2} µs)",
+                empty.p50_us / floor.p50_us,
+                empty.p50_us,
+                floor.p50_us
+            ),
+            met: empty.p50_us <= 2.5 * floor.p50_us,
+        },
+    ];
+    let chain = chain_fragment(&o.chain, o.frame_bytes)?;
+    let plan = chain.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
+    Ok(CompareReport {
+        device: rt.info.to_string(),
+        chain: plan.order().iter().filter_map(|&id| chain.operator_name(id).map(str::to_string)).collect(),
+        frame_bytes: o.frame_bytes,
+        frames_per_mode: o.frames,
+        clock_error_ns: rt.clock().error_ns,
+        modes: results,
+        targets,
+    })
+}

@@ -146,16 +146,8 @@ pub fn chain_flags(chain: &[OpSpec]) -> u32 {
     })
 }
 
-/// A planned fragment with its buffers bound.
-struct PlannedFragment {
-    fragment: Fragment,
-    plan: Plan,
-    buffers: Vec<DeviceRegion>,
-    _allocations: Vec<DeviceBuffer>,
-}
-
 /// Plans `fragment` and allocates its executor-owned buffers.
-fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<HandlerPlan, GpuError> {
+fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<BoundPlan, GpuError> {
     let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     for d in plan.diagnostics() {
         tracing::warn!("fragment {}: {}", fragment.name(), d.message);
@@ -167,27 +159,10 @@ fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<HandlerP
         allocations.push(b);
         Ok::<_, GpuError>(p)
     })?;
-    Ok(HandlerPlan { plan, buffers, _allocations: allocations })
+    Ok(BoundPlan { plan, buffers, _allocations: allocations })
 }
-
-impl PlannedFragment {
-    fn new(ctx: &Arc<CudaContext>, fragment: Fragment) -> Result<Self, GpuError> {
-        let HandlerPlan { plan, buffers, _allocations } = plan_fragment(ctx, &fragment)?;
-        Ok(Self { fragment, plan, buffers, _allocations })
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.plan
-            .order()
-            .iter()
-            .filter_map(|&id| self.fragment.operator_name(id).map(str::to_string))
-            .collect()
-    }
-}
-
-/// Plan and buffers of the data-ready handler fragment (the fragment itself
-/// stays registered with the workload, or is the built-in one).
-struct HandlerPlan {
+/// A fragment's plan with its buffers bound (the executor-allocated ones kept alive here).
+struct BoundPlan {
     plan: Plan,
     buffers: Vec<DeviceRegion>,
     _allocations: Vec<DeviceBuffer>,
@@ -200,10 +175,13 @@ pub struct ResidentExecutor {
     result_ring: Arc<ResultRing>,
     control: MappedMemory,
     state: DeviceBuffer,
-    workload: PlannedFragment,
+    /// The main fragment (it also holds a custom data-ready handler, if registered).
+    workload: Fragment,
+    /// `None` for an empty workload (the end marker alone runs per frame).
+    workload_plan: Option<BoundPlan>,
     /// The built-in handler fragment, or `None` when the workload registered its own.
     builtin_handler: Option<Fragment>,
-    handler: HandlerPlan,
+    handler: BoundPlan,
     handler_params: Arc<Mutex<LoopParams>>,
     params: LoopParams,
     opts: ExecutorOptions,
@@ -289,8 +267,16 @@ impl ResidentExecutor {
             (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
             (None, None) => unreachable!("a handler is registered or built in"),
         };
-        let workload = PlannedFragment::new(&ctx, workload)?;
-        let stage_names = workload.names();
+        let workload_plan = if workload.is_empty() { None } else { Some(plan_fragment(&ctx, &workload)?) };
+        let stage_names = match &workload_plan {
+            Some(p) => p
+                .plan
+                .order()
+                .iter()
+                .filter_map(|&id| workload.operator_name(id).map(str::to_string))
+                .collect(),
+            None => Vec::new(),
+        };
         let capture_stream = ctx.new_stream()?;
         let run_stream = ctx.new_stream()?;
         let mut ex = Self {
@@ -300,6 +286,7 @@ impl ResidentExecutor {
             control,
             state,
             workload,
+            workload_plan,
             builtin_handler,
             handler,
             handler_params,
@@ -405,7 +392,6 @@ impl ResidentExecutor {
             Some(h) => h,
             None => self
                 .workload
-                .fragment
                 .data_ready_handler_mut()
                 .ok_or_else(|| GpuError::Setup("the data-ready handler fragment disappeared".into()))?,
         };
@@ -419,9 +405,11 @@ impl ResidentExecutor {
         let rt = Arc::clone(&self.rt);
         let lib = &rt.library;
         let mut p = self.params;
+        let Some(order) = self.workload_plan.as_ref().map(|b| b.plan.order().to_vec()) else {
+            return self.enqueue_end_marker(stream);
+        };
         if self.opts.stage_markers {
             let marker = lib.function("fl_stage_marker")?;
-            let order: Vec<_> = self.workload.plan.order().to_vec();
             for (i, id) in order.into_iter().enumerate() {
                 let mut stage = STAGE_FIRST_OP + i as u64;
                 let mut args =
@@ -437,9 +425,17 @@ impl ResidentExecutor {
                 chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
                 kernels: &self.rt.library,
             };
-            let w = &mut self.workload;
-            w.fragment.enqueue(&w.plan, &w.buffers, &target).map_err(|e| GpuError::Setup(e.to_string()))?;
+            let bound =
+                self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
+            self.workload
+                .enqueue(&bound.plan, &bound.buffers, &target)
+                .map_err(|e| GpuError::Setup(e.to_string()))?;
         }
+        self.enqueue_end_marker(stream)
+    }
+
+    fn enqueue_end_marker(&self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let mut p = self.params;
         let end = self.rt.library.function("fl_end_marker")?;
         let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
         // SAFETY: one LoopParams argument, matching the kernel.
@@ -453,13 +449,13 @@ impl ResidentExecutor {
     ) -> Result<(), GpuError> {
         let frame_desc = self.state.dptr() + DESC_OFFSET as u64;
         let chain_result = self.state.dptr() + CHAIN_OFFSET as u64;
-        let w = &mut self.workload;
-        let entry = &mut w.fragment.operators[id.index()];
+        let bound = self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
+        let entry = &mut self.workload.operators[id.index()];
         let mut ctx = ComputeContext {
             operator: &entry.name,
             stream,
-            ports: w.plan.bindings(id),
-            buffers: &w.buffers,
+            ports: bound.plan.bindings(id),
+            buffers: &bound.buffers,
             frame_desc,
             chain_result,
             kernels: &self.rt.library,
@@ -674,9 +670,10 @@ impl Drop for ResidentExecutor {
     }
 }
 
-// TODO(operators): replace with `super::operators` once the CUDA operators exist.
-fn chain_fragment(_chain: &[OpSpec], _max_frame_bytes: usize) -> Result<Fragment, GpuError> {
-    Err(GpuError::Setup("this build has no CUDA operators for the chain".into()))
+/// The main fragment of a configured chain (reductions fused where possible).
+pub fn chain_fragment(chain: &[OpSpec], max_frame_bytes: usize) -> Result<Fragment, GpuError> {
+    super::operators::build_main_fragment(chain, max_frame_bytes, super::operators::ChainLayout::default())
+        .map_err(|e| GpuError::Setup(e.to_string()))
 }
 
 /// The CUDA resident loop as the appliance sees it.

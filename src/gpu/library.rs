@@ -16,6 +16,15 @@ pub struct KernelLibrary {
     arch: String,
 }
 
+/// The kernels of an embedded source: as listed by `kernel_sources` for the
+/// operator kernels, found by [`kernel_names`] for the loop's own sources.
+fn kernels_of(file: &str, source: &str) -> Vec<String> {
+    match super::kernel_sources::KERNEL_NAMES.iter().find(|(f, _)| *f == file) {
+        Some((_, names)) => names.iter().map(|n| n.to_string()).collect(),
+        None => kernel_names(source),
+    }
+}
+
 /// Names of the `__global__` functions defined in a CUDA source (the
 /// identifier before the parameter list of each `__global__` declaration).
 pub fn kernel_names(source: &str) -> Vec<String> {
@@ -23,7 +32,13 @@ pub fn kernel_names(source: &str) -> Vec<String> {
     let mut rest = source;
     while let Some(at) = rest.find("__global__") {
         rest = &rest[at + "__global__".len()..];
-        let Some(paren) = rest.find('(') else { break };
+        let Some(mut paren) = rest.find('(') else { break };
+        // Skip `__launch_bounds__(...)` between `__global__` and the name.
+        while rest[..paren].trim_end().ends_with("__launch_bounds__") {
+            let Some(close) = rest[paren..].find(')') else { return names };
+            let Some(next) = rest[paren + close..].find('(') else { return names };
+            paren += close + next;
+        }
         let head = rest[..paren].trim_end();
         let start = head.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
         let name = &head[start..];
@@ -44,7 +59,7 @@ impl KernelLibrary {
         for (file, source) in sources::all_sources() {
             let cubin = compiler.cubin(file, source)?;
             let module = ctx.load_module(Ptx::from_binary(cubin))?;
-            for name in kernel_names(source) {
+            for name in kernels_of(file, source) {
                 let f = module.load_function(&name).map_err(|_| {
                     GpuError::MissingKernel(format!("{name} (declared in {file}; is it extern \"C\"?)"))
                 })?;
@@ -87,7 +102,8 @@ mod tests {
 
     #[test]
     fn finds_kernel_names() {
-        let src = "extern \"C\" __global__ void fl_a(int x) {}\n__global__ void\nfl_b (float* y);";
-        assert_eq!(kernel_names(src), vec!["fl_a".to_string(), "fl_b".to_string()]);
+        let src = "extern \"C\" __global__ void fl_a(int x) {}\n__global__ void\nfl_b (float* y);\n\
+                   extern \"C\" __global__ void __launch_bounds__(256, 1) fl_c(int z) {}";
+        assert_eq!(kernel_names(src), vec!["fl_a".to_string(), "fl_b".to_string(), "fl_c".to_string()]);
     }
 }

@@ -12,9 +12,11 @@ pub mod clock;
 pub mod control;
 pub mod driver;
 pub mod executor;
+pub mod kernel_sources;
 pub mod library;
 pub mod mapped;
 pub mod nvrtc;
+pub mod operators;
 pub mod sources;
 
 use cudarc::driver::sys;

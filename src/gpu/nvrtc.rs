@@ -3,7 +3,7 @@
 //! NVRTC version. A cache that cannot be read or written only warns.
 
 use super::GpuError;
-use super::sources::HEADERS;
+use super::sources::all_headers;
 use cudarc::nvrtc::sys;
 use std::ffi::{CStr, CString, c_char};
 use std::path::{Path, PathBuf};
@@ -101,7 +101,7 @@ impl Compiler {
     pub fn cache_path(&self, file: &str, source: &str) -> Option<PathBuf> {
         let version = format!("{}.{}", self.version.0, self.version.1);
         let mut parts: Vec<&[u8]> = vec![source.as_bytes(), self.arch.as_bytes(), version.as_bytes()];
-        for (name, text) in HEADERS {
+        for (name, text) in all_headers() {
             parts.push(name.as_bytes());
             parts.push(text.as_bytes());
         }
@@ -181,19 +181,19 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     let c = |s: &str| CString::new(s).map_err(|_| err(format!("{s:?} contains a NUL byte"), String::new()));
     let src = c(source)?;
     let name = c(file)?;
-    let header_texts: Vec<CString> = HEADERS.iter().map(|(_, t)| c(t)).collect::<Result<_, _>>()?;
-    let header_names: Vec<CString> = HEADERS.iter().map(|(n, _)| c(n)).collect::<Result<_, _>>()?;
+    let header_texts: Vec<CString> = all_headers().map(|(_, t)| c(t)).collect::<Result<_, _>>()?;
+    let header_names: Vec<CString> = all_headers().map(|(n, _)| c(n)).collect::<Result<_, _>>()?;
     let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
     let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: all strings are NUL-terminated and outlive the call; the header
-    // arrays have HEADERS.len() entries each.
+    // SAFETY: all strings are NUL-terminated and outlive the call; both header
+    // arrays have header_texts.len() entries.
     nvrtc_check("nvrtcCreateProgram", unsafe {
         sys::nvrtcCreateProgram(
             &mut prog,
             src.as_ptr(),
             name.as_ptr(),
-            HEADERS.len() as i32,
+            header_texts.len() as i32,
             text_ptrs.as_ptr(),
             name_ptrs.as_ptr(),
         )

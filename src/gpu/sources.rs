@@ -2,8 +2,8 @@
 //! `#include`, the loop's own kernels (`handlers/`) and the operator kernels
 //! (`kernels/`, listed by `gpu::kernel_sources`).
 
-/// Headers resolved by name for every compiled source (`#include "ring.cuh"`).
-pub const HEADERS: &[(&str, &str)] = &[
+/// The loop's headers, resolved by name for every compiled source (`#include "ring.cuh"`).
+pub const LOOP_HEADERS: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../../handlers/prelude.cuh")),
     ("ring.cuh", include_str!("../../handlers/ring.cuh")),
 ];
@@ -16,8 +16,12 @@ pub const HANDLER_SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The operator kernels from `kernels/`.
-// TODO(kernel_sources): replace with `super::kernel_sources::KERNEL_SOURCES` once it exists.
-pub const OPERATOR_SOURCES: &[(&str, &str)] = &[];
+pub const OPERATOR_SOURCES: &[(&str, &str)] = super::kernel_sources::KERNEL_SOURCES;
+
+/// Every header a source may include: the loop's and the operators'.
+pub fn all_headers() -> impl Iterator<Item = (&'static str, &'static str)> {
+    LOOP_HEADERS.iter().chain(super::kernel_sources::KERNEL_HEADERS.iter()).copied()
+}
 
 /// Every source compiled at start-up, handlers first.
 pub fn all_sources() -> impl Iterator<Item = (&'static str, &'static str)> {

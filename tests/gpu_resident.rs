@@ -1,0 +1,234 @@
+//! The resident loop on a real GPU (ignored without one; run on the GPU
+//! machine with `--include-ignored --test-threads=1`): one launch processes
+//! host-published frames and every result matches the CPU chain, tear-down
+//! terminates, a timeout tears the graph down by itself, and host-driven
+//! data-ready works.
+
+use frameloop::backend::{BackendError, ResidentLoop};
+use frameloop::config::LoopConfig;
+use frameloop::gpu::CudaLoop;
+use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
+use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
+use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
+use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
+use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
+use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const FRAME_BYTES: usize = 8192;
+
+fn runtime() -> Arc<GpuRuntime> {
+    GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU")
+}
+
+/// Fills the result records with a pattern no real result has.
+fn poison_results(rings: &MappedRings) {
+    let mem = rings.results.memory();
+    // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
+    unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
+}
+
+fn wait_results(reader: &mut ResultReader, out: &mut Vec<ResultRecord>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while out.len() < n {
+        reader.drain(out);
+        assert!(Instant::now() < deadline, "only {} of {n} results arrived", out.len());
+    }
+}
+
+fn close(a: f32, b: f32, rel: f32) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(1.0)
+}
+
+fn check_against_cpu(chain: &[OpSpec], seed: u64, results: &[ResultRecord], lens: &[usize]) {
+    let mut cpu = CpuChain::new(chain, FRAME_BYTES).unwrap();
+    let mut payload = vec![0u8; FRAME_BYTES];
+    for (r, &len) in results.iter().zip(lens) {
+        let i = r.frame_seq;
+        fill_frame(seed, i, &mut payload[..len]);
+        let want = cpu.run(&payload[..len]);
+        assert_eq!(r.result_flags, want.result_flags() | RESULT_GPU_CLOCK, "frame {i}: flags");
+        assert_eq!(r.output_len as usize, want.output_len, "frame {i}: output_len");
+        if let Some(s) = want.stats {
+            assert!(close(r.sum, s.sum, 1e-5), "frame {i}: sum {} vs {}", r.sum, s.sum);
+            assert_eq!((r.min, r.max), (s.min, s.max), "frame {i}: min/max");
+            assert!(close(r.mean, s.mean, 1e-5), "frame {i}: mean {} vs {}", r.mean, s.mean);
+        }
+        if let Some((count, first)) = want.detect {
+            assert_eq!((r.detect_count, r.first_detect_index), (count, first), "frame {i}: detect");
+        }
+        assert!(r.done_ns >= r.detect_ns && r.detect_ns > 0, "frame {i}: GPU times");
+    }
+}
+
+/// `CudaLoop` (what `--backend cuda` runs) launched once processes every
+/// published frame, and each result equals the CPU chain's on fresh inputs.
+#[test]
+#[ignore = "needs a GPU"]
+fn one_launch_processes_frames_like_the_cpu_chain() {
+    let rt = runtime();
+    let seed = 0x5eed ^ frameloop::clock::realtime_ns();
+    for chain in [
+        default_chain(),
+        vec![
+            OpSpec::Unpack { format: SampleFormat::U12, scale: 0.01, offset: -3.0 },
+            OpSpec::Filter2d { width: 61, kernel: [0.1, 0.2, 0.1, 0.0, 1.0, 0.0, -0.1, -0.2, -0.1] },
+            OpSpec::Threshold { level: 20.0 },
+            OpSpec::Fir { taps: vec![0.25, 0.5, 0.25] },
+            OpSpec::Stats,
+        ],
+    ] {
+        let rings = MappedRings::new(&rt, 16, FRAME_BYTES, 1024, OverrunPolicy::Every).unwrap();
+        poison_results(&rings);
+        let mut reader = ResultReader::new(Arc::clone(&rings.results));
+        let mut lp = CudaLoop::new(
+            Arc::clone(&rt),
+            Arc::clone(&rings.frames),
+            Arc::clone(&rings.results),
+            &chain,
+            LoopConfig::default(),
+        )
+        .unwrap();
+        let mut w = rings.frames.writer().unwrap();
+        lp.launch().unwrap();
+        assert!(lp.is_launched());
+        let n = 300;
+        let mut lens = Vec::new();
+        let mut out = Vec::new();
+        for i in 0..n as u64 {
+            let len = if i % 7 == 3 { 1 + (i as usize * 131) % FRAME_BYTES } else { FRAME_BYTES };
+            publish(&mut w, seed, i, len).unwrap();
+            lens.push(len);
+            wait_results(&mut reader, &mut out, i as usize + 1);
+        }
+        assert!(lp.is_launched(), "the graph stays launched across frames");
+        let stats = lp.tear_down().unwrap();
+        assert_eq!(stats.frames_processed, n as u64);
+        assert!(stats.iterations >= n as u64);
+        assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
+        check_against_cpu(&chain, seed, &out, &lens);
+        assert!(!lp.is_launched());
+        assert_eq!(rings.frames.consumed(), n as u64, "every slot handed back");
+    }
+}
+
+fn executor(rt: &Arc<GpuRuntime>, rings: &MappedRings, opts: ExecutorOptions) -> ResidentExecutor {
+    rings.frames.take_reader_for_device();
+    let chain = default_chain();
+    let fragment = chain_fragment(&chain, FRAME_BYTES).unwrap();
+    ResidentExecutor::new(
+        Arc::clone(rt),
+        fragment,
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        chain_flags(&chain),
+        opts,
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tear_down_terminates_even_mid_poll_and_mid_sleep() {
+    let rt = runtime();
+    for cfg in [
+        LoopConfig { poll_budget_us: 1_000_000, poll_interval_ns: 1000, ..LoopConfig::default() },
+        LoopConfig {
+            poll_budget_us: 0,
+            poll_interval_ns: 0,
+            data_not_ready_sleep_interval_us: 1_000_000,
+            ..LoopConfig::default()
+        },
+    ] {
+        let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
+        let mut ex = executor(&rt, &rings, ExecutorOptions::new(cfg));
+        ex.launch().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(ex.is_launched());
+        let t = Instant::now();
+        ex.tear_down().unwrap();
+        assert!(t.elapsed() < Duration::from_millis(500), "tear-down took {:?}", t.elapsed());
+        assert_eq!(ex.state(), STATE_TORN_DOWN);
+        assert!(!ex.is_launched());
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn timeout_tears_the_graph_down_by_itself() {
+    let rt = runtime();
+    let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
+    let cfg = LoopConfig { timeout_ms: 50, ..LoopConfig::default() };
+    let mut lp = CudaLoop::new(
+        Arc::clone(&rt),
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        &default_chain(),
+        cfg,
+    )
+    .unwrap();
+    let mut w = rings.frames.writer().unwrap();
+    lp.launch().unwrap();
+    publish(&mut w, 1, 0, FRAME_BYTES).unwrap();
+    let t = Instant::now();
+    while lp.is_launched() {
+        assert!(t.elapsed() < Duration::from_secs(3), "the loop did not time out");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(40), "stopped before the timeout: {:?}", t.elapsed());
+    assert_eq!(lp.executor().state(), STATE_TIMED_OUT);
+    assert_eq!(lp.stats().frames_processed, 1);
+    assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn host_driven_mode_waits_for_data_ready() {
+    let rt = runtime();
+    let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
+    let mut opts = ExecutorOptions::new(LoopConfig::default());
+    opts.host_driven = true;
+    let mut ex = executor(&rt, &rings, opts);
+    let mut w = rings.frames.writer().unwrap();
+    ex.launch().unwrap();
+    for i in 0..5u64 {
+        publish(&mut w, 9, i, FRAME_BYTES).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(ex.results_published(), i, "processed frame {i} before data_ready");
+        ex.data_ready();
+        let t = Instant::now();
+        while !ex.result_ready(i) {
+            assert!(t.elapsed() < Duration::from_secs(2), "no result after data_ready");
+        }
+    }
+    assert_eq!(ex.tear_down().unwrap().frames_processed, 5);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn latest_policy_skips_to_the_newest_frame() {
+    let rt = runtime();
+    let rings = MappedRings::new(&rt, 16, FRAME_BYTES, 64, OverrunPolicy::Latest).unwrap();
+    let mut opts = ExecutorOptions::new(LoopConfig::default());
+    opts.host_driven = true;
+    let mut ex = executor(&rt, &rings, opts);
+    let mut w = rings.frames.writer().unwrap();
+    ex.launch().unwrap();
+    for i in 0..4u64 {
+        publish(&mut w, 3, i, FRAME_BYTES).unwrap();
+    }
+    ex.data_ready();
+    let t = Instant::now();
+    while !ex.result_ready(0) {
+        assert!(t.elapsed() < Duration::from_secs(2));
+    }
+    let mut out = Vec::new();
+    ResultReader::new(Arc::clone(&rings.results)).drain(&mut out);
+    let stats = ex.tear_down().unwrap();
+    assert_eq!(stats.frames_processed, 1);
+    assert_eq!(stats.frames_skipped, 3);
+    assert_eq!(rings.results.head(), 1);
+    assert_eq!(rings.frames.consumed(), 4);
+}
