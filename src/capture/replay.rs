@@ -239,8 +239,8 @@ impl InProcessSetup {
 }
 
 enum Assembly {
-    Native(Reassembler),
-    Rtp(RtpAssembler),
+    Native(Box<Reassembler>),
+    Rtp(Box<RtpAssembler>),
 }
 
 /// Reassembly and the operator chain in one thread, driven by capture times.
@@ -266,12 +266,14 @@ impl InProcessPipeline {
         let writer = ring.writer().ok_or_else(|| setup_err("ring writer taken".into()))?;
         let reader = ring.reader().ok_or_else(|| setup_err("ring reader taken".into()))?;
         let assembly = match setup.rtp {
-            Some(r) => Assembly::Rtp(RtpAssembler::new(r, writer).map_err(|e| setup_err(e.to_string()))?),
-            None => Assembly::Native(Reassembler::new(
+            Some(r) => {
+                Assembly::Rtp(Box::new(RtpAssembler::new(r, writer).map_err(|e| setup_err(e.to_string()))?))
+            }
+            None => Assembly::Native(Box::new(Reassembler::new(
                 setup.reassembly.clone(),
                 writer,
                 Arc::new(IngestCounters::default()),
-            )),
+            ))),
         };
         let chain = CpuChain::new(&setup.chain, slot_bytes)
             .map_err(|errs| setup_err(errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")))?;
