@@ -7,7 +7,9 @@
 # Usage: bench/spead2/build.sh            (as root, or with sudo available)
 # Env:   SPEAD2_VERSION (default 4.5.1), SPEAD2_BUILD_DIR (default bench/spead2/build)
 #        SKIP_APT=1 to skip the Debian package step.
-# Result: $SPEAD2_BUILD_DIR/bin/spead2_send and spead2_recv.
+# Result: $SPEAD2_BUILD_DIR/bin/spead2_send and spead2_recv (UDP GSO/GRO where
+#         the kernel offers them) and bin-nogso/ (built without GSO/GRO;
+#         SPEAD2_NO_GSO_VARIANT=0 skips it).
 # Everything lands in the build directory, which git ignores; no spead2
 # code is kept in the frameloop repository.
 set -euo pipefail
@@ -67,22 +69,31 @@ PY
     tar -xzf "sdist/$src.tar.gz"
 fi
 
-if [[ ! -f "$src/build-tools/build.ninja" ]]; then
-    # -Dtools=enabled builds spead2_send/spead2_recv/spead2_bench; the Python
-    # module is not needed. ibverbs/CUDA/gdrapi are probed and skipped when
-    # absent (the comparison is over loopback sockets).
-    meson setup "$src/build-tools" "$src" \
-        --buildtype=release -Db_ndebug=true \
-        -Dtools=enabled -Dpython=false -Dunit_test=disabled \
-        -Dcuda=disabled -Dgdrapi=disabled
+# Two variants: the default one uses UDP GSO (send) and GRO (receive) where
+# the kernel offers them; the second is built without, for comparison.
+build_variant() {
+    local dir="$1" bin="$2"
+    shift 2
+    if [[ ! -f "$src/$dir/build.ninja" ]]; then
+        # -Dtools=enabled builds spead2_send/spead2_recv; the Python module
+        # is not needed. ibverbs/pcap/cap are probed and used when present.
+        meson setup "$src/$dir" "$src" \
+            --buildtype=release -Db_ndebug=true \
+            -Dtools=enabled -Dpython=false -Dunit_test=disabled \
+            -Dcuda=disabled -Dgdrapi=disabled "$@"
+    fi
+    ninja -C "$src/$dir" -j "$jobs" src/spead2_send src/spead2_recv
+    mkdir -p "$bin"
+    for t in spead2_send spead2_recv; do
+        ln -sf "$build_dir/$src/$dir/src/$t" "$bin/$t"
+    done
+}
+build_variant build-tools bin
+if [[ "${SPEAD2_NO_GSO_VARIANT:-1}" == 1 ]]; then
+    build_variant build-tools-nogso bin-nogso -Dgso=disabled -Dgro=disabled
 fi
-ninja -C "$src/build-tools" -j "$jobs"
 
-mkdir -p bin
-for t in spead2_send spead2_recv spead2_bench; do
-    f=$(find "$src/build-tools" -name "$t" -type f -perm -u+x | head -1)
-    [[ -n "$f" ]] && ln -sf "$build_dir/$f" "bin/$t"
-done
 "$build_dir/bin/spead2_recv" --help >/dev/null
 "$build_dir/bin/spead2_send" --help >/dev/null
+[[ -x "$build_dir/bin-nogso/spead2_recv" ]] && grep -q "define SPEAD2_USE_GRO 0" "$src/build-tools-nogso/include/spead2/common_features.h"
 echo "spead2 $version tools in $build_dir/bin ($(($(date +%s) - started)) s)"

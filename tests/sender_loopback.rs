@@ -1,0 +1,255 @@
+//! The sender over real loopback sockets: exact frame and packet counts,
+//! timestamps, identical datagrams with and without UDP GSO, the fallback
+//! when the kernel refuses GSO, stop, pacing and counted refusals.
+
+use frameloop::sender::{
+    GsoMode, GsoStatus, Pattern, SendArgs, SendError, SenderStats, build_frame_datagrams, open_socket,
+    run_sender, run_sender_on,
+};
+use frameloop::wire::native;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A loopback receiver collecting datagrams on its own thread until
+/// `expected` arrived or nothing came for a while.
+struct Collector {
+    addr: SocketAddr,
+    thread: JoinHandle<Vec<Vec<u8>>>,
+}
+
+impl Collector {
+    fn start(expected: usize) -> Collector {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        s.set_recv_buffer_size(8 << 20).unwrap();
+        s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+        let sock: UdpSocket = s.into();
+        sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let thread = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            let mut last = Instant::now();
+            while got.len() < expected && last.elapsed() < Duration::from_secs(3) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    got.push(buf[..n].to_vec());
+                    last = Instant::now();
+                }
+            }
+            got
+        });
+        Collector { addr, thread }
+    }
+
+    fn finish(self) -> Vec<Vec<u8>> {
+        self.thread.join().unwrap()
+    }
+}
+
+fn args(to: SocketAddr) -> SendArgs {
+    SendArgs {
+        to: to.to_string(),
+        rate: 1000.0,
+        frame_bytes: 65536,
+        packet_bytes: 8972,
+        count: None,
+        duration: None,
+        streams: 1,
+        pattern: Pattern::Counter,
+        gso: GsoMode::Auto,
+        bind: None,
+    }
+}
+
+/// Checks that `got` holds exactly frames 0..frames of a run with `a`'s
+/// settings, byte for byte, and returns each frame's timestamp in send order.
+fn check_frames(got: &[Vec<u8>], a: &SendArgs, frames: u64) -> Vec<u64> {
+    let mut by_frame: BTreeMap<(u64, u32), Vec<Vec<u8>>> = BTreeMap::new();
+    for d in got {
+        let (h, _) = native::parse(d).expect("sender datagrams parse");
+        by_frame.entry((h.frame_seq, h.stream_id)).or_default().push(d.clone());
+    }
+    assert_eq!(by_frame.len() as u64, frames, "distinct frames received");
+    let mut stamps = Vec::new();
+    for k in 0..frames {
+        let (stream, seq) = ((k % a.streams as u64) as u32, k / a.streams as u64);
+        let packets = &by_frame[&(seq, stream)];
+        let ts = native::parse(&packets[0]).unwrap().0.sender_ts_ns;
+        let expected: Vec<_> =
+            build_frame_datagrams(stream, seq, a.frame_bytes, a.packet_bytes, ts, a.pattern)
+                .unwrap()
+                .collect();
+        assert_eq!(packets, &expected, "frame {k}: datagrams as built, in order, one timestamp");
+        stamps.push(ts);
+    }
+    stamps
+}
+
+fn no_errors(stats: &SenderStats) {
+    let e = stats.errors;
+    assert_eq!((e.refused_packets, e.abandoned_packets, e.gso_fallbacks), (0, 0, 0), "{stats:?}");
+}
+
+#[test]
+fn sends_exactly_count_frames_with_increasing_timestamps() {
+    let frames = 40;
+    let collector = Collector::start(frames * 8);
+    let a = SendArgs { count: Some(frames as u64), streams: 3, rate: 2000.0, ..args(collector.addr) };
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    let got = collector.finish();
+    assert_eq!((stats.frames, stats.packets, stats.packets_per_frame), (40, 320, 8));
+    assert_eq!(stats.bytes, got.iter().map(|d| d.len() as u64).sum::<u64>());
+    assert_eq!(got.len(), 320, "every datagram arrived");
+    no_errors(&stats);
+    let stamps = check_frames(&got, &a, frames as u64);
+    assert!(stamps.windows(2).all(|w| w[0] < w[1]), "timestamps increase frame to frame: {stamps:?}");
+    // Frames are 0.5 ms apart; the stamps must reflect the schedule, not a burst.
+    assert!(stamps[39] - stamps[0] >= 39 * 500_000 - 100_000, "{:?}", stamps[39] - stamps[0]);
+}
+
+fn send_and_collect(a: &SendArgs, socket: Option<Socket>) -> (Result<SenderStats, SendError>, Vec<Vec<u8>>) {
+    let expected = a.count.unwrap() as usize * 47;
+    let collector = Collector::start(expected);
+    let a = SendArgs { to: collector.addr.to_string(), ..a.clone() };
+    let stop = AtomicBool::new(false);
+    let result = match socket {
+        Some(s) => {
+            s.connect(&collector.addr.into()).unwrap();
+            run_sender_on(s, &a, &stop, |_| {})
+        }
+        None => run_sender(&a, &stop, |_| {}),
+    };
+    (result, collector.finish())
+}
+
+fn masked_timestamps(got: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    got.iter()
+        .map(|d| {
+            let mut d = d.clone();
+            d[40..48].fill(0);
+            d
+        })
+        .collect()
+}
+
+#[test]
+fn gso_and_plain_paths_deliver_identical_datagrams() {
+    // 1472-byte datagrams: 47 per 64 KiB frame, so GSO messages carry up to 44.
+    let base = SendArgs {
+        count: Some(12),
+        packet_bytes: 1472,
+        pattern: Pattern::Random,
+        ..args(([127, 0, 0, 1], 9).into())
+    };
+    let (gso, with_gso) = send_and_collect(&SendArgs { gso: GsoMode::On, ..base.clone() }, None);
+    let (plain, without) = send_and_collect(&SendArgs { gso: GsoMode::Off, ..base.clone() }, None);
+    let (gso, plain) = (gso.unwrap(), plain.unwrap());
+    assert_eq!((gso.gso, plain.gso), (GsoStatus::Active, GsoStatus::Off));
+    assert_eq!((gso.packets, plain.packets, gso.bytes), (12 * 47, 12 * 47, plain.bytes));
+    no_errors(&gso);
+    no_errors(&plain);
+    check_frames(&with_gso, &base, 12);
+    assert_eq!(masked_timestamps(&with_gso), masked_timestamps(&without));
+}
+
+/// A socket on which the kernel refuses GSO sends: with UDP checksums off
+/// (SO_NO_CHECK) it accepts the UDP_SEGMENT option but fails each GSO send
+/// with EINVAL, while sending single datagrams normally.
+fn socket_refusing_gso() -> Socket {
+    let s = open_socket("127.0.0.1:9".parse().unwrap(), None).unwrap();
+    let one: libc::c_int = 1;
+    // SAFETY: the option value is a live c_int of the declared size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+    s
+}
+
+#[test]
+fn refused_gso_falls_back_in_auto_mode_and_stops_in_on_mode() {
+    let base = SendArgs { count: Some(5), packet_bytes: 1472, ..args(([127, 0, 0, 1], 9).into()) };
+    let (auto, got) = send_and_collect(&base, Some(socket_refusing_gso()));
+    let auto = auto.unwrap();
+    assert_eq!(auto.gso, GsoStatus::RefusedOnSend);
+    assert_eq!(auto.errors.gso_fallbacks, 1);
+    assert_eq!(auto.packets, 5 * 47);
+    check_frames(&got, &base, 5);
+
+    let (on, _) = send_and_collect(&SendArgs { gso: GsoMode::On, ..base }, Some(socket_refusing_gso()));
+    let err = on.unwrap_err();
+    assert!(matches!(err, SendError::GsoRefused { .. }), "{err:?}");
+    assert!(err.to_string().contains("--gso auto"), "the message names the fix: {err}");
+}
+
+#[test]
+fn duration_is_roughly_respected() {
+    let collector = Collector::start(usize::MAX);
+    let a = SendArgs { duration: Some(0.3), frame_bytes: 1000, ..args(collector.addr) };
+    let started = Instant::now();
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    let took = started.elapsed();
+    // 300 frames are due in 0.3 s at 1000 frames/s; allow a loaded machine a wide margin.
+    assert!((200..=301).contains(&stats.frames), "{stats:?}");
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(3), "{took:?}");
+    assert!(stats.elapsed_s >= 0.29, "{stats:?}");
+    drop(collector);
+}
+
+#[test]
+fn stop_ends_an_unbounded_run_and_progress_is_reported() {
+    let collector = Collector::start(usize::MAX);
+    let a = SendArgs { frame_bytes: 1000, rate: 500.0, ..args(collector.addr) };
+    let stop = AtomicBool::new(false);
+    let mut reports = Vec::new();
+    let stats = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            stop.store(true, Ordering::Relaxed);
+        });
+        run_sender(&a, &stop, |p| reports.push(p.frames)).unwrap()
+    });
+    assert!(stats.frames > 100 && stats.frames < 1200, "{stats:?}");
+    assert!(!reports.is_empty(), "progress was reported at least once in 1.2 s");
+    assert!(reports.windows(2).all(|w| w[0] <= w[1]) && *reports.last().unwrap() <= stats.frames);
+    drop(collector);
+}
+
+#[test]
+fn datagrams_refused_by_a_closed_port_are_counted_not_lost() {
+    // Take a free port, then close it: the ICMP port-unreachable replies make
+    // later sends fail with ECONNREFUSED.
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let a = SendArgs { count: Some(50), packet_bytes: 1472, gso: GsoMode::Off, ..args(closed) };
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    assert_eq!(stats.frames, 50);
+    assert!(stats.errors.refused_packets > 0, "{stats:?}");
+    assert_eq!(stats.packets + stats.errors.refused_packets, 50 * 47, "{stats:?}");
+}
+
+#[test]
+fn bad_settings_are_refused_before_sending() {
+    let stop = AtomicBool::new(false);
+    let to: SocketAddr = ([127, 0, 0, 1], 9).into();
+    for (a, needle) in [
+        (SendArgs { rate: 0.0, ..args(to) }, "--rate"),
+        (SendArgs { duration: Some(-1.0), ..args(to) }, "--duration"),
+        (SendArgs { streams: 0, ..args(to) }, "--streams"),
+        (SendArgs { packet_bytes: 40, ..args(to) }, "--packet-bytes"),
+        (SendArgs { to: "no-port".into(), ..args(to) }, "--to"),
+        (SendArgs { bind: Some("[::1]:0".parse().unwrap()), ..args(to) }, "--bind"),
+    ] {
+        let err = run_sender(&a, &stop, |_| {}).unwrap_err();
+        assert!(err.to_string().contains(needle), "{needle}: {err}");
+    }
+}
