@@ -106,7 +106,7 @@ pub struct LoopParams {
 
 const _: () = {
     assert!(std::mem::size_of::<LoopControl>() == 12 * 64);
-    assert!(std::mem::size_of::<DeviceLoopState>() % 64 == 0);
+    assert!(std::mem::size_of::<DeviceLoopState>().is_multiple_of(64));
 };
 
 /// Byte offsets of the device-side structures inside [`DeviceLoopState`].

@@ -662,10 +662,11 @@ impl ResidentExecutor {
 
 impl Drop for ResidentExecutor {
     fn drop(&mut self) {
-        if self.launched && self.opts.style == LaunchStyle::Resident {
-            if let Err(e) = self.tear_down() {
-                tracing::warn!("tearing the resident loop down on drop: {e}");
-            }
+        if self.launched
+            && self.opts.style == LaunchStyle::Resident
+            && let Err(e) = self.tear_down()
+        {
+            tracing::warn!("tearing the resident loop down on drop: {e}");
         }
     }
 }

@@ -116,19 +116,19 @@ impl Compiler {
     /// The cubin of `source` (named `file` in diagnostics), from the cache when present.
     pub fn cubin(&self, file: &str, source: &str) -> Result<Vec<u8>, GpuError> {
         let path = self.cache_path(file, source);
-        if let Some(p) = &path {
-            if let Ok(bytes) = std::fs::read(p) {
-                if bytes.len() >= 4 && bytes[..4] == *b"\x7fELF" {
-                    return Ok(bytes);
-                }
-                tracing::warn!("ignoring corrupt cubin cache entry {}", p.display());
+        if let Some(p) = &path
+            && let Ok(bytes) = std::fs::read(p)
+        {
+            if bytes.len() >= 4 && bytes[..4] == *b"\x7fELF" {
+                return Ok(bytes);
             }
+            tracing::warn!("ignoring corrupt cubin cache entry {}", p.display());
         }
         let cubin = compile(file, source, &self.arch)?;
-        if let Some(p) = &path {
-            if let Err(e) = store(p, &cubin) {
-                tracing::warn!("cannot write the cubin cache {}: {e}; compiling at every start", p.display());
-            }
+        if let Some(p) = &path
+            && let Err(e) = store(p, &cubin)
+        {
+            tracing::warn!("cannot write the cubin cache {}: {e}; compiling at every start", p.display());
         }
         Ok(cubin)
     }
