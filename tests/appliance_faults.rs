@@ -180,12 +180,11 @@ fn reordered_and_interleaved_packets_assemble_exactly() {
     // Four frames of two streams at once (the default frames in flight),
     // each in its own scrambled order, packets of all four interleaved.
     let frames = [(0u32, 10u64), (1, 10), (0, 11), (1, 11)];
-    let orders: Vec<Vec<u32>> = (0..frames.len() as u32)
-        .map(|f| (0..PACKETS).map(|i| (i * 3 + f * 7) % PACKETS).rev().collect())
-        .collect();
-    for step in 0..PACKETS as usize {
-        for (f, &(stream, seq)) in frames.iter().enumerate().rev() {
-            tx.send_frame(stream, seq, [orders[f][step]]);
+    // Step `s` sends packet `(3 * s + 7 * f) % 10` of frame `f` (3 is prime
+    // to 10, so each frame gets every index once), last frame first.
+    for step in (0..PACKETS).rev() {
+        for (f, &(stream, seq)) in (0..frames.len() as u32).zip(&frames).rev() {
+            tx.send_frame(stream, seq, [(step * 3 + f * 7) % PACKETS]);
         }
     }
     // Then a frame whose last packet comes first and first packet last.
