@@ -326,3 +326,24 @@ fn a_source_outside_the_allowlist_is_counted_and_dropped() {
     assert_eq!(ingest.packets_accepted, allowed.sent);
     assert_eq!(ingest.datagrams_dropped(), stranger.sent, "{ingest:?}");
 }
+
+#[test]
+fn stopping_publishes_and_processes_a_frame_still_in_flight() {
+    let _serial = one_at_a_time();
+    let mut cfg = config();
+    // Long enough that only the stop can publish the frame.
+    cfg.ingest.reassembly.frame_timeout_ms = 60_000;
+    let app = Running::start(&cfg);
+    let mut tx = Source::new("127.0.0.1:0", app.addr());
+    tx.send_frame(2, 9, (0..PACKETS).filter(|&i| i != 6));
+    let ingest = wait_handled(&app, tx.sent);
+    assert_eq!((ingest.frames_started, ingest.frames_complete + ingest.frames_incomplete), (1, 0));
+    assert!(app.results().is_empty(), "nothing is published before the stop");
+    let (report, results) = app.stop();
+
+    assert_eq!(results.len(), 1, "the frame in flight is published on the way out and processed");
+    check_frame(&results[0], &[6]);
+    assert_eq!(results[0].slot_flags & SLOT_TIMED_OUT, 0, "published by the stop, not by a timeout");
+    assert_eq!((report.ingest.frames_incomplete, report.ingest.frames_timed_out), (1, 0));
+    assert_eq!(report.latency.frames.incomplete, 1);
+}
