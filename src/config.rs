@@ -162,6 +162,10 @@ pub struct Config {
     pub metrics: crate::metrics::MetricsConfig,
     #[serde(default)]
     pub service: crate::service::ServiceConfig,
+    /// RFC 4175 RTP raw video: when present, the receiver assembles RTP video
+    /// frames of this geometry instead of native frameloop datagrams.
+    #[serde(default)]
+    pub rtp: Option<crate::rtp::RtpConfig>,
 }
 
 impl Default for Config {
@@ -174,6 +178,7 @@ impl Default for Config {
             ingest: Default::default(),
             metrics: Default::default(),
             service: Default::default(),
+            rtp: None,
         }
     }
 }
@@ -187,6 +192,23 @@ impl Config {
         self.ingest.validate(&mut p);
         self.metrics.validate(&mut p);
         self.service.validate(&mut p);
+        if let Some(rtp) = &self.rtp {
+            match rtp.resolve() {
+                Err(problems) => p.extend(problems),
+                Ok(settings) if settings.geometry.frame_bytes() > self.ring.slot_bytes => {
+                    p.push(ConfigProblem::new(
+                        "ring.slot_bytes",
+                        format!(
+                            "{} is smaller than one [rtp] frame ({} bytes); set ring.slot_bytes to at least {}",
+                            self.ring.slot_bytes,
+                            settings.geometry.frame_bytes(),
+                            settings.geometry.frame_bytes()
+                        ),
+                    ));
+                }
+                Ok(_) => {}
+            }
+        }
         if let Err(errs) = ops::validate_chain(&self.chain) {
             for e in errs {
                 p.push(ConfigProblem::new("chain", e.to_string()));
@@ -277,7 +299,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
     };
     let mut problems = Vec::new();
-    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain", "ingest", "metrics", "service"];
+    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rtp"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -308,7 +330,9 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let ingest = section("ingest", table.get("ingest"), &mut problems);
     let metrics = section("metrics", table.get("metrics"), &mut problems);
     let service = section("service", table.get("service"), &mut problems);
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service };
+    // Absent means native ingest; present (even empty) means RTP video.
+    let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp };
     if problems.is_empty() {
         problems = config.problems();
     }
@@ -404,6 +428,29 @@ mod tests {
             assert!(keys.iter().any(|x| x.starts_with(k)), "missing {k} in {keys:?}\n{err}");
         }
         assert!(keys.iter().any(|x| x.starts_with("chain[1]")), "{keys:?}");
+    }
+
+    #[test]
+    fn rtp_section_is_optional_and_checked_with_the_rest() {
+        assert_eq!(parse("").unwrap().rtp, None);
+        let cfg = parse(
+            "[ring]\nslot_bytes = 153600\n[rtp]\nwidth = 320\nheight = 240\nsampling = \"YCbCr-4:2:2\"\ndepth = 8\n",
+        )
+        .unwrap();
+        let settings = cfg.rtp.as_ref().unwrap().resolve().unwrap();
+        assert_eq!(settings.geometry.frame_bytes(), 320 * 240 * 2);
+        // Unknown keys, bad values and missing geometry are all reported at once.
+        let err = parse("[ring]\nslotz = 1\n[rtp]\nwidht = 320\nheight = 0\ndepth = 8\n").unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["ring.slotz", "rtp.widht"], "{err}");
+        let err = parse("[rtp]\nheight = 0\ndepth = 8\nsampling = \"RGB\"\n").unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["rtp.width", "rtp.height"], "{err}");
+        // A frame larger than a ring slot names the slot size and the size needed.
+        let err =
+            parse("[rtp]\nwidth = 640\nheight = 480\nsampling = \"YCbCr-4:2:2\"\ndepth = 8\n").unwrap_err();
+        assert_eq!(err.problems()[0].key, "ring.slot_bytes");
+        assert!(err.to_string().contains("at least 614400"), "{err}");
     }
 
     #[test]

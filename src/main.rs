@@ -1,5 +1,5 @@
 //! The `frameloop` command: run the appliance, benchmark it, send test
-//! frames, and check configs.
+//! frames, record and replay captures, and check configs.
 
 use clap::{Parser, Subcommand};
 use frameloop::app;
@@ -30,6 +30,33 @@ enum Command {
     Send(frameloop::sender::SendArgs),
     /// Check a config file and report every problem at once.
     Validate(app::ValidateArgs),
+    /// Record the UDP datagrams sent to an address as pcapng, with nanosecond receive times.
+    #[command(long_about = "Record the UDP datagrams sent to --bind into a pcapng file, one packet per \
+datagram with its real source address and a nanosecond receive time, until --duration, --count or \
+SIGINT/SIGTERM. tcpdump, tshark and Wireshark read the file; `frameloop replay` replays it.\n\n\
+To record what a running appliance receives, use `frameloop run --record FILE.pcapng` instead.")]
+    Record(frameloop::capture::RecordArgs),
+    /// Replay a pcap/pcapng capture into a running appliance (--to) or in-process.
+    #[command(long_about = "Replay the UDP datagrams of a pcap or pcapng capture (from tcpdump, tshark, \
+Wireshark, `frameloop record` or `frameloop run --record`).\n\n\
+With --to ADDR the datagrams are sent to a running appliance, paced on the capture's timestamps \
+(--speed scales, --max-rate sends as fast as possible). Without --to they go in-process into \
+reassembly and the CPU operator chain of --config (native datagrams, or RFC 4175 RTP video when \
+the config has an [rtp] section); the result is the same on every run.\n\n\
+A summary (frames, datagrams, packets skipped by reason) is printed at the end. A truncated or \
+corrupt capture is replayed up to the damage, then reported with a non-zero exit status.")]
+    Replay(ReplayCommand),
+}
+
+/// `frameloop replay`: the replay arguments and the config for in-process replay.
+#[derive(clap::Args)]
+struct ReplayCommand {
+    #[command(flatten)]
+    replay: frameloop::capture::ReplayArgs,
+    /// In-process: config giving the ring, reassembly and chain; with an [rtp]
+    /// section the datagrams are assembled as RFC 4175 video [default: embedded defaults].
+    #[arg(long, short)]
+    config: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -40,6 +67,8 @@ fn main() -> ExitCode {
         Command::Run(a) => app::run(&a),
         Command::Send(a) => app::send(&a),
         Command::Validate(a) => app::validate(&a),
+        Command::Record(a) => app::record(&a),
+        Command::Replay(a) => app::replay(&a.replay, a.config.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,17 +1,22 @@
 //! The running appliance: frame ring and result ring, the UDP receiver
 //! thread, the resident loop (host or CUDA) and the result thread, started
 //! in that dependency order and stopped in the reverse one.
+//!
+//! The receiver assembles native frameloop datagrams, or RFC 4175 RTP video
+//! when the config has an `[rtp]` section; it can record every datagram it
+//! receives as pcapng ([`Appliance::start_recording`]).
 
 use super::AppError;
 use crate::backend::{LoopStats, ResidentLoop};
 use crate::config::{BackendChoice, Config};
 use crate::host::HostLoop;
-use crate::ingest::{IngestCounters, IngestError, IngestSnapshot, Reassembler, UdpReceiver};
+use crate::ingest::{FrameAssembler, IngestCounters, IngestError, IngestSnapshot, Reassembler, UdpReceiver};
 use crate::metrics::{ResultCallback, ResultSink, ResultThread, Summary, create_interval_log};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, HostMemory, ResultReader, ResultRing, RingMemory};
+use crate::rtp::{RtpAssembler, RtpCounters};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -60,6 +65,10 @@ pub struct Appliance {
     local_addr: SocketAddr,
     gro_active: bool,
     counters: Arc<IngestCounters>,
+    /// The RTP assembler's counters, when the receiver assembles RTP video.
+    rtp_counters: Option<Arc<RtpCounters>>,
+    /// Where the recording tap reports once the receiver has dropped it.
+    recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     frame_ring: Arc<FrameRing>,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
@@ -78,13 +87,44 @@ pub struct Report {
     pub gro: bool,
     pub loop_stats: LoopStats,
     pub ingest: IngestSnapshot,
+    /// RTP assembler counters (name, value), when the config has `[rtp]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtp: Option<Vec<(&'static str, u64)>>,
+    /// What `--record` wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording: Option<RecordingReport>,
     pub latency: Summary,
+}
+
+/// What a recording of the received datagrams wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecordingReport {
+    pub path: PathBuf,
+    /// Datagrams written.
+    pub datagrams: u64,
+    /// Their UDP payload bytes.
+    pub payload_bytes: u64,
+    /// Datagrams not written: too large for one IP packet, or after a write error.
+    pub not_written: u64,
+    /// The write error that stopped the recording, if one did.
+    pub error: Option<String>,
 }
 
 impl Appliance {
     /// Allocates the rings, launches the resident loop, starts the result
     /// thread and binds the receiver. When this returns, frames are accepted.
     pub fn start(cfg: &Config, opts: StartOptions) -> Result<Self, AppError> {
+        Self::start_recording(cfg, opts, None)
+    }
+
+    /// As [`Appliance::start`], and with `record` every datagram the receiver
+    /// takes off the socket is written to that pcapng file (finished when the
+    /// appliance stops; [`Report::recording`] says what was written).
+    pub fn start_recording(
+        cfg: &Config,
+        opts: StartOptions,
+        record: Option<&Path>,
+    ) -> Result<Self, AppError> {
         let pick = pick_backend(cfg.backend)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes);
@@ -144,9 +184,30 @@ impl Appliance {
         let writer = frame_ring
             .writer()
             .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
-        let reassembler = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(&counters));
-        let mut receiver = UdpReceiver::bind(&cfg.ingest, reassembler)
+        let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
+            Some(rtp) => {
+                let settings =
+                    rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
+                let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
+                let c = Arc::clone(a.counters());
+                (Box::new(a), Some(c))
+            }
+            None => {
+                let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(&counters));
+                (Box::new(r), None)
+            }
+        };
+        let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(&counters))
             .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+        let recording = match record {
+            Some(path) => {
+                let (tap, done) = super::captures::recording_tap(path)?;
+                receiver.set_tap(Box::new(tap));
+                tracing::info!("recording received datagrams to {}", path.display());
+                Some(done)
+            }
+            None => None,
+        };
         let local_addr = receiver.local_addr();
         let gro_active = receiver.gro_active();
         let rx_stop = Arc::new(AtomicBool::new(false));
@@ -173,6 +234,8 @@ impl Appliance {
             local_addr,
             gro_active,
             counters,
+            rtp_counters,
+            recording,
             frame_ring,
             rx_stop,
             rx_thread: Some(rx_thread),
@@ -211,15 +274,26 @@ impl Appliance {
         self.results.as_ref().map(ResultThread::snapshot).unwrap_or_else(|| Summary::of(&Default::default()))
     }
 
+    /// RTP assembler counters (name, value), when the receiver assembles RTP video.
+    pub fn rtp_counters(&self) -> Option<Vec<(&'static str, u64)>> {
+        self.rtp_counters.as_ref().map(|c| c.iter().collect())
+    }
+
     /// One line for a progress display.
     pub fn progress_line(&self) -> String {
         let ingest = self.counters.snapshot();
+        // RTP datagrams are counted by the RTP assembler; the ingest counters
+        // then hold only what the receiver dropped before it.
+        let (rtp_datagrams, rtp_drops) = self
+            .rtp_counters
+            .as_ref()
+            .map_or((0, 0), |c| (c.get(crate::rtp::RtpCounter::datagrams), c.packets_dropped()));
         format!(
             "{:>6.1}s  rx {} datagrams  {}  drops {}",
             self.started.elapsed().as_secs_f64(),
-            ingest.datagrams,
+            ingest.datagrams + rtp_datagrams,
             self.latency().progress_line(),
-            self.counters.snapshot().datagrams_dropped()
+            ingest.datagrams_dropped() + rtp_drops
         )
     }
 
@@ -313,6 +387,11 @@ impl Appliance {
             Some(Ok(Err(e))) => tracing::error!("receiver stopped with an error: {e}"),
             Some(Err(_)) => tracing::error!("the receiver thread panicked"),
         }
+        // The receiver thread has ended, so the tap was dropped and has reported.
+        let recording = self.recording.as_ref().and_then(|done| done.try_recv().ok());
+        if let Some(e) = recording.as_ref().and_then(|r| r.error.as_ref()) {
+            tracing::error!("the recording stopped early: {e}");
+        }
         Ok(Report {
             backend: self.pick.clone(),
             elapsed_s: self.started.elapsed().as_secs_f64(),
@@ -320,6 +399,8 @@ impl Appliance {
             gro: self.gro_active,
             loop_stats,
             ingest: self.counters.snapshot(),
+            rtp: self.rtp_counters(),
+            recording,
             latency,
         })
     }
@@ -354,8 +435,22 @@ impl Report {
             ],
         );
         summary.add_counters("ingest", self.ingest.iter());
+        if let Some(rtp) = &self.rtp {
+            summary.add_counters("rtp", rtp.iter().copied());
+        }
+        let recording = match &self.recording {
+            None => String::new(),
+            Some(r) => format!(
+                "recorded {} datagrams ({} payload bytes, {} not written) to {}{}\n",
+                r.datagrams,
+                r.payload_bytes,
+                r.not_written,
+                r.path.display(),
+                r.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
+            ),
+        };
         format!(
-            "backend: {} ({})\nlistening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\n{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
             self.listen,

@@ -2,10 +2,12 @@
 //! and the `bench`, `run`, `send` and `validate` commands.
 
 pub mod appliance;
+mod captures;
 mod loopback;
 pub mod signals;
 
 pub use appliance::{Appliance, BackendPick, Report, StartOptions, pick_backend};
+pub use captures::{record, replay};
 pub use loopback::{bench, send};
 
 use crate::config::{self, BackendChoice, Config};
@@ -128,6 +130,10 @@ pub struct RunArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Record every datagram the receiver takes off the socket to this pcapng
+    /// file (replay it with `frameloop replay`; tcpdump and Wireshark read it).
+    #[arg(long, value_name = "FILE.pcapng")]
+    pub record: Option<PathBuf>,
 }
 
 fn print_report(report: &Report, extra: Option<(&str, serde_json::Value)>, json: bool) {
@@ -190,7 +196,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
-    let app = Appliance::start(&cfg, opts)?;
+    let app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
 
     let board = MetricsBoard::new();
     board.publish(app.metrics_snapshot());

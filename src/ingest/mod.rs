@@ -1,16 +1,21 @@
 //! Ingest: datagrams off the network, reassembled into frame-ring slots, with
 //! every drop counted by reason (wire format and rules: `docs/wire-format.md`).
 //!
+//! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
+//!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
 //!   machine from datagrams to published slots.
 //! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, `recvmmsg`,
-//!   kernel timestamps, UDP GRO) feeding a [`Reassembler`].
+//!   kernel timestamps, UDP GRO, an optional datagram tap) feeding a
+//!   [`FrameAssembler`].
 
+pub mod assembler;
 pub mod counters;
 pub mod reassembly;
 pub mod udp;
 
+pub use assembler::FrameAssembler;
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
 pub use reassembly::{Reassembler, ReassemblyConfig};
 pub use udp::{IngestError, UdpConfig, UdpReceiver};

@@ -1,7 +1,13 @@
 //! The UDP receiver: one socket (socket2: `SO_REUSEPORT`, `SO_RCVBUF`,
 //! `SO_BUSY_POLL`, `SO_TIMESTAMPNS`, `UDP_GRO`), mio readiness, `recvmmsg`
 //! batches into preallocated buffers, a source allowlist, and a
-//! [`Reassembler`] that puts the frames into the ring.
+//! [`FrameAssembler`] (native [`Reassembler`] or RFC 4175
+//! [`crate::rtp::RtpAssembler`]) that puts the frames into the ring.
+//!
+//! An optional [`DatagramTap`] sees every datagram taken off the socket
+//! (after GRO splitting, whatever its source; not the buffers the kernel
+//! cut short), with its source address, the socket's bound address and the
+//! receive time: `frameloop run --record` records through it.
 //!
 //! Configuration lives in the `[ingest]` table; the reassembly keys
 //! (`frame_timeout_ms`, `max_frames_in_flight`, `max_packets_per_frame`) sit
@@ -12,16 +18,18 @@
 //! `UDP_GRO` control message; the receiver splits it back into datagrams. If
 //! the kernel refuses `UDP_GRO`, datagrams arrive one per buffer
 //! ([`UdpReceiver::gro_active`] says which). The hot path (receive, split,
-//! reassemble) neither allocates nor logs.
+//! tap, reassemble) neither allocates nor logs.
 
+use super::assembler::FrameAssembler;
 use super::counters::IngestCounters;
 use super::reassembly::{Reassembler, ReassemblyConfig};
+use crate::capture::DatagramTap;
 use crate::clock;
 use crate::config::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -185,7 +193,8 @@ struct BufferInfo {
     truncated: bool,
     /// GRO segment size, when the buffer holds coalesced datagrams.
     gro_segment: Option<usize>,
-    source: Option<IpAddr>,
+    /// The sender, when the kernel gave an IPv4 or IPv6 address.
+    source: Option<SocketAddr>,
     /// Kernel receive time, or the clock when no timestamp came.
     rx_ns: u64,
 }
@@ -198,12 +207,18 @@ fn datagrams(buf: &[u8], segment: Option<usize>) -> impl Iterator<Item = &[u8]> 
     (0..count).map(move |i| &buf[(i * step).min(buf.len())..((i + 1) * step).min(buf.len())])
 }
 
-/// Hands one received buffer to the reassembler, counting what it drops here
-/// (truncation, disallowed source) and the GRO segments.
-fn deliver(
-    reassembler: &mut Reassembler,
+/// The address a tap is given for a sender the kernel did not name.
+const UNKNOWN_SOURCE: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+/// Hands one received buffer to the assembler (and each of its datagrams to
+/// the tap, addressed to `local`), counting what it drops here (truncation,
+/// disallowed source) and the GRO segments.
+fn deliver<A: FrameAssembler + ?Sized>(
+    assembler: &mut A,
     counters: &IngestCounters,
     allow: &AllowList,
+    mut tap: Option<&mut (dyn DatagramTap + 'static)>,
+    local: SocketAddr,
     buf: &[u8],
     info: BufferInfo,
 ) {
@@ -211,18 +226,19 @@ fn deliver(
         counters.datagram(buf.len());
         return IngestCounters::bump(&counters.truncated);
     }
+    let allowed = allow.allows(info.source.map(|s| s.ip()));
     let mut segments = 0u64;
-    if !allow.allows(info.source) {
-        for d in datagrams(buf, info.gro_segment) {
+    for d in datagrams(buf, info.gro_segment) {
+        if let Some(t) = tap.as_deref_mut() {
+            t.on_datagram(info.source.unwrap_or(UNKNOWN_SOURCE), local, d, info.rx_ns);
+        }
+        if allowed {
+            assembler.on_datagram(d, info.rx_ns);
+        } else {
             counters.datagram(d.len());
             IngestCounters::bump(&counters.source_not_allowed);
-            segments += 1;
         }
-    } else {
-        for d in datagrams(buf, info.gro_segment) {
-            reassembler.on_datagram(d, info.rx_ns);
-            segments += 1;
-        }
+        segments += 1;
     }
     if segments > 1 {
         IngestCounters::add(&counters.gro_segments, segments);
@@ -311,7 +327,7 @@ impl RecvBatch {
         let mut info = BufferInfo {
             truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             gro_segment: None,
-            source: source_ip(&self.addrs[i], m.msg_hdr.msg_namelen),
+            source: source_addr(&self.addrs[i], m.msg_hdr.msg_namelen),
             rx_ns: 0,
         };
         let mut rx_ns = None;
@@ -342,19 +358,23 @@ impl RecvBatch {
 }
 
 /// The sender's address from a filled `sockaddr_storage`.
-fn source_ip(addr: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<IpAddr> {
+fn source_addr(addr: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     match addr.ss_family as libc::c_int {
         libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
             // SAFETY: the family and length say the storage holds a sockaddr_in,
             // and sockaddr_storage is large and aligned enough for it.
             let sin = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            // `s_addr` holds the address in network order, so its memory bytes are the octets.
-            Some(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
+            // `s_addr` and `sin_port` are in network order, so their memory bytes
+            // are the octets and the big-endian port.
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
             // SAFETY: as above, for sockaddr_in6.
             let sin6 = unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let port = u16::from_be(sin6.sin6_port);
+            Some(SocketAddr::V6(SocketAddrV6::new(ip, port, sin6.sin6_flowinfo, sin6.sin6_scope_id)))
         }
         _ => None,
     }
@@ -397,14 +417,19 @@ fn size_receive_buffer(socket: &Socket, wanted: usize) -> Result<usize, IngestEr
     Ok(usable)
 }
 
-/// A bound UDP socket feeding a [`Reassembler`], driven by [`UdpReceiver::run`].
-pub struct UdpReceiver {
+/// A bound UDP socket feeding a [`FrameAssembler`] (by default the native
+/// [`Reassembler`]), driven by [`UdpReceiver::run`].
+pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     socket: mio::net::UdpSocket,
     poll: mio::Poll,
     events: mio::Events,
-    reassembler: Reassembler,
-    /// The reassembler's counters (same `Arc`), for drops counted before it.
+    assembler: A,
+    /// Counters of the drops made before the assembler (truncation,
+    /// disallowed source) and of GRO segments; for the native reassembler,
+    /// the same `Arc` it counts into.
     counters: Arc<IngestCounters>,
+    /// Sees every datagram taken off the socket (see the module doc).
+    tap: Option<Box<dyn DatagramTap>>,
     allow: AllowList,
     batch: RecvBatch,
     local_addr: SocketAddr,
@@ -420,11 +445,26 @@ const _: fn() = || {
     is_send::<UdpReceiver>();
 };
 
-impl UdpReceiver {
+impl UdpReceiver<Reassembler> {
     /// Opens and binds the socket described by `cfg` (which should have passed
-    /// [`UdpConfig::validate`]), feeding `reassembler`. Unsupported optional
-    /// features (GRO, busy poll, kernel timestamps) are logged and skipped.
+    /// [`UdpConfig::validate`]), feeding the native `reassembler` and counting
+    /// into its counters. Unsupported optional features (GRO, busy poll,
+    /// kernel timestamps) are logged and skipped.
     pub fn bind(cfg: &UdpConfig, reassembler: Reassembler) -> Result<Self, IngestError> {
+        let counters = Arc::clone(reassembler.counters());
+        Self::bind_assembler(cfg, reassembler, counters)
+    }
+}
+
+impl<A: FrameAssembler> UdpReceiver<A> {
+    /// As [`UdpReceiver::bind`], feeding any `assembler`; the drops made
+    /// before it (truncation, disallowed source) and GRO segments count in
+    /// `counters`.
+    pub fn bind_assembler(
+        cfg: &UdpConfig,
+        assembler: A,
+        counters: Arc<IngestCounters>,
+    ) -> Result<Self, IngestError> {
         let addr: SocketAddr = cfg.bind.parse().map_err(|_| IngestError::BadBind(cfg.bind.clone()))?;
         let allow = AllowList::new(&cfg.allow)?;
         let setup = |what| move |source| IngestError::Socket { what, source };
@@ -471,8 +511,9 @@ impl UdpReceiver {
             socket,
             poll,
             events: mio::Events::with_capacity(4),
-            counters: Arc::clone(reassembler.counters()),
-            reassembler,
+            counters,
+            assembler,
+            tap: None,
             allow,
             batch: RecvBatch::new(cfg.batch.clamp(1, 1024)),
             local_addr,
@@ -502,6 +543,22 @@ impl UdpReceiver {
         &self.counters
     }
 
+    /// Calls `tap` for every datagram received from now on (replacing any
+    /// earlier tap, which is returned).
+    pub fn set_tap(&mut self, tap: Box<dyn DatagramTap>) -> Option<Box<dyn DatagramTap>> {
+        self.tap.replace(tap)
+    }
+
+    /// Removes the tap and returns it.
+    pub fn take_tap(&mut self) -> Option<Box<dyn DatagramTap>> {
+        self.tap.take()
+    }
+
+    /// The assembler the receiver feeds.
+    pub fn assembler(&self) -> &A {
+        &self.assembler
+    }
+
     /// Receives and reassembles on the calling thread until `stop` is set,
     /// then publishes the frames still in flight (flagged) and returns.
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), IngestError> {
@@ -512,9 +569,9 @@ impl UdpReceiver {
                 return Err(IngestError::Poll(e));
             }
             self.drain()?;
-            self.reassembler.on_tick(clock::realtime_ns());
+            self.assembler.on_tick(clock::realtime_ns());
         }
-        self.reassembler.flush(clock::realtime_ns());
+        self.assembler.flush(clock::realtime_ns());
         Ok(())
     }
 
@@ -525,7 +582,15 @@ impl UdpReceiver {
             let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
             for i in 0..n {
                 let (buf, info) = self.batch.message(i);
-                deliver(&mut self.reassembler, &self.counters, &self.allow, buf, info);
+                deliver(
+                    &mut self.assembler,
+                    &self.counters,
+                    &self.allow,
+                    self.tap.as_deref_mut(),
+                    self.local_addr,
+                    buf,
+                    info,
+                );
             }
             if n < self.batch.hdrs.len() {
                 break;
@@ -570,8 +635,64 @@ mod tests {
         (buf, frame)
     }
 
+    const LOCAL: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 5000));
+
+    /// A tap that keeps what it is given.
+    #[derive(Default)]
+    struct Collect(Vec<(SocketAddr, SocketAddr, Vec<u8>, u64)>);
+
+    impl DatagramTap for Collect {
+        fn on_datagram(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8], rx_ns: u64) {
+            self.0.push((src, dst, bytes.to_vec(), rx_ns));
+        }
+    }
+
+    #[test]
+    fn the_tap_sees_every_split_datagram_but_not_cut_buffers() {
+        let (mut r, _rd) = reassembler();
+        let counters = Arc::clone(r.counters());
+        let allow = AllowList::new(&["10.1.0.0/16".into()]).unwrap();
+        let (buf, _) = coalesced(3000, 1048);
+        let mut tap = Collect::default();
+        deliver(&mut r, &counters, &allow, Some(&mut tap), LOCAL, &buf, info(Some(1048), "10.1.2.3"));
+        deliver(&mut r, &counters, &allow, Some(&mut tap), LOCAL, &buf[..1048], info(None, "10.9.9.9"));
+        let cut = BufferInfo { truncated: true, ..info(None, "10.1.2.3") };
+        deliver(&mut r, &counters, &allow, Some(&mut tap), LOCAL, &buf[..100], cut);
+        let src = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 4000);
+        let want: Vec<_> = buf
+            .chunks(1048)
+            .map(|d| (src("10.1.2.3"), LOCAL, d.to_vec(), 5))
+            .chain([(src("10.9.9.9"), LOCAL, buf[..1048].to_vec(), 5)])
+            .collect();
+        assert_eq!(tap.0, want, "three split datagrams and the disallowed one, in order");
+        let s = r.counters().snapshot();
+        assert_eq!((s.packets_accepted, s.source_not_allowed, s.truncated), (3, 1, 1));
+    }
+
+    /// `addr` as the kernel writes it into a `sockaddr_storage`, and its length.
+    fn storage_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        let sa = socket2::SockAddr::from(addr);
+        // SAFETY: a SockAddr holds a whole, initialised sockaddr_storage.
+        (unsafe { sa.as_ptr().cast::<libc::sockaddr_storage>().read_unaligned() }, sa.len())
+    }
+
+    #[test]
+    fn source_addresses_keep_their_port() {
+        for addr in ["127.0.0.1:40123", "[fd00::7]:6001"] {
+            let want: SocketAddr = addr.parse().unwrap();
+            let (storage, len) = storage_of(want);
+            assert_eq!(source_addr(&storage, len), Some(want));
+            assert_eq!(source_addr(&storage, 4), None, "a length too short for the family");
+        }
+    }
+
     fn info(gro_segment: Option<usize>, source: &str) -> BufferInfo {
-        BufferInfo { truncated: false, gro_segment, source: Some(source.parse().unwrap()), rx_ns: 5 }
+        BufferInfo {
+            truncated: false,
+            gro_segment,
+            source: Some(SocketAddr::new(source.parse().unwrap(), 4000)),
+            rx_ns: 5,
+        }
     }
 
     #[test]
@@ -579,7 +700,7 @@ mod tests {
         let (mut r, mut rd) = reassembler();
         let (buf, frame) = coalesced(5000, 1048);
         let counters = Arc::clone(r.counters());
-        deliver(&mut r, &counters, &AllowList::default(), &buf, info(Some(1048), "10.1.2.3"));
+        deliver(&mut r, &counters, &AllowList::default(), None, LOCAL, &buf, info(Some(1048), "10.1.2.3"));
         let s = r.counters().snapshot();
         assert_eq!((s.datagrams, s.gro_segments, s.packets_accepted, s.frames_complete), (5, 5, 5, 1));
         let slot = rd.claim().unwrap();
@@ -603,9 +724,9 @@ mod tests {
         let allow = AllowList::new(&["192.168.0.0/16".into()]).unwrap();
         let (buf, _) = coalesced(3000, 1048);
         let counters = Arc::clone(r.counters());
-        deliver(&mut r, &counters, &allow, &buf, info(Some(1048), "10.0.0.1"));
+        deliver(&mut r, &counters, &allow, None, LOCAL, &buf, info(Some(1048), "10.0.0.1"));
         let truncated = BufferInfo { truncated: true, ..info(None, "192.168.1.1") };
-        deliver(&mut r, &counters, &allow, &buf[..500], truncated);
+        deliver(&mut r, &counters, &allow, None, LOCAL, &buf[..500], truncated);
         let s = r.counters().snapshot();
         assert_eq!((s.source_not_allowed, s.truncated, s.datagrams, s.gro_segments), (3, 1, 4, 3));
         assert_eq!(s.datagrams_accounted(), s.datagrams);

@@ -1,0 +1,125 @@
+//! The frame assembler the UDP receiver feeds: native reassembly
+//! ([`Reassembler`]) or RFC 4175 RTP video ([`RtpAssembler`]). Both are pure
+//! state machines (no I/O, no clock reads) with the same three entry points.
+
+use super::reassembly::Reassembler;
+use crate::rtp::RtpAssembler;
+
+/// Turns datagrams into published frame-ring slots. Every time is an
+/// argument (CLOCK_REALTIME ns), so the receiver owns the clock.
+pub trait FrameAssembler: Send {
+    /// Handles one datagram received at `rx_ns` (also the current time).
+    fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64);
+    /// Publishes what is complete or stale at `now_ns`.
+    fn on_tick(&mut self, now_ns: u64);
+    /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
+    fn flush(&mut self, now_ns: u64);
+}
+
+/// Implements [`FrameAssembler`] by the type's own inherent methods of the same names.
+macro_rules! assembler_by_inherent_methods {
+    ($($t:ty),+) => {$(
+        impl FrameAssembler for $t {
+            fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+                <$t>::on_datagram(self, datagram, rx_ns)
+            }
+            fn on_tick(&mut self, now_ns: u64) {
+                <$t>::on_tick(self, now_ns)
+            }
+            fn flush(&mut self, now_ns: u64) {
+                <$t>::flush(self, now_ns)
+            }
+        }
+    )+};
+}
+
+assembler_by_inherent_methods!(Reassembler, RtpAssembler);
+
+impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
+    fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        (**self).on_datagram(datagram, rx_ns)
+    }
+    fn on_tick(&mut self, now_ns: u64) {
+        (**self).on_tick(now_ns)
+    }
+    fn flush(&mut self, now_ns: u64) {
+        (**self).flush(now_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::ReassemblyConfig;
+    use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, ring_bytes};
+    use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
+    use crate::rtp::{Packetizer, RtpConfig, Sampling};
+    use crate::wire::native::{self, NativeHeader};
+    use std::sync::Arc;
+
+    fn ring(capacity: usize) -> Arc<FrameRing> {
+        let mem = HostMemory::new(ring_bytes(4, capacity)).unwrap();
+        FrameRing::new(Box::new(mem), 4, capacity, OverrunPolicy::Every).unwrap()
+    }
+
+    /// Feeds `datagrams` through the trait object, then a tick and a flush,
+    /// and returns the flags and payloads published.
+    fn drive(
+        a: &mut dyn FrameAssembler,
+        reader: &mut RingReader,
+        datagrams: &[Vec<u8>],
+    ) -> Vec<(u32, Vec<u8>)> {
+        for d in datagrams {
+            a.on_datagram(d, 1_000);
+        }
+        a.on_tick(2_000);
+        a.flush(3_000);
+        let mut out = Vec::new();
+        while let Some(c) = reader.claim() {
+            out.push((c.header.flags, c.payload.to_vec()));
+            let seq = c.seq;
+            reader.finish(seq);
+        }
+        out
+    }
+
+    #[test]
+    fn native_reassembler_through_the_trait() {
+        let r = ring(64);
+        let mut reader = r.reader().unwrap();
+        let re = Reassembler::new(ReassemblyConfig::default(), r.writer().unwrap(), Arc::default());
+        let mut boxed: Box<dyn FrameAssembler> = Box::new(re);
+        let frame: Vec<u8> = (0..40u8).collect();
+        let h = |i: u32| NativeHeader {
+            frame_seq: 7,
+            packet_index: i,
+            packet_count: 2,
+            payload_offset: i * 20,
+            frame_len: 40,
+            ..Default::default()
+        };
+        let whole = [native::encode(&h(0), &frame[..20]), native::encode(&h(1), &frame[20..])];
+        // The second frame lacks its last packet: the flush publishes it incomplete.
+        let partial = [native::encode(&NativeHeader { frame_seq: 8, ..h(0) }, &frame[..20])];
+        let out = drive(&mut boxed, &mut reader, &[whole[0].clone(), whole[1].clone(), partial[0].clone()]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], (SLOT_COMPLETE, frame.clone()));
+        assert_eq!(out[1].0 & SLOT_INCOMPLETE, SLOT_INCOMPLETE);
+        assert_eq!(&out[1].1[..20], &frame[..20]);
+        assert_eq!(&out[1].1[20..], &[0u8; 20]);
+    }
+
+    #[test]
+    fn rtp_assembler_through_the_trait() {
+        let settings = RtpConfig::inline(Sampling::Ycbcr422, 8, 8, 2).resolve().unwrap();
+        let bytes = settings.geometry.frame_bytes();
+        let r = ring(bytes);
+        let mut reader = r.reader().unwrap();
+        let mut a = RtpAssembler::new(settings, r.writer().unwrap()).unwrap();
+        let frame: Vec<u8> = (0..bytes).map(|i| i as u8 ^ 0x5a).collect();
+        let packets = Packetizer::new(settings.geometry, 40).packetize(&frame, 9000);
+        assert!(packets.len() > 1);
+        let out = drive(&mut a, &mut reader, &packets);
+        assert_eq!(out, vec![(SLOT_COMPLETE, frame)]);
+    }
+}
