@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod host;
 pub mod ingest;
 pub mod metrics;
+pub mod rdma;
 pub mod ops;
 pub mod ring;
 pub mod rtp;
