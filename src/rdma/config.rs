@@ -54,21 +54,11 @@ pub struct RdmaConfig {
     /// rdma_cm derives from the port (the active MTU, which follows the
     /// interface MTU: 4096 needs an interface MTU of at least 4200).
     pub mtu: u32,
-    /// How long the sensor emulator waits for address and route
-    /// resolution and for the connection (ms).
-    pub connect_timeout_ms: u64,
 }
 
 impl Default for RdmaConfig {
     fn default() -> Self {
-        Self {
-            listen: "0.0.0.0:7471".into(),
-            device: String::new(),
-            port: 1,
-            gid_index: -1,
-            mtu: 0,
-            connect_timeout_ms: 2000,
-        }
+        Self { listen: "0.0.0.0:7471".into(), device: String::new(), port: 1, gid_index: -1, mtu: 0 }
     }
 }
 
@@ -121,7 +111,6 @@ impl RdmaConfig {
                 ),
             ));
         }
-        check_range(problems, "rdma.connect_timeout_ms", self.connect_timeout_ms, 10, 600_000);
     }
 }
 
@@ -149,18 +138,10 @@ mod tests {
             port: 0,
             gid_index: 300,
             mtu: 1500,
-            connect_timeout_ms: 0,
         };
         assert_eq!(
             keys(&cfg, Transport::Auto),
-            [
-                "rdma.listen",
-                "rdma.device",
-                "rdma.port",
-                "rdma.gid_index",
-                "rdma.mtu",
-                "rdma.connect_timeout_ms"
-            ]
+            ["rdma.listen", "rdma.device", "rdma.port", "rdma.gid_index", "rdma.mtu"]
         );
     }
 

@@ -87,7 +87,7 @@ pub fn select_ingest(
         match decide(&SidewayVerbs, transport, cfg, &ring_region(ring))? {
             Decision::Udp { reason } => Ok(IngestPlan::Udp { reason }),
             Decision::Rdma { device, region, method } => {
-                Ok(IngestPlan::Rdma(Box::new(RdmaEndpoint::new(device, region, method, ring, cfg)?)))
+                Ok(IngestPlan::Rdma(Box::new(RdmaEndpoint::new(device, region, method, ring)?)))
             }
         }
     }

@@ -362,7 +362,6 @@ impl RdmaEndpoint {
         region: Arc<MemoryRegion>,
         method: RegistrationMethod,
         ring: &Arc<FrameRing>,
-        _cfg: &RdmaConfig,
     ) -> Result<Self, RdmaError> {
         let writer = ring.writer().ok_or(RdmaError::WriterTaken)?;
         let descriptor = RingDescriptor {
