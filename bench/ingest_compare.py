@@ -212,16 +212,24 @@ class Frameloop:
 
 
 def search(tool, size, args, log):
-    """Doubling ladder from --start-gbps until loss, then bisection."""
+    """Doubling ladder from --start-gbps until loss (or until the sender
+    cannot reach the offered rate), then bisection between clean and lossy."""
     frame_wire = args.frame_bytes * size / (size - FRAMELOOP_HEADER)  # about the bytes of one frame on the wire
     fps_of = lambda gbps: gbps * 1e9 / 8 / frame_wire
     trials, good, bad = [], None, None
+    load = lambda: open("/proc/loadavg").read().split()[0]
     gbps = args.start_gbps
     while gbps <= args.max_gbps:
         r = tool.trial(size, fps_of(gbps))
         trials.append(r)
         log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
-                  f"{json.dumps(r)}")
+                  f"load {load()} {json.dumps(r)}")
+        if r["clean"] and r["sent_gbps"] < args.sender_bound * r["offered_gbps"]:
+            # The sender cannot go faster on this machine: higher offers only
+            # lengthen the trials. This clean trial is the ceiling.
+            log.write(f"# {tool.name} {size} B: sender-bound at {r['sent_gbps']:.2f} Gb/s; ladder stops")
+            good = gbps
+            break
         if r["clean"]:
             good = gbps
             gbps *= 2
@@ -234,7 +242,7 @@ def search(tool, size, args, log):
             r = tool.trial(size, fps_of(mid))
             trials.append(r)
             log.write(f"# {tool.name} {size} B offered {mid:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
-                      f"{json.dumps(r)}")
+                      f"load {load()} {json.dumps(r)}")
             if r["clean"]:
                 good = mid
             else:
@@ -253,6 +261,8 @@ def main():
     p.add_argument("--start-gbps", type=float, default=1.0)
     p.add_argument("--max-gbps", type=float, default=64.0)
     p.add_argument("--bisect-steps", type=int, default=4)
+    p.add_argument("--sender-bound", type=float, default=0.8,
+                   help="a clean trial whose sender reached less than this share of the offered rate ends the ladder")
     p.add_argument("--port", type=int, default=8888)
     p.add_argument("--recv-buffer", type=int, default=4 << 20, help="receive socket buffer, bytes")
     p.add_argument("--send-buffer", type=int, default=4 << 20, help="spead2 send socket buffer, bytes")
