@@ -60,5 +60,22 @@ FL_DEVICE uint64_t fl_take_flag_sys(uint64_t* p) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90 and later; no-ops before). A kernel
+// that calls fl_wait_for_prior_kernels() before touching memory may be
+// launched early, behind a programmatic graph edge: it then waits here until
+// the kernels before it finished and their writes are visible.
+// fl_let_dependents_launch() lets the kernel behind such an edge start
+// (its blocks take their place and wait) while this one still runs.
+FL_DEVICE void fl_wait_for_prior_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+FL_DEVICE void fl_let_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 FL_DEVICE float fl_pos_inf() { return __int_as_float(0x7f800000); }
 FL_DEVICE float fl_neg_inf() { return __int_as_float(0xff800000); }

@@ -172,7 +172,8 @@ struct alignas(64) DeviceLoopState {
   uint64_t iterations;
   uint64_t idle_iterations;
   uint64_t frames;
-  uint64_t _pad1[7];
+  uint64_t counters_ns;  // %globaltimer when the handler last published the counters
+  uint64_t _pad1[6];
 };
 
 // Parameters of the handler, controller and end-marker kernels (by value).
@@ -195,7 +196,7 @@ struct LoopParams {
   uint32_t host_driven;        // 1: wait for LoopControl::data_ready from the host
   uint32_t sync_with_host;     // 1: __threadfence_system before raising result-ready
   uint32_t chain_flags;        // FL_RESULT_HAS_* of the chain
-  uint32_t handler_sets_if;    // 1: the handler sets the IF value (controller beside the workload)
+  uint32_t handler_sets_if;    // 1: the handler sets the IF value and does the controller's work (no controller node)
   uint32_t stage_markers;      // 1: stage marker kernels run between operators
 };
 
@@ -210,4 +211,63 @@ static_assert(sizeof(LoopControl) == 12 * 64, "LoopControl");
 // Device address of the slot holding ring sequence `seq` (>= 1).
 FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
   return (uint64_t)p.ring + FL_SLOTS_OFFSET + ((seq - 1) % p.slot_count) * (uint64_t)p.slot_stride;
+}
+
+// How often, at most, the handler publishes its counters from idle
+// iterations (frame iterations publish theirs when the result is out).
+#define FL_COUNTER_PUBLISH_NS 50000ull
+
+// Publishes the frame's result: builds the ResultRecord from the slot header
+// copy, the frame descriptor and the chain result, writes it into the mapped
+// result ring, releases the result head (the only ordering the host waits
+// on), then hands the slot back to the writer and raises result-ready. Run by
+// one thread: the end marker kernel, or the epilogue of the chain's last
+// built-in kernel.
+FL_DEVICE void fl_publish_result(const LoopParams& p) {
+  DeviceLoopState* st = p.st;
+  const FrameDesc& d = st->desc;
+  const ChainResult& c = st->chain;
+  const SlotHeader& s = st->slot;
+  const uint64_t seq = st->result_seq + 1;
+  st->result_seq = seq;
+
+  ResultRecord r;
+  r.result_seq = seq;
+  r.ring_seq = d.ring_seq;
+  r.frame_seq = s.frame_seq;
+  r.stream_id = s.stream_id;
+  r.slot_flags = s.flags;
+  r.sender_ts_ns = s.sender_ts_ns;
+  r.first_rx_ns = s.first_rx_ns;
+  r.last_rx_ns = s.last_rx_ns;
+  r.published_ns = s.published_ns;
+  r.detect_ns = d.detect_ns;
+  const bool stats = (p.chain_flags & FL_RESULT_HAS_STATS) != 0;
+  const bool detect = (p.chain_flags & FL_RESULT_HAS_DETECT) != 0;
+  r.sum = stats ? c.sum : 0.0f;
+  r.min = stats ? c.min : 0.0f;
+  r.max = stats ? c.max : 0.0f;
+  r.mean = stats ? c.mean : 0.0f;
+  r.detect_count = detect ? c.detect_count : 0u;
+  r.first_detect_index = detect ? c.first_detect_index : -1;
+  r.output_len = d.n_samples;
+  r.result_flags = p.chain_flags | FL_RESULT_GPU_CLOCK;
+  r.skipped_before = d.skipped;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) r._reserved[i] = 0;
+  r.done_ns = fl_globaltimer();
+
+  ResultRecord* slot = (ResultRecord*)((char*)p.results + FL_RESULTS_OFFSET) + (seq - 1) % p.result_capacity;
+  // Twelve 16-byte stores; the release store of the head below orders them.
+  const uint4* from = (const uint4*)&r;
+  uint4* to = (uint4*)slot;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(ResultRecord) / sizeof(uint4)); ++i) to[i] = from[i];
+  fl_store_release_sys(&p.results->head_seq, seq);
+  // The release above already ordered every earlier access of the frame (the
+  // kernels that read the slot finished before this one ran), so the slot
+  // goes back with a relaxed store: one system fence per frame, not two.
+  fl_store_relaxed_sys(&p.ring->consumed_seq, d.ring_seq);
+  if (p.sync_with_host) __threadfence_system();
+  fl_store_relaxed_sys(&p.ctl->results.v, seq);
 }

@@ -30,10 +30,26 @@ FL_DEVICE void fl_sleep_interruptible(const LoopParams& p, uint64_t ns) {
   }
 }
 
+// Publishes the loop's idle-time counters to the control block: posted
+// stores, no fence.
+FL_DEVICE void fl_publish_counters(const LoopParams& p, DeviceLoopState* st, uint64_t now) {
+  LoopControl* ctl = p.ctl;
+  fl_store_relaxed_sys(&ctl->iterations.v, st->iterations);
+  fl_store_relaxed_sys(&ctl->idle_iterations.v, st->idle_iterations);
+  fl_store_relaxed_sys(&ctl->handler_ns.v, st->handler_ns);
+  fl_store_relaxed_sys(&ctl->heartbeat_ns.v, now);
+  st->counters_ns = now;
+}
+
 // One loop iteration's look at the frame ring. Claims the next frame under the
 // ring's policy (every: the next sequence; latest: the newest, counting the
 // skipped ones), polling for up to poll_budget_ns; records the verdict for the
-// controller and, when handler_sets_if, sets the IF value itself.
+// controller. With handler_sets_if it is the controller too: it sets the IF
+// (and, to stop, the WHILE) value itself and keeps the counters, so the loop
+// body is handler -> IF alone. From seeing the new head to returning it does
+// one PCIe round trip (the slot header) and no sleep; the counters of idle
+// iterations go out at most every FL_COUNTER_PUBLISH_NS, those of a frame
+// after its result.
 extern "C" __global__ void fl_ring_ready(LoopParams p) {
   DeviceLoopState* st = p.st;
   const uint64_t t0 = fl_globaltimer();
@@ -42,22 +58,24 @@ extern "C" __global__ void fl_ring_ready(LoopParams p) {
   const uint64_t last = st->last_claimed;
   uint32_t verdict = FL_VERDICT_NONE;
   uint64_t head = last;
+  uint64_t now = t0;
   for (;;) {
-    if (fl_load_relaxed_sys(&p.ctl->tear_down.v)) {
+    // Both loads are in flight together (neither result is used before the
+    // second is issued), so a poll costs one PCIe round trip, not two.
+    const uint64_t stop = fl_load_relaxed_sys(&p.ctl->tear_down.v);
+    if (!p.host_driven) head = fl_load_acquire_sys(&p.ring->head_seq);
+    if (stop) {
       verdict = FL_VERDICT_STOP;
       st->stop_state = (uint32_t)FL_STATE_TORN_DOWN;
       break;
     }
-    bool look = true;
-    if (p.host_driven) look = fl_load_relaxed_sys(&p.ctl->data_ready.v) != 0 && fl_take_flag_sys(&p.ctl->data_ready.v) != 0;
-    if (look) {
+    if (p.host_driven && fl_load_relaxed_sys(&p.ctl->data_ready.v) != 0 && fl_take_flag_sys(&p.ctl->data_ready.v) != 0)
       head = fl_load_acquire_sys(&p.ring->head_seq);
-      if (head != last) {
-        verdict = FL_VERDICT_READY;
-        break;
-      }
+    if (head != last) {
+      verdict = FL_VERDICT_READY;
+      break;
     }
-    const uint64_t now = fl_globaltimer();
+    now = fl_globaltimer();
     if (p.timeout_ns != 0 && now - st->last_frame_ns >= p.timeout_ns) {
       verdict = FL_VERDICT_STOP;
       st->stop_state = (uint32_t)FL_STATE_TIMED_OUT;
@@ -94,17 +112,38 @@ extern "C" __global__ void fl_ring_ready(LoopParams p) {
     st->last_claimed = seq;
     st->last_frame_ns = d->detect_ns;
     st->skipped += d->skipped;
+    if (p.handler_sets_if) {
+      cudaGraphSetConditional(p.if_handle, 1u);
+      st->iterations += 1;
+      st->frames += 1;
+      // Posted stores after the IF value: the host reads them to tell a fault
+      // inside the workload from one between frames.
+      fl_store_relaxed_sys(&p.ctl->frames.v, st->frames);
+      fl_store_relaxed_sys(&p.ctl->skipped.v, st->skipped);
+    }
   } else if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) {
     fl_sleep_interruptible(p, p.sleep_ns);
   }
   st->verdict = verdict;
-  if (p.handler_sets_if) cudaGraphSetConditional(p.if_handle, verdict == FL_VERDICT_READY ? 1u : 0u);
-  st->handler_ns += fl_globaltimer() - t0;
+  const uint64_t end = fl_globaltimer();
+  st->handler_ns += end - t0;
+  if (!p.handler_sets_if || verdict == FL_VERDICT_READY) return;
+  cudaGraphSetConditional(p.if_handle, 0u);
+  st->iterations += 1;
+  if (verdict == FL_VERDICT_NONE) {
+    st->idle_iterations += 1;
+    if (end - st->counters_ns >= FL_COUNTER_PUBLISH_NS) fl_publish_counters(p, st, end);
+  } else {
+    fl_publish_counters(p, st, end);
+    cudaGraphSetConditional(p.while_handle, 0u);
+    fl_store_release_sys(&p.ctl->state.v, (uint64_t)st->stop_state);
+  }
 }
 
 // One thread: turns the handler's verdict into the loop's conditional values
-// and publishes the counters to the host. Runs beside the workload when the
-// handler set the IF value itself, in front of it otherwise.
+// and publishes the counters to the host. Runs in front of the IF, for
+// handler fragments that cannot set the IF value themselves (the built-in
+// handler does this work itself and the loop has no controller node).
 extern "C" __global__ void fl_loop_controller(LoopParams p) {
   DeviceLoopState* st = p.st;
   LoopControl* ctl = p.ctl;
@@ -128,56 +167,14 @@ extern "C" __global__ void fl_loop_controller(LoopParams p) {
   }
 }
 
-// Publishes the frame's result: builds the ResultRecord from the slot header
-// copy, the frame descriptor and the chain result, writes it into the mapped
-// result ring, releases the result head, hands the slot back to the writer and
-// raises result-ready.
+// The end marker: publishes the frame's result (fl_publish_result). Used
+// after user operators and with stage markers; a chain ending in a built-in
+// reduction publishes from that kernel's epilogue instead.
 extern "C" __global__ void fl_end_marker(LoopParams p) {
-  DeviceLoopState* st = p.st;
-  const FrameDesc& d = st->desc;
-  const ChainResult& c = st->chain;
-  const SlotHeader& s = st->slot;
-  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_END_MARKER, d.ring_seq);
-  const uint64_t seq = st->result_seq + 1;
-  st->result_seq = seq;
-
-  ResultRecord r;
-  r.result_seq = seq;
-  r.ring_seq = d.ring_seq;
-  r.frame_seq = s.frame_seq;
-  r.stream_id = s.stream_id;
-  r.slot_flags = s.flags;
-  r.sender_ts_ns = s.sender_ts_ns;
-  r.first_rx_ns = s.first_rx_ns;
-  r.last_rx_ns = s.last_rx_ns;
-  r.published_ns = s.published_ns;
-  r.detect_ns = d.detect_ns;
-  const bool stats = (p.chain_flags & FL_RESULT_HAS_STATS) != 0;
-  const bool detect = (p.chain_flags & FL_RESULT_HAS_DETECT) != 0;
-  r.sum = stats ? c.sum : 0.0f;
-  r.min = stats ? c.min : 0.0f;
-  r.max = stats ? c.max : 0.0f;
-  r.mean = stats ? c.mean : 0.0f;
-  r.detect_count = detect ? c.detect_count : 0u;
-  r.first_detect_index = detect ? c.first_detect_index : -1;
-  r.output_len = d.n_samples;
-  r.result_flags = p.chain_flags | FL_RESULT_GPU_CLOCK;
-  r.skipped_before = d.skipped;
-#pragma unroll
-  for (int i = 0; i < 6; ++i) r._reserved[i] = 0;
-  r.done_ns = fl_globaltimer();
-
-  ResultRecord* slot = (ResultRecord*)((char*)p.results + FL_RESULTS_OFFSET) + (seq - 1) % p.result_capacity;
-  // Twelve 16-byte stores; the release store of the head below orders them.
-  const uint4* from = (const uint4*)&r;
-  uint4* to = (uint4*)slot;
-#pragma unroll
-  for (int i = 0; i < (int)(sizeof(ResultRecord) / sizeof(uint4)); ++i) to[i] = from[i];
-  fl_store_release_sys(&p.results->head_seq, seq);
-  fl_store_release_sys(&p.ring->consumed_seq, d.ring_seq);
-  if (p.sync_with_host) __threadfence_system();
-  fl_store_relaxed_sys(&p.ctl->results.v, seq);
-  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_IDLE, d.ring_seq);
+  fl_wait_for_prior_kernels();
+  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_END_MARKER, p.st->desc.ring_seq);
+  fl_publish_result(p);
+  if (p.stage_markers) fl_mark_stage(p, FL_STAGE_IDLE, p.st->desc.ring_seq);
 }
 
 // Stage marker node (only with stage markers on): records which operator is

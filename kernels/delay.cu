@@ -4,6 +4,7 @@
 
 // Block: one thread; grid: one block.
 extern "C" __global__ void fl_delay(uint64_t delay_ns) {
+  fl_wait_for_prior_kernels();
   uint64_t start = fl_globaltimer();
   while (fl_globaltimer() - start < delay_ns) __nanosleep(256);
 }

@@ -11,6 +11,8 @@ struct Filter2dParams {
 // Block: FL_OP_THREADS threads; grid: any size (grid-stride).
 extern "C" __global__ void __launch_bounds__(FL_OP_THREADS)
     fl_filter2d(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, Filter2dParams p) {
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
   uint32_t n = fl_frame_samples(fd, capacity);
   uint32_t w = p.width;
   uint32_t rows = w ? n / w : 0;

@@ -13,6 +13,8 @@ struct FirParams {
 extern "C" __global__ void __launch_bounds__(FL_OP_THREADS)
     fl_fir(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, FirParams p) {
   __shared__ float tile[FL_OP_THREADS + FL_MAX_FIR_TAPS - 1];
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
   uint32_t n = fl_frame_samples(fd, capacity);
   uint32_t count = p.count <= FL_MAX_FIR_TAPS ? p.count : FL_MAX_FIR_TAPS;
   uint32_t half = count / 2;

@@ -3,6 +3,11 @@
 // bit for bit where the CPU computes in f32 (no fused multiply-add: products
 // and sums use __fmul_rn/__fadd_rn in the CPU's order), and to f64 rounding
 // for the stats sum.
+//
+// Every built-in kernel starts with fl_wait_for_prior_kernels() (before it
+// touches memory) and fl_let_dependents_launch(), so the executor may join
+// two of them with a programmatic graph edge: the second launches while the
+// first runs and waits on the device instead of behind a launch.
 #pragma once
 #include "ring.cuh"
 

@@ -44,8 +44,11 @@ FL_DEVICE FlPartial fl_shuffle_down(const FlPartial& p, int d) {
 
 // Block: FL_REDUCE_THREADS threads, grid: one block.
 template <bool STATS, bool THRESHOLD>
-FL_DEVICE void fl_reduce(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level) {
+FL_DEVICE void fl_reduce(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level,
+                         const LoopParams* publish) {
   __shared__ FlPartial warp_part[FL_REDUCE_THREADS / 32];
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
   uint32_t n = fl_frame_samples(fd, capacity);
   FlPartial p = {0.0, fl_pos_inf(), fl_neg_inf(), 0u, ~0u};
   bool vec = ((uint64_t)x % 16) == 0;
@@ -79,17 +82,23 @@ FL_DEVICE void fl_reduce(const FrameDesc* fd, const float* x, uint32_t capacity,
     out->detect_count = p.count;
     out->first_detect_index = p.count ? (int32_t)p.first : -1;
   }
+  // The chain's last kernel publishes the result itself (no end-marker node).
+  if (publish != nullptr) fl_publish_result(*publish);
 }
 
+// `publish`: null, or the loop's parameters when this kernel ends the chain
+// and publishes the frame's result (`out` is then the loop's ChainResult).
 extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
-    fl_stats(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out) {
-  fl_reduce<true, false>(fd, x, capacity, out, 0.0f);
+    fl_stats(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, const LoopParams* publish) {
+  fl_reduce<true, false>(fd, x, capacity, out, 0.0f, publish);
 }
 extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
-    fl_threshold(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level) {
-  fl_reduce<false, true>(fd, x, capacity, out, level);
+    fl_threshold(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level,
+                 const LoopParams* publish) {
+  fl_reduce<false, true>(fd, x, capacity, out, level, publish);
 }
 extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
-    fl_stats_threshold(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level) {
-  fl_reduce<true, true>(fd, x, capacity, out, level);
+    fl_stats_threshold(const FrameDesc* fd, const float* x, uint32_t capacity, ChainResult* out, float level,
+                       const LoopParams* publish) {
+  fl_reduce<true, true>(fd, x, capacity, out, level, publish);
 }

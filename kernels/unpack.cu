@@ -52,6 +52,8 @@ template <int FMT> FL_DEVICE void fl_decode_chunk(const uint32_t* words, uint32_
 template <int FMT>
 FL_DEVICE void fl_unpack(FrameDesc* fd, float* out, uint32_t capacity, float scale, float offset) {
   typedef UnpackChunk<FMT> C;
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
   const uint8_t* payload = (const uint8_t*)fd->payload_dptr;
   uint32_t cap = FMT == FL_FMT_U12 ? capacity & ~1u : capacity;
   uint32_t n = fl_samples_in<FMT>(fd->payload_len);

@@ -189,6 +189,24 @@ impl Fragment {
         Ok(())
     }
 
+    /// As [`Fragment::enqueue`], offering the last operator the loop
+    /// parameters at `publisher` (see `ComputeContext::take_result_publisher`).
+    /// Returns whether it took them, i.e. whether its kernel publishes the
+    /// frame's result (otherwise the caller enqueues an end marker).
+    pub fn enqueue_publishing(
+        &mut self,
+        plan: &Plan,
+        buffers: &[DeviceRegion],
+        target: &EnqueueTarget<'_>,
+        publisher: DevicePtr,
+    ) -> Result<bool, FragmentError> {
+        let Some((&last, rest)) = plan.order().split_last() else { return Ok(false) };
+        for &id in rest {
+            self.enqueue_operator(plan, id, buffers, target)?;
+        }
+        self.enqueue_operator_with(plan, last, buffers, target, Some(publisher))
+    }
+
     /// Enqueues one operator's `compute` (for executors that put their own
     /// work, such as stage markers, between operators). Call it for every
     /// operator of `plan.order()`, in that order.
@@ -199,6 +217,18 @@ impl Fragment {
         buffers: &[DeviceRegion],
         target: &EnqueueTarget<'_>,
     ) -> Result<(), FragmentError> {
+        self.enqueue_operator_with(plan, id, buffers, target, None).map(|_| ())
+    }
+
+    /// Enqueues one operator, offering it `publisher`; returns whether it took it.
+    pub fn enqueue_operator_with(
+        &mut self,
+        plan: &Plan,
+        id: OperatorId,
+        buffers: &[DeviceRegion],
+        target: &EnqueueTarget<'_>,
+        publisher: Option<DevicePtr>,
+    ) -> Result<bool, FragmentError> {
         plan.check_belongs_to(self)?;
         if buffers.len() != plan.buffers().len() {
             return Err(FragmentError::PlanMismatch {
@@ -218,8 +248,11 @@ impl Fragment {
             frame_desc: target.frame_desc,
             chain_result: target.chain_result,
             kernels: target.kernels,
+            result_publisher: publisher,
+            publisher_taken: false,
         };
-        entry.op.compute(&mut ctx)
+        entry.op.compute(&mut ctx)?;
+        Ok(ctx.publisher_taken)
     }
 
     fn check_port(&self, id: OperatorId, port: &str, direction: PortDirection) -> Result<(), FragmentError> {

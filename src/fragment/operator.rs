@@ -178,6 +178,11 @@ pub struct ComputeContext<'a> {
     pub(crate) frame_desc: DevicePtr,
     pub(crate) chain_result: DevicePtr,
     pub(crate) kernels: &'a dyn KernelLookup,
+    /// Device address of the loop parameters, offered to the chain's last
+    /// operator so that its kernel can publish the frame's result itself.
+    pub(crate) result_publisher: Option<DevicePtr>,
+    /// Set when the operator took [`ComputeContext::take_result_publisher`].
+    pub(crate) publisher_taken: bool,
 }
 
 impl<'a> ComputeContext<'a> {
@@ -217,6 +222,18 @@ impl<'a> ComputeContext<'a> {
             operator: self.operator.to_owned(),
             kernel: name.to_owned(),
         })
+    }
+
+    /// For the chain's last operator inside a resident executor: the device
+    /// address of the loop parameters (`const LoopParams*` in `ring.cuh`).
+    /// An operator that takes it must, from one thread after all its other
+    /// work, call `fl_publish_result(*params)`; the executor then leaves out
+    /// its end-marker node. `None` for every other operator and outside an
+    /// executor. Operators that never take it keep the end marker.
+    pub fn take_result_publisher(&mut self) -> Option<DevicePtr> {
+        let p = self.result_publisher;
+        self.publisher_taken |= p.is_some();
+        p
     }
 
     /// Wraps a driver error of this operator's enqueue.

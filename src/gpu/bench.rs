@@ -9,9 +9,10 @@
 use super::driver::{self, LaunchDims};
 use super::executor::{
     ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
-    chain_fragment,
+    chain_fragment, chain_fragment_with,
 };
 use super::nvrtc::CacheDir;
+use super::operators::PayloadPath;
 use super::{GpuError, MappedMemory};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::config::LoopConfig;
@@ -77,6 +78,10 @@ pub struct ModeResult {
     /// Resident modes: fraction of wall time the handler kernel was running
     /// while idle (it holds one warp on one SM for that time).
     pub idle_handler_busy: Option<f64>,
+    /// Graph modes: programmatic edges between workload kernels.
+    pub programmatic_edges: Option<usize>,
+    /// Whether the chain's last kernel published the result (no end-marker node).
+    pub publish_in_last_kernel: Option<bool>,
 }
 
 /// One target of the issue and whether this run met it.
@@ -97,6 +102,8 @@ pub struct CompareReport {
     pub clock_error_ns: u64,
     pub modes: Vec<ModeResult>,
     pub targets: Vec<TargetCheck>,
+    /// Comparisons that are not targets (zero-copy against one copy, ablations).
+    pub comparisons: Vec<String>,
 }
 
 impl CompareReport {
@@ -137,6 +144,9 @@ impl CompareReport {
         for t in &self.targets {
             s.push_str(&format!("[{}] {}: {}\n", if t.met { "met" } else { "MISSED" }, t.target, t.measured));
         }
+        for c in &self.comparisons {
+            s.push_str(&format!("- {c}\n"));
+        }
         s
     }
 }
@@ -167,6 +177,8 @@ fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> Mo
         max_us: lat_ns.last().copied().unwrap_or(0) as f64 / 1000.0,
         idle_loop_rate_hz: idle.map(|i| i.0),
         idle_handler_busy: idle.map(|i| i.1),
+        programmatic_edges: None,
+        publish_in_last_kernel: None,
     }
 }
 
@@ -231,6 +243,9 @@ struct ModeSpec {
     empty: bool,
     stage_markers: bool,
     controller: Option<ControllerPlacement>,
+    payload: PayloadPath,
+    programmatic_edges: bool,
+    publish_from_last_kernel: bool,
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
@@ -239,12 +254,14 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     let (fragment, flags) = if m.empty {
         (Fragment::new("empty"), 0)
     } else {
-        (chain_fragment(&o.chain, o.frame_bytes)?, chain_flags(&o.chain))
+        (chain_fragment_with(&o.chain, o.frame_bytes, m.payload)?, chain_flags(&o.chain))
     };
     let mut opts = ExecutorOptions::new(m.cfg.clone());
     opts.style = m.style;
     opts.stage_markers = m.stage_markers;
     opts.controller = m.controller;
+    opts.programmatic_edges = m.programmatic_edges;
+    opts.publish_from_last_kernel = m.publish_from_last_kernel;
     let mut ex = ResidentExecutor::new(
         Arc::clone(rt),
         fragment,
@@ -295,7 +312,12 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
     }
     ex.tear_down()?;
-    Ok(percentiles(m.name, lat, idle))
+    let mut r = percentiles(m.name, lat, idle);
+    if m.style != LaunchStyle::StreamPerFrame {
+        r.programmatic_edges = Some(ex.programmatic_edge_count());
+    }
+    r.publish_in_last_kernel = Some(ex.publishes_in_last_kernel());
+    Ok(r)
 }
 
 /// The persistent-kernel round trip: one thread echoes a host-written sequence.
@@ -364,9 +386,16 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         empty,
         stage_markers: false,
         controller: None,
+        payload: PayloadPath::ZeroCopy,
+        programmatic_edges: true,
+        publish_from_last_kernel: true,
     };
+    let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     let modes = [
-        spec("resident poll budget", LaunchStyle::Resident, &poll, false),
+        resident("resident poll budget"),
+        ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
+        ModeSpec { programmatic_edges: false, ..resident("resident poll, plain edges") },
+        ModeSpec { publish_from_last_kernel: false, ..resident("resident poll, end-marker node") },
         spec("resident sleep 100 µs (Holoscan)", LaunchStyle::Resident, &sleep(100), false),
         spec("resident sleep 500 µs (Holoscan)", LaunchStyle::Resident, &sleep(500), false),
         spec("graph-launch-per-frame", LaunchStyle::GraphPerFrame, &poll, false),
@@ -387,7 +416,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     }
     let by = |name: &str| results.iter().find(|r| r.mode.starts_with(name)).cloned().expect("mode ran");
     let (res, graph, s500, empty, floor) = (
-        by("resident poll"),
+        by("resident poll budget"),
         by("graph-launch"),
         by("resident sleep 500"),
         by("resident EMPTY"),
@@ -430,6 +459,19 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             met: empty.p50_us <= 2.5 * floor.p50_us,
         },
     ];
+    let (copy, plain, marker) =
+        (by("resident poll, one copy"), by("resident poll, plain edges"), by("resident poll, end-marker"));
+    let versus = |what: &str, other: &ModeResult| {
+        format!(
+            "{what}: p50 {:.2} vs {:.2} µs, p99.9 {:.2} vs {:.2} µs (resident poll budget vs {})",
+            res.p50_us, other.p50_us, res.p999_us, other.p999_us, other.mode
+        )
+    };
+    let comparisons = vec![
+        versus("zero-copy reads of the slot against one copy into device memory", &copy),
+        versus("programmatic edges against plain edges", &plain),
+        versus("result published by the last kernel against an end-marker node", &marker),
+    ];
     let chain = chain_fragment(&o.chain, o.frame_bytes)?;
     let plan = chain.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     Ok(CompareReport {
@@ -440,5 +482,6 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         clock_error_ns: rt.clock().error_ns,
         modes: results,
         targets,
+        comparisons,
     })
 }

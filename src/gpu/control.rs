@@ -75,7 +75,9 @@ pub struct DeviceLoopState {
     pub iterations: u64,
     pub idle_iterations: u64,
     pub frames: u64,
-    pub _pad1: [u64; 7],
+    /// `%globaltimer` when the handler last published the idle counters.
+    pub counters_ns: u64,
+    pub _pad1: [u64; 6],
 }
 
 /// Parameters of the handler, controller and end-marker kernels (passed by value).
@@ -158,7 +160,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
-    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames);
+    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns);
     offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers);
     v
 }

@@ -332,6 +332,73 @@ impl<'g> GraphRef<'g> {
         Ok(Node(node))
     }
 
+    /// Turns every kernel → kernel edge of this graph whose second kernel
+    /// `waits_for_prior(function)` into a programmatic edge (programmatic
+    /// dependent launch): the second kernel is launched while the first still
+    /// runs and waits on the device (`griddepcontrol.wait`) for it to finish.
+    /// Only kernels that wait before touching memory may be the second end of
+    /// such an edge. Returns how many edges changed.
+    pub fn make_edges_programmatic(
+        &self,
+        waits_for_prior: impl Fn(sys::CUfunction) -> bool,
+    ) -> Result<usize, GpuError> {
+        let mut n = 0usize;
+        // SAFETY: live graph; null arrays ask for the edge count only.
+        check("cuGraphGetEdges", unsafe {
+            sys::cuGraphGetEdges_v2(self.raw, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), &mut n)
+        })?;
+        let mut from = vec![ptr::null_mut(); n];
+        let mut to = vec![ptr::null_mut(); n];
+        // SAFETY: an all-zero CUgraphEdgeData is a valid value (plain bytes).
+        let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
+        // SAFETY: three arrays of `n` entries; the driver writes at most `n`.
+        check("cuGraphGetEdges", unsafe {
+            sys::cuGraphGetEdges_v2(self.raw, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut n)
+        })?;
+        let kernel_function = |node: sys::CUgraphNode| -> Result<Option<sys::CUfunction>, GpuError> {
+            let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: a node of this graph; valid out-pointer.
+            check("cuGraphNodeGetType", unsafe { sys::cuGraphNodeGetType(node, &mut kind) })?;
+            if kind != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                return Ok(None);
+            }
+            // SAFETY: all-zero kernel node params are a valid out-value; the node is a kernel node.
+            let mut kp: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            // SAFETY: `node` is a kernel node of this graph; `kp` is a valid out-pointer.
+            check("cuGraphKernelNodeGetParams", unsafe {
+                sys::cuGraphKernelNodeGetParams_v2(node, &mut kp)
+            })?;
+            Ok(Some(kp.func))
+        };
+        let mut changed = 0;
+        for i in 0..n.min(from.len()) {
+            if data[i].type_ != sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT as u8
+                || kernel_function(from[i])?.is_none()
+                || !kernel_function(to[i])?.is_some_and(&waits_for_prior)
+            {
+                continue;
+            }
+            let programmatic = sys::CUgraphEdgeData {
+                from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+                to_port: 0,
+                type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+                reserved: [0; 5],
+            };
+            // SAFETY: the edge (from[i], to[i], data[i]) exists in this graph; it is
+            // replaced by the same edge with programmatic data, between two kernel nodes.
+            check("cuGraphRemoveDependencies", unsafe {
+                sys::cuGraphRemoveDependencies_v2(self.raw, &from[i], &to[i], &data[i], 1)
+            })?;
+            // SAFETY: both nodes belong to this graph and are kernel nodes, as a
+            // programmatic edge requires; `programmatic` is fully initialised.
+            check("cuGraphAddDependencies(programmatic)", unsafe {
+                sys::cuGraphAddDependencies_v2(self.raw, &from[i], &to[i], &programmatic, 1)
+            })?;
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
     /// Records what `enqueue` puts on `stream` into this graph, after `deps`
     /// (stream capture into an existing graph, relaxed mode). Returns the nodes
     /// the captured work ends in (empty if nothing was captured).

@@ -64,12 +64,12 @@ impl GpuRuntime {
     }
 }
 
-/// Where the controller kernel sits in the loop body.
+/// Where the controller's work (IF/WHILE values, counters) is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ControllerPlacement {
-    /// The handler sets the IF value itself; the controller runs beside the
-    /// workload (off the latency path). Used with the built-in handler.
-    Beside,
+    /// Inside the built-in handler: it sets the IF value itself and keeps the
+    /// counters, so the loop body is `handler ; IF` with no controller node.
+    InHandler,
     /// handler → controller → IF: the controller turns the handler's verdict
     /// into the IF value. Needed for custom handler fragments.
     Before,
@@ -96,9 +96,17 @@ pub struct ExecutorOptions {
     /// Marker kernels before every operator, so a fault names its stage
     /// (costs about one kernel launch per operator per frame).
     pub stage_markers: bool,
-    /// `None`: `Beside` for the built-in handler, `Before` for a custom one.
+    /// `None`: `InHandler` for the built-in handler, `Before` for a custom one.
     pub controller: Option<ControllerPlacement>,
     pub style: LaunchStyle,
+    /// Let the chain's last operator publish the result from its own kernel
+    /// when it can (the built-in reductions can), instead of an end-marker
+    /// node. Off with stage markers.
+    pub publish_from_last_kernel: bool,
+    /// Join consecutive built-in kernels of the workload with programmatic
+    /// edges (programmatic dependent launch). If the driver refuses such a
+    /// graph, the executor builds it with plain edges and says so.
+    pub programmatic_edges: bool,
     /// How long `tear_down` waits for the graph to stop.
     pub tear_down_wait: Duration,
 }
@@ -112,6 +120,8 @@ impl ExecutorOptions {
             controller: None,
             style: LaunchStyle::Resident,
             tear_down_wait: Duration::from_secs(5),
+            publish_from_last_kernel: true,
+            programmatic_edges: true,
         }
     }
 }
@@ -175,6 +185,12 @@ pub struct ResidentExecutor {
     result_ring: Arc<ResultRing>,
     control: MappedMemory,
     state: DeviceBuffer,
+    /// `params` in device memory, for kernels that publish the result.
+    params_dev: DeviceBuffer,
+    /// Programmatic edges the built graph holds (0: plain edges only).
+    programmatic_edges: usize,
+    /// Whether the workload's last kernel publishes the result (no end marker).
+    publishes_in_last_kernel: bool,
     /// The main fragment (it also holds a custom data-ready handler, if registered).
     workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
@@ -220,6 +236,7 @@ impl ResidentExecutor {
         let ctx = Arc::clone(&rt.ctx);
         let control = MappedMemory::alloc(&ctx, std::mem::size_of::<LoopControl>())?;
         let state = DeviceBuffer::new(&ctx, std::mem::size_of::<DeviceLoopState>(), 0)?;
+        let params_dev = DeviceBuffer::new(&ctx, std::mem::size_of::<LoopParams>(), 0)?;
         let handler_params = Arc::new(Mutex::new(LoopParams::default()));
         let custom_handler = workload.data_ready_handler().is_some();
         let builtin_handler = if custom_handler {
@@ -233,9 +250,9 @@ impl ResidentExecutor {
         let placement = opts.controller.unwrap_or(if custom_handler {
             ControllerPlacement::Before
         } else {
-            ControllerPlacement::Beside
+            ControllerPlacement::InHandler
         });
-        if custom_handler && placement == ControllerPlacement::Beside {
+        if custom_handler && placement == ControllerPlacement::InHandler {
             return Err(GpuError::Setup(
                 "a custom data-ready handler cannot set the IF value; use ControllerPlacement::Before".into(),
             ));
@@ -260,7 +277,7 @@ impl ResidentExecutor {
             host_driven: u32::from(opts.host_driven),
             sync_with_host: u32::from(cfg.sync_with_host),
             chain_flags,
-            handler_sets_if: u32::from(placement == ControllerPlacement::Beside),
+            handler_sets_if: u32::from(placement == ControllerPlacement::InHandler),
             stage_markers: u32::from(opts.stage_markers),
         };
         let handler = match (&builtin_handler, workload.data_ready_handler()) {
@@ -285,6 +302,9 @@ impl ResidentExecutor {
             result_ring,
             control,
             state,
+            params_dev,
+            programmatic_edges: 0,
+            publishes_in_last_kernel: false,
             workload,
             workload_plan,
             builtin_handler,
@@ -301,10 +321,23 @@ impl ResidentExecutor {
             finished: None,
             opts,
         };
-        match ex.opts.style {
-            LaunchStyle::Resident => ex.build_resident()?,
-            LaunchStyle::GraphPerFrame => ex.build_per_frame_graph()?,
-            LaunchStyle::StreamPerFrame => ex.set_standalone_params(),
+        let mut programmatic = ex.opts.programmatic_edges;
+        loop {
+            let built = match ex.opts.style {
+                LaunchStyle::Resident => ex.build_resident(programmatic),
+                LaunchStyle::GraphPerFrame => ex.build_per_frame_graph(programmatic),
+                LaunchStyle::StreamPerFrame => {
+                    ex.set_standalone_params();
+                    Ok(())
+                }
+            };
+            match built {
+                Err(e) if programmatic => {
+                    tracing::warn!("the driver refused programmatic edges ({e}); building with plain edges");
+                    programmatic = false;
+                }
+                other => break other?,
+            }
         }
         Ok(ex)
     }
@@ -326,7 +359,16 @@ impl ResidentExecutor {
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = p;
     }
 
-    fn build_resident(&mut self) -> Result<(), GpuError> {
+    /// Kernels that wait for the kernels before them on the device
+    /// (`fl_wait_for_prior_kernels`) and may follow a programmatic edge.
+    fn waits_for_prior(&self, f: cudarc::driver::sys::CUfunction) -> bool {
+        let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
+        names
+            .chain(&["fl_end_marker"])
+            .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
+    }
+
+    fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
         let ctx = Arc::clone(&self.rt.ctx);
         let graph = Graph::new()?;
         let root = graph.root();
@@ -338,32 +380,49 @@ impl ResidentExecutor {
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
 
         let handler_leaves = self.capture_handler(body)?;
-        let mut p = self.params;
-        let controller = self.rt.library.function("fl_loop_controller")?;
-        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
-        // SAFETY: one LoopParams argument, matching the kernel.
-        let ctl_node =
-            unsafe { body.add_kernel(&handler_leaves, controller, LaunchDims::SINGLE, &mut args)? };
         let if_deps = match self.placement {
-            ControllerPlacement::Beside => handler_leaves,
-            ControllerPlacement::Before => vec![ctl_node],
+            ControllerPlacement::InHandler => handler_leaves,
+            ControllerPlacement::Before => {
+                let mut p = self.params;
+                let controller = self.rt.library.function("fl_loop_controller")?;
+                let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+                // SAFETY: one LoopParams argument, matching the kernel.
+                vec![unsafe { body.add_kernel(&handler_leaves, controller, LaunchDims::SINGLE, &mut args)? }]
+            }
         };
         let (_, if_body) = body.add_conditional(&ctx, &if_deps, if_handle, Conditional::If)?;
         self.capture_workload(if_body, &[])?;
+        self.programmatic_edges =
+            if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
         let exec = graph.instantiate()?;
         self.exec = Some(exec);
         self._graph = Some(graph);
         Ok(())
     }
 
-    fn build_per_frame_graph(&mut self) -> Result<(), GpuError> {
+    fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
         self.set_standalone_params();
         let graph = Graph::new()?;
         let leaves = self.capture_handler(graph.root())?;
         self.capture_workload(graph.root(), &leaves)?;
+        self.programmatic_edges = if programmatic {
+            graph.root().make_edges_programmatic(|f| self.waits_for_prior(f))?
+        } else {
+            0
+        };
         self.exec = Some(graph.instantiate()?);
         self._graph = Some(graph);
         Ok(())
+    }
+
+    /// Programmatic edges in the built graph (0 when plain edges only).
+    pub fn programmatic_edge_count(&self) -> usize {
+        self.programmatic_edges
+    }
+
+    /// Whether the chain's last kernel publishes the result (no end-marker node).
+    pub fn publishes_in_last_kernel(&self) -> bool {
+        self.publishes_in_last_kernel
     }
 
     fn capture_handler(&mut self, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
@@ -427,9 +486,15 @@ impl ResidentExecutor {
             };
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
-            self.workload
-                .enqueue(&bound.plan, &bound.buffers, &target)
-                .map_err(|e| GpuError::Setup(e.to_string()))?;
+            let published = if self.opts.publish_from_last_kernel {
+                self.workload.enqueue_publishing(&bound.plan, &bound.buffers, &target, self.params_dev.dptr())
+            } else {
+                self.workload.enqueue(&bound.plan, &bound.buffers, &target).map(|()| false)
+            };
+            self.publishes_in_last_kernel = published.map_err(|e| GpuError::Setup(e.to_string()))?;
+            if self.publishes_in_last_kernel {
+                return Ok(());
+            }
         }
         self.enqueue_end_marker(stream)
     }
@@ -459,6 +524,8 @@ impl ResidentExecutor {
             frame_desc,
             chain_result,
             kernels: &self.rt.library,
+            result_publisher: None,
+            publisher_taken: false,
         };
         entry.op.compute(&mut ctx).map_err(|e| GpuError::Setup(e.to_string()))
     }
@@ -500,6 +567,14 @@ impl ResidentExecutor {
             )
         };
         self.state.write(0, bytes)?;
+        // SAFETY: LoopParams is plain old data (integers only, no padding).
+        let params = unsafe {
+            std::slice::from_raw_parts(
+                (&self.params as *const LoopParams).cast::<u8>(),
+                std::mem::size_of::<LoopParams>(),
+            )
+        };
+        self.params_dev.write(0, params)?;
         self.finished = None;
         if self.opts.style == LaunchStyle::Resident {
             let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
@@ -602,7 +677,14 @@ impl ResidentExecutor {
     /// Names the stage a failed run was in, from the marker the GPU left.
     fn fault(&self, e: GpuError) -> GpuError {
         let c = self.control();
-        let (stage, seq) = (c.stage.load(), c.stage_seq.load());
+        // Without markers the frame is still known: the handler stores the
+        // claimed sequence into the ring header before the workload runs.
+        let seq = if self.opts.stage_markers {
+            c.stage_seq.load()
+        } else {
+            self.frame_ring.header().claimed_seq.load(std::sync::atomic::Ordering::Acquire)
+        };
+        let stage = c.stage.load();
         let name = if self.opts.stage_markers {
             match stage {
                 STAGE_IDLE => "between frames (data-ready handler or controller)".to_string(),
@@ -673,7 +755,17 @@ impl Drop for ResidentExecutor {
 
 /// The main fragment of a configured chain (reductions fused where possible).
 pub fn chain_fragment(chain: &[OpSpec], max_frame_bytes: usize) -> Result<Fragment, GpuError> {
-    super::operators::build_main_fragment(chain, max_frame_bytes, super::operators::ChainLayout::default())
+    chain_fragment_with(chain, max_frame_bytes, super::operators::PayloadPath::default())
+}
+
+/// [`chain_fragment`] reading the payload by `payload`.
+pub fn chain_fragment_with(
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    payload: super::operators::PayloadPath,
+) -> Result<Fragment, GpuError> {
+    let layout = super::operators::ChainLayout::default();
+    super::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
         .map_err(|e| GpuError::Setup(e.to_string()))
 }
 

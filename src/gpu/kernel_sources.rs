@@ -14,6 +14,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("filter2d.cu", include_str!("../../kernels/filter2d.cu")),
     ("reduce.cu", include_str!("../../kernels/reduce.cu")),
     ("delay.cu", include_str!("../../kernels/delay.cu")),
+    ("stage.cu", include_str!("../../kernels/stage.cu")),
 ];
 
 /// The `extern "C"` kernels the built-in operators launch, by source file.
@@ -23,6 +24,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("filter2d.cu", &["fl_filter2d"]),
     ("reduce.cu", &["fl_stats", "fl_threshold", "fl_stats_threshold"]),
     ("delay.cu", &["fl_delay"]),
+    ("stage.cu", &["fl_stage_payload"]),
 ];
 
 #[cfg(test)]

@@ -56,12 +56,26 @@ pub struct UnpackOp {
     scale: f32,
     offset: f32,
     max_samples: usize,
+    /// Declares an input port `in` for a [`StagePayloadOp`] in front of it.
+    staged: bool,
 }
 
 impl UnpackOp {
     pub fn new(name: &str, format: SampleFormat, scale: f32, offset: f32, max_frame_bytes: usize) -> Self {
         let max_samples = format.samples_in(max_frame_bytes);
-        Self { name: name.to_owned(), format, scale, offset, max_samples }
+        Self { name: name.to_owned(), format, scale, offset, max_samples, staged: false }
+    }
+
+    /// An unpack behind a [`StagePayloadOp`]: it also declares the input
+    /// port `in` (the staged copy; the kernel finds it through the FrameDesc).
+    pub fn after_stage(
+        name: &str,
+        format: SampleFormat,
+        scale: f32,
+        offset: f32,
+        max_frame_bytes: usize,
+    ) -> Self {
+        Self { staged: true, ..Self::new(name, format, scale, offset, max_frame_bytes) }
     }
 
     /// Kernel and samples each thread converts per chunk.
@@ -80,6 +94,9 @@ impl GpuResidentOperator for UnpackOp {
     }
 
     fn setup(&mut self, spec: &mut OperatorSpec) {
+        if self.staged {
+            spec.input("in", PortMemory::Unspecified);
+        }
         spec.output("out", PortMemory::Size(sample_bytes(self.max_samples)));
     }
 
@@ -242,15 +259,61 @@ impl GpuResidentOperator for ReduceOp {
         };
         let f = ctx.kernel(kernel)?;
         let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
+        // Last in the chain: the kernel publishes the result (one graph node fewer).
+        let publisher = ctx.take_result_publisher().unwrap_or(0);
         let mut launch = ctx.stream().launch_builder(f);
         launch.arg(&fd).arg(&x.dptr).arg(&capacity).arg(&result);
         if let Some(level) = &level {
             launch.arg(level);
         }
-        // SAFETY: (const FrameDesc*, const float*, uint32_t, ChainResult*[, float]) is the
-        // signature of fl_stats / fl_threshold / fl_stats_threshold; one block of
-        // REDUCE_THREADS, as the kernels' reduction assumes.
+        launch.arg(&publisher);
+        // SAFETY: (const FrameDesc*, const float*, uint32_t, ChainResult*[, float],
+        // const LoopParams*) is the signature of fl_stats / fl_threshold /
+        // fl_stats_threshold; `publisher` is 0 or the executor's LoopParams in device
+        // memory; one block of REDUCE_THREADS, as the kernels' reduction assumes.
         unsafe { launch.launch(config(1, REDUCE_THREADS)) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
+        Ok(())
+    }
+}
+
+/// Copies the claimed frame's payload from the mapped ring into device memory
+/// and points the FrameDesc at the copy (one copy instead of zero-copy
+/// reads; see [`PayloadPath`]). Output port `out`: the copy.
+pub struct StagePayloadOp {
+    name: String,
+    /// Bytes of the copy: the largest frame rounded up to 16.
+    bytes: usize,
+}
+
+/// Threads of the one block of `fl_stage_payload` (`FL_STAGE_THREADS`).
+pub const STAGE_THREADS: u32 = 1024;
+
+impl StagePayloadOp {
+    pub fn new(name: &str, max_frame_bytes: usize) -> Self {
+        Self { name: name.to_owned(), bytes: max_frame_bytes.max(1).next_multiple_of(16) }
+    }
+}
+
+impl GpuResidentOperator for StagePayloadOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.output("out", PortMemory::Size(self.bytes));
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let out = ctx.port("out")?;
+        let words = u32::try_from(out.bytes / 16).unwrap_or(u32::MAX);
+        let f = ctx.kernel("fl_stage_payload")?;
+        let fd = ctx.frame_desc();
+        let mut launch = ctx.stream().launch_builder(f);
+        launch.arg(&fd).arg(&out.dptr).arg(&words);
+        // SAFETY: (FrameDesc*, uint4*, uint32_t) is fl_stage_payload's signature; it writes at
+        // most `words` 16-byte words of `out` and is launched as its one block of STAGE_THREADS.
+        unsafe { launch.launch(config(1, STAGE_THREADS)) }
+            .map_err(|e| ctx.enqueue_error("fl_stage_payload", e))?;
         Ok(())
     }
 }
@@ -304,6 +367,18 @@ impl Default for ChainLayout {
     }
 }
 
+/// How the chain reads the frame in the mapped ring slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum PayloadPath {
+    /// The unpack kernel reads the slot over the bus (16-byte loads, all in
+    /// flight at once). Measured faster for 8 KiB frames on an H200
+    /// (bench/results/gpu-latency-h200.txt), so the default.
+    #[default]
+    ZeroCopy,
+    /// A [`StagePayloadOp`] copies the slot into device memory first.
+    OneCopy,
+}
+
 /// Builds the main fragment for a configured chain and frames of at most
 /// `max_frame_bytes`: one operator per chain entry (a stats next to a
 /// threshold fused when asked), linked `out -> in`. Operators are named
@@ -313,26 +388,38 @@ pub fn build_main_fragment(
     max_frame_bytes: usize,
     layout: ChainLayout,
 ) -> Result<Fragment, FragmentError> {
+    build_main_fragment_with(chain, max_frame_bytes, layout, PayloadPath::ZeroCopy)
+}
+
+/// [`build_main_fragment`] with a choice of payload path; with
+/// [`PayloadPath::OneCopy`] a `stage` operator comes first.
+pub fn build_main_fragment_with(
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    layout: ChainLayout,
+    payload: PayloadPath,
+) -> Result<Fragment, FragmentError> {
     validate_chain(chain).map_err(FragmentError::InvalidChain)?;
     let OpSpec::Unpack { format, .. } = chain[0] else { unreachable!("validate_chain puts unpack first") };
     let max_samples = format.samples_in(max_frame_bytes);
     let mut fragment = Fragment::new("main");
-    let mut previous = None;
+    let mut previous = match payload {
+        PayloadPath::ZeroCopy => None,
+        PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
+    };
     let mut i = 0;
     while i < chain.len() {
         let name = |op: &str| format!("{op}[{i}]");
         let next = chain.get(i + 1);
         let (id, consumed) = match &chain[i] {
-            OpSpec::Unpack { format, scale, offset } => (
-                fragment.add_operator(UnpackOp::new(
-                    &name("unpack"),
-                    *format,
-                    *scale,
-                    *offset,
-                    max_frame_bytes,
-                ))?,
-                1,
-            ),
+            OpSpec::Unpack { format, scale, offset } => {
+                let (name, f, s, o) = (&name("unpack"), *format, *scale, *offset);
+                let op = match payload {
+                    PayloadPath::ZeroCopy => UnpackOp::new(name, f, s, o, max_frame_bytes),
+                    PayloadPath::OneCopy => UnpackOp::after_stage(name, f, s, o, max_frame_bytes),
+                };
+                (fragment.add_operator(op)?, 1)
+            }
             OpSpec::Fir { taps } => (fragment.add_operator(FirOp::fir(&name("fir"), taps, max_samples)?)?, 1),
             OpSpec::Filter2d { width, kernel } => (
                 fragment.add_operator(Filter2dOp::filter2d(
