@@ -252,6 +252,7 @@ fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let field = rest.split('`').next().unwrap_or_default().to_string();
         let expected = rest.split_once(", expected ").map(|(_, e)| e).unwrap_or("");
+        let expected = expected.strip_prefix("one of ").unwrap_or(expected);
         let msg = format!("unknown key; remove it or use one of {expected}");
         return (Some(field.clone()), ConfigProblem::new(join(&field), msg));
     }
@@ -279,6 +280,11 @@ pub fn section<T: serde::de::DeserializeOwned + Default>(
             Err(e) => {
                 let (key, problem) = classify(prefix, &e.to_string());
                 problems.push(problem);
+                // The tag of a tagged table (a chain entry's `op`) decides
+                // every other key: without it there is nothing left to check.
+                if key.as_deref() == Some("op") {
+                    return T::default();
+                }
                 let removed = match (key, value.as_table_mut()) {
                     (Some(k), Some(t)) => t.remove(&k).is_some(),
                     _ => false,
@@ -311,6 +317,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let backend = section::<BackendChoice>("backend", table.get("backend"), &mut problems);
     let ring = section::<RingConfig>("ring", table.get("ring"), &mut problems);
     let loop_ = section::<LoopConfig>("loop", table.get("loop"), &mut problems);
+    let problems_before_chain = problems.len();
     let chain = match table.get("chain") {
         None => default_chain(),
         Some(toml::Value::Array(items)) => items
@@ -327,15 +334,17 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             Vec::new()
         }
     };
+    let chain_parsed = problems.len() == problems_before_chain;
     let ingest = section("ingest", table.get("ingest"), &mut problems);
     let metrics = section("metrics", table.get("metrics"), &mut problems);
     let service = section("service", table.get("service"), &mut problems);
     // Absent means native ingest; present (even empty) means RTP video.
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
     let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp };
-    if problems.is_empty() {
-        problems = config.problems();
-    }
+    // Keys that failed to parse fell back to their (valid) defaults, so the
+    // range and cross-field checks add only real problems; a chain that did
+    // not parse is not checked again.
+    problems.extend(config.problems().into_iter().filter(|p| chain_parsed || !p.key.starts_with("chain")));
     if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid(problems)) }
 }
 
@@ -442,7 +451,9 @@ mod tests {
         // Unknown keys, bad values and missing geometry are all reported at once.
         let err = parse("[ring]\nslotz = 1\n[rtp]\nwidht = 320\nheight = 0\ndepth = 8\n").unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
-        assert_eq!(keys, ["ring.slotz", "rtp.widht"], "{err}");
+        for k in ["ring.slotz", "rtp.widht", "rtp.width", "rtp.height"] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
         let err = parse("[rtp]\nheight = 0\ndepth = 8\nsampling = \"RGB\"\n").unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["rtp.width", "rtp.height"], "{err}");
@@ -451,6 +462,16 @@ mod tests {
             parse("[rtp]\nwidth = 640\nheight = 480\nsampling = \"YCbCr-4:2:2\"\ndepth = 8\n").unwrap_err();
         assert_eq!(err.problems()[0].key, "ring.slot_bytes");
         assert!(err.to_string().contains("at least 614400"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_bad_ops_and_ranges_are_reported_together() {
+        let err = parse("colour = \"red\"\n[ring]\nslots = 1\n[[chain]]\nop = \"median\"\n").unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert!(keys.contains(&"colour"), "{keys:?}");
+        assert!(keys.contains(&"ring.slots"), "{keys:?}");
+        assert_eq!(keys.iter().filter(|k| k.starts_with("chain")).count(), 1, "{keys:?}");
+        assert!(!err.to_string().contains("one of one of"), "{err}");
     }
 
     #[test]
