@@ -750,6 +750,17 @@ impl Drop for ResidentExecutor {
         {
             tracing::warn!("tearing the resident loop down on drop: {e}");
         }
+        // The graphs go first, on a thread where the context is current and
+        // while `rt` (and with it the context) is certainly alive: the other
+        // fields drop in declaration order, `rt` first.
+        if self.rt.ctx.bind_to_thread().is_err() {
+            tracing::warn!("cannot bind the CUDA context to destroy the loop's graphs; leaking them");
+            std::mem::forget(self.exec.take());
+            std::mem::forget(self._graph.take());
+            return;
+        }
+        drop(self.exec.take());
+        drop(self._graph.take());
     }
 }
 
