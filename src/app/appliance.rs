@@ -22,8 +22,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long the result thread sleeps when the result ring is empty.
-const RESULT_POLL: Duration = Duration::from_micros(20);
+/// How long the result thread sleeps when no frame is being processed.
+const RESULT_POLL: Duration = Duration::from_micros(50);
+/// How long the result thread spins for the result of a published frame
+/// before it falls back to sleeping.
+const RESULT_SPIN_BUDGET: Duration = Duration::from_millis(2);
 
 /// Options that come from the command line rather than the config file.
 #[derive(Default)]
@@ -178,7 +181,10 @@ impl Appliance {
             let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
-        let results = ResultThread::spawn(sink, RESULT_POLL).map_err(|e| AppError::Startup(e.to_string()))?;
+        let head_ring = Arc::clone(&frame_ring);
+        let frame_head: Box<dyn Fn() -> u64 + Send> = Box::new(move || head_ring.head());
+        let results = ResultThread::spawn_watching(sink, RESULT_POLL, Some((frame_head, RESULT_SPIN_BUDGET)))
+            .map_err(|e| AppError::Startup(e.to_string()))?;
 
         let counters = Arc::new(IngestCounters::default());
         let writer = frame_ring

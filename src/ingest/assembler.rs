@@ -10,6 +10,12 @@ use crate::rtp::RtpAssembler;
 pub trait FrameAssembler: Send {
     /// Handles one datagram received at `rx_ns` (also the current time).
     fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64);
+    /// As [`FrameAssembler::on_datagram`], for a datagram received at `rx_ns`
+    /// and handled at `now_ns`: frames it completes are published at `now_ns`.
+    fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        let _ = now_ns;
+        self.on_datagram(datagram, rx_ns)
+    }
     /// Publishes what is complete or stale at `now_ns`.
     fn on_tick(&mut self, now_ns: u64);
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
@@ -22,6 +28,9 @@ macro_rules! assembler_by_inherent_methods {
         impl FrameAssembler for $t {
             fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
                 <$t>::on_datagram(self, datagram, rx_ns)
+            }
+            fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+                <$t>::on_datagram_at(self, datagram, rx_ns, now_ns)
             }
             fn on_tick(&mut self, now_ns: u64) {
                 <$t>::on_tick(self, now_ns)
@@ -38,6 +47,9 @@ assembler_by_inherent_methods!(Reassembler, RtpAssembler);
 impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
         (**self).on_datagram(datagram, rx_ns)
+    }
+    fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        (**self).on_datagram_at(datagram, rx_ns, now_ns)
     }
     fn on_tick(&mut self, now_ns: u64) {
         (**self).on_tick(now_ns)

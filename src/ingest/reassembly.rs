@@ -210,12 +210,20 @@ impl Reassembler {
     /// Handles one datagram received at `rx_ns` (CLOCK_REALTIME ns), which is
     /// also taken as the current time for timeouts.
     pub fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        self.on_datagram_at(datagram, rx_ns, rx_ns)
+    }
+
+    /// As [`Reassembler::on_datagram`] for a datagram received at `rx_ns` and
+    /// handled at `now_ns` (`>= rx_ns`): completed frames are published at
+    /// `now_ns`, so the receiver's own wake-up shows in the assembly segment.
+    pub fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        debug_assert!(now_ns >= rx_ns);
         self.counters.datagram(datagram.len());
         match native::parse(datagram) {
             Ok((h, payload)) => self.on_packet(&h, payload, rx_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
-        self.publish_ready(rx_ns);
+        self.publish_ready(now_ns);
     }
 
     /// Publishes the frames that are complete or stale at `now_ns`.

@@ -197,6 +197,9 @@ struct BufferInfo {
     source: Option<SocketAddr>,
     /// Kernel receive time, or the clock when no timestamp came.
     rx_ns: u64,
+    /// The clock when the receiver got the batch from the kernel: frames
+    /// completed by this buffer are published at this time (or `rx_ns`, if later).
+    batch_ns: u64,
 }
 
 /// The datagrams of one buffer: split at `segment` bytes when GRO coalesced
@@ -233,7 +236,7 @@ fn deliver<A: FrameAssembler + ?Sized>(
             t.on_datagram(info.source.unwrap_or(UNKNOWN_SOURCE), local, d, info.rx_ns);
         }
         if allowed {
-            assembler.on_datagram(d, info.rx_ns);
+            assembler.on_datagram_at(d, info.rx_ns, info.batch_ns.max(info.rx_ns));
         } else {
             counters.datagram(d.len());
             IngestCounters::bump(&counters.source_not_allowed);
@@ -329,6 +332,7 @@ impl RecvBatch {
             gro_segment: None,
             source: source_addr(&self.addrs[i], m.msg_hdr.msg_namelen),
             rx_ns: 0,
+            batch_ns: 0,
         };
         let mut rx_ns = None;
         // SAFETY: the kernel filled `msg_control` up to `msg_controllen`, and
@@ -580,8 +584,10 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let fd = self.socket.as_raw_fd();
         for _ in 0..BATCHES_PER_WAKE {
             let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
+            let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
             for i in 0..n {
-                let (buf, info) = self.batch.message(i);
+                let (buf, mut info) = self.batch.message(i);
+                info.batch_ns = batch_ns;
                 deliver(
                     &mut self.assembler,
                     &self.counters,
@@ -692,6 +698,7 @@ mod tests {
             gro_segment,
             source: Some(SocketAddr::new(source.parse().unwrap(), 4000)),
             rx_ns: 5,
+            batch_ns: 5,
         }
     }
 

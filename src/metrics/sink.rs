@@ -34,6 +34,8 @@ pub struct ResultSink {
     batch: Vec<ResultRecord>,
     /// `reader.lost()` already added to the counters.
     lost_seen: u64,
+    /// Ring sequence of the newest result drained.
+    last_ring_seq: u64,
 }
 
 impl ResultSink {
@@ -49,6 +51,7 @@ impl ResultSink {
             on_result: None,
             batch: Vec::with_capacity(1024),
             lost_seen: 0,
+            last_ring_seq: 0,
         }
     }
 
@@ -77,8 +80,19 @@ impl ResultSink {
 
     /// Drains every new result, recording each as seen at `seen_ns`; returns how many.
     pub fn poll(&mut self, seen_ns: u64) -> usize {
+        self.poll_then_stamp(|| seen_ns)
+    }
+
+    /// Drains every new result and only then asks `now` for the time they
+    /// were seen, so a result finished during the drain never looks seen
+    /// before it was done.
+    pub fn poll_then_stamp(&mut self, now: impl FnOnce() -> u64) -> usize {
         self.batch.clear();
         let n = self.reader.drain(&mut self.batch);
+        let seen_ns = if n > 0 { now() } else { 0 };
+        if let Some(last) = self.batch.last() {
+            self.last_ring_seq = last.ring_seq;
+        }
         for r in &self.batch {
             self.totals.record(r, seen_ns, self.clock_offset_ns);
             if let Some(log) = &mut self.log {
@@ -97,6 +111,11 @@ impl ResultSink {
             self.lost_seen = lost;
         }
         n
+    }
+
+    /// Ring sequence of the newest result drained so far (0 before any).
+    pub fn last_ring_seq(&self) -> u64 {
+        self.last_ring_seq
     }
 
     /// Writes every interval that has ended by `now_ns` (an interval with no

@@ -29,12 +29,25 @@ impl ResultThread {
     /// Starts draining `sink`, checking the ring every `poll_interval` when it
     /// is empty (a result waits at most that long to be seen).
     pub fn spawn(sink: ResultSink, poll_interval: Duration) -> Result<Self, MetricsError> {
+        Self::spawn_watching(sink, poll_interval, None)
+    }
+
+    /// As [`ResultThread::spawn`], but while `frame_head()` (the frame ring's
+    /// head) is ahead of the newest result seen, a result is on its way: the
+    /// thread then spins instead of sleeping, for at most `spin_budget`
+    /// without a result, so the moment a result is seen is not delayed by a
+    /// sleep. Between frames it sleeps and costs no CPU.
+    pub fn spawn_watching(
+        sink: ResultSink,
+        poll_interval: Duration,
+        frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
+    ) -> Result<Self, MetricsError> {
         let sink = Arc::new(Mutex::new(sink));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_sink, thread_stop) = (Arc::clone(&sink), Arc::clone(&stop));
         let handle = std::thread::Builder::new()
             .name("frameloop-results".into())
-            .spawn(move || run(&thread_sink, &thread_stop, poll_interval))
+            .spawn(move || run(&thread_sink, &thread_stop, poll_interval, frame_head))
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
         Ok(Self { sink, stop, handle: Some(handle) })
     }
@@ -62,16 +75,42 @@ impl ResultThread {
     }
 }
 
-fn run(sink: &Mutex<ResultSink>, stop: &AtomicBool, poll_interval: Duration) {
+fn run(
+    sink: &Mutex<ResultSink>,
+    stop: &AtomicBool,
+    poll_interval: Duration,
+    frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
+) {
+    let mut spin_since: Option<std::time::Instant> = None;
+    // Head for which spinning already ran out of budget: sleep until it moves.
+    let mut gave_up_at_head = 0u64;
     while !stop.load(Ordering::Acquire) {
-        let drained = {
+        let (drained, last_seen) = {
             let mut s = lock(sink);
-            let n = s.poll(clock::realtime_ns());
+            let n = s.poll_then_stamp(clock::realtime_ns);
             s.tick(clock::realtime_ns());
-            n
+            (n, s.last_ring_seq())
         };
-        if drained == 0 {
-            std::thread::sleep(poll_interval);
+        if drained > 0 {
+            spin_since = None;
+            continue;
+        }
+        let (head, budget) = match &frame_head {
+            Some((head, budget)) => (head(), *budget),
+            None => (0, Duration::ZERO),
+        };
+        let pending = head > last_seen && head != gave_up_at_head;
+        match spin_since {
+            Some(t) if pending && t.elapsed() < budget => std::hint::spin_loop(),
+            Some(_) if pending => {
+                gave_up_at_head = head;
+                spin_since = None;
+            }
+            None if pending => spin_since = Some(std::time::Instant::now()),
+            _ => {
+                spin_since = None;
+                std::thread::sleep(poll_interval);
+            }
         }
     }
 }

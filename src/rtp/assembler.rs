@@ -142,6 +142,12 @@ impl RtpAssembler {
     }
 
     /// Handles one datagram received at `rx_ns`, also taken as the current time.
+    /// As [`RtpAssembler::on_datagram`]; RTP frames are published at their
+    /// receive time.
+    pub fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, _now_ns: u64) {
+        self.on_datagram(datagram, rx_ns)
+    }
+
     pub fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
         self.counters.bump(RtpCounter::datagrams);
         self.counters.add(RtpCounter::datagram_bytes, datagram.len() as u64);
