@@ -162,6 +162,8 @@ pub struct Config {
     pub metrics: crate::metrics::MetricsConfig,
     #[serde(default)]
     pub service: crate::service::ServiceConfig,
+    #[serde(default)]
+    pub rdma: crate::rdma::RdmaConfig,
     /// RFC 4175 RTP raw video: when present, the receiver assembles RTP video
     /// frames of this geometry instead of native frameloop datagrams.
     #[serde(default)]
@@ -178,6 +180,7 @@ impl Default for Config {
             ingest: Default::default(),
             metrics: Default::default(),
             service: Default::default(),
+            rdma: Default::default(),
             rtp: None,
         }
     }
@@ -192,6 +195,7 @@ impl Config {
         self.ingest.validate(&mut p);
         self.metrics.validate(&mut p);
         self.service.validate(&mut p);
+        self.rdma.validate(self.ingest.transport, &mut p);
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -305,7 +309,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
     };
     let mut problems = Vec::new();
-    const SECTIONS: &[&str] = &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rtp"];
+    const SECTIONS: &[&str] =
+        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -338,9 +343,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let ingest = section("ingest", table.get("ingest"), &mut problems);
     let metrics = section("metrics", table.get("metrics"), &mut problems);
     let service = section("service", table.get("service"), &mut problems);
+    let rdma = section("rdma", table.get("rdma"), &mut problems);
     // Absent means native ingest; present (even empty) means RTP video.
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp };
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

@@ -27,7 +27,7 @@ enum Command {
     /// Run the appliance until SIGINT/SIGTERM (or --duration), then print the summary.
     Run(app::RunArgs),
     /// Send emulated sensor frames (native frameloop datagrams) to an appliance.
-    Send(frameloop::sender::SendArgs),
+    Send(app::SendCommand),
     /// Check a config file and report every problem at once.
     Validate(app::ValidateArgs),
     /// Record the UDP datagrams sent to an address as pcapng, with nanosecond receive times.

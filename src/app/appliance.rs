@@ -10,7 +10,7 @@ use super::AppError;
 use crate::backend::{LoopStats, ResidentLoop};
 use crate::config::{BackendChoice, Config};
 use crate::host::HostLoop;
-use crate::ingest::{FrameAssembler, IngestCounters, IngestError, IngestSnapshot, Reassembler, UdpReceiver};
+use crate::ingest::{FrameAssembler, IngestCounters, IngestSnapshot, Reassembler, UdpReceiver};
 use crate::metrics::{ResultCallback, ResultSink, ResultThread, Summary, create_interval_log};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, HostMemory, ResultReader, ResultRing, RingMemory};
@@ -75,7 +75,7 @@ pub struct Appliance {
     frame_ring: Arc<FrameRing>,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
-    rx_thread: Option<JoinHandle<Result<(), IngestError>>>,
+    rx_thread: Option<JoinHandle<Result<(), String>>>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
     started: Instant,
@@ -187,6 +187,40 @@ impl Appliance {
             .map_err(|e| AppError::Startup(e.to_string()))?;
 
         let counters = Arc::new(IngestCounters::default());
+        let rx_stop = Arc::new(AtomicBool::new(false));
+        match crate::rdma::select_ingest(cfg.ingest.transport, &cfg.rdma, &frame_ring)
+            .map_err(|e| AppError::Startup(e.to_string()))?
+        {
+            crate::rdma::IngestPlan::Udp { reason } => {
+                if cfg.ingest.transport != crate::rdma::Transport::Udp {
+                    tracing::info!("{reason}; using UDP");
+                }
+            }
+            #[cfg(feature = "rdma")]
+            crate::rdma::IngestPlan::Rdma(mut endpoint) => {
+                tracing::info!("{}", endpoint.summary());
+                let local_addr = endpoint.listen_addr();
+                let stop = Arc::clone(&rx_stop);
+                let rx_thread = std::thread::Builder::new()
+                    .name("frameloop-rdma".into())
+                    .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
+                    .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
+                return Ok(Self {
+                    pick,
+                    local_addr,
+                    gro_active: false,
+                    counters,
+                    rtp_counters: None,
+                    recording: None,
+                    frame_ring,
+                    rx_stop,
+                    rx_thread: Some(rx_thread),
+                    resident,
+                    results: Some(results),
+                    started: Instant::now(),
+                });
+            }
+        }
         let writer = frame_ring
             .writer()
             .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
@@ -216,7 +250,6 @@ impl Appliance {
         };
         let local_addr = receiver.local_addr();
         let gro_active = receiver.gro_active();
-        let rx_stop = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&rx_stop);
         let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
         let (placed_tx, placed_rx) = std::sync::mpsc::channel();
@@ -226,7 +259,7 @@ impl Appliance {
                 let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
                 let ok = placed.is_ok();
                 let _ = placed_tx.send(placed);
-                if ok { receiver.run(&stop) } else { Ok(()) }
+                if ok { receiver.run(&stop).map_err(|e| e.to_string()) } else { Ok(()) }
             })
             .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
         if let Ok(Err(e)) = placed_rx.recv() {

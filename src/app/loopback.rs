@@ -70,10 +70,15 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
 }
 
 fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
-    let pick = super::pick_backend(if cfg.backend == BackendChoice::Auto { BackendChoice::Cuda } else { cfg.backend })?;
+    let pick = super::pick_backend(if cfg.backend == BackendChoice::Auto {
+        BackendChoice::Cuda
+    } else {
+        cfg.backend
+    })?;
     if pick.name != "cuda" {
         return Err(AppError::Startup(
-            "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)".into(),
+            "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
+                .into(),
         ));
     }
     let opts = crate::gpu::bench::CompareOptions {
@@ -94,11 +99,40 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Arguments of `frameloop send`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SendCommand {
+    #[command(flatten)]
+    pub send: crate::sender::SendArgs,
+    /// udp (native datagrams; the default), or rdma (RDMA WRITE into the
+    /// appliance's registered ring; --to is the appliance's rdma.listen).
+    #[arg(long, value_enum, default_value = "udp")]
+    pub transport: crate::rdma::Transport,
+    #[cfg(feature = "rdma")]
+    #[command(flatten)]
+    pub rdma: crate::rdma::sender::RdmaSendArgs,
+}
+
 /// `frameloop send`: the sensor emulator.
-pub fn send(args: &crate::sender::SendArgs) -> Result<(), AppError> {
+pub fn send(args: &SendCommand) -> Result<(), AppError> {
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
     let mut progress = Progress::new();
-    let stats = crate::sender::run_sender(args, signals::stop_flag(), |s| {
+    if args.transport == crate::rdma::Transport::Rdma {
+        #[cfg(feature = "rdma")]
+        {
+            let stats =
+                crate::rdma::sender::run_rdma_sender(&args.send, &args.rdma, signals::stop_flag(), |s| {
+                    progress.show(|| format!("{s:?}"));
+                })
+                .map_err(|e| AppError::Runtime(e.to_string()))?;
+            progress.done();
+            println!("{stats:#?}");
+            return Ok(());
+        }
+        #[cfg(not(feature = "rdma"))]
+        return Err(AppError::Startup("this build has no RDMA support (cargo feature rdma)".into()));
+    }
+    let stats = crate::sender::run_sender(&args.send, signals::stop_flag(), |s| {
         progress.show(|| format!("{s:?}"));
     })
     .map_err(|e| AppError::Runtime(e.to_string()))?;

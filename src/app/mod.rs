@@ -8,7 +8,7 @@ pub mod signals;
 
 pub use appliance::{Appliance, BackendPick, Report, StartOptions, pick_backend};
 pub use captures::{record, replay};
-pub use loopback::{bench, send};
+pub use loopback::{SendCommand, bench, send};
 
 use crate::config::{self, BackendChoice, Config};
 use std::path::PathBuf;

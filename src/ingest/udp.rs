@@ -66,6 +66,9 @@ pub struct UdpConfig {
     /// Reassembly keys, flattened into the same table.
     #[serde(flatten)]
     pub reassembly: ReassemblyConfig,
+    /// `auto` (RDMA when a device is usable, UDP otherwise, saying why),
+    /// `rdma` (fail unless RDMA works) or `udp`. RDMA settings: `[rdma]`.
+    pub transport: crate::rdma::Transport,
 }
 
 impl Default for UdpConfig {
@@ -79,6 +82,7 @@ impl Default for UdpConfig {
             gro: true,
             reuse_port: true,
             reassembly: ReassemblyConfig::default(),
+            transport: crate::rdma::Transport::default(),
         }
     }
 }
