@@ -216,7 +216,7 @@ def search(tool, size, args, log):
     cannot reach the offered rate), then bisection between clean and lossy."""
     frame_wire = args.frame_bytes * size / (size - FRAMELOOP_HEADER)  # about the bytes of one frame on the wire
     fps_of = lambda gbps: gbps * 1e9 / 8 / frame_wire
-    trials, good, bad = [], None, None
+    trials, good, bad, prev_sent = [], None, None, 0.0
     load = lambda: open("/proc/loadavg").read().split()[0]
     gbps = args.start_gbps
     while gbps <= args.max_gbps:
@@ -224,12 +224,13 @@ def search(tool, size, args, log):
         trials.append(r)
         log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
                   f"load {load()} {json.dumps(r)}")
-        if r["clean"] and r["sent_gbps"] < args.sender_bound * r["offered_gbps"]:
-            # The sender cannot go faster on this machine: higher offers only
-            # lengthen the trials. This clean trial is the ceiling.
+        if r["clean"] and r["sent_gbps"] < args.sender_bound * prev_sent:
+            # Doubling the offer no longer raises what the sender achieves:
+            # it is CPU-bound here and higher offers only lengthen the trials.
             log.write(f"# {tool.name} {size} B: sender-bound at {r['sent_gbps']:.2f} Gb/s; ladder stops")
             good = gbps
             break
+        prev_sent = r["sent_gbps"]
         if r["clean"]:
             good = gbps
             gbps *= 2
@@ -261,8 +262,8 @@ def main():
     p.add_argument("--start-gbps", type=float, default=1.0)
     p.add_argument("--max-gbps", type=float, default=64.0)
     p.add_argument("--bisect-steps", type=int, default=4)
-    p.add_argument("--sender-bound", type=float, default=0.8,
-                   help="a clean trial whose sender reached less than this share of the offered rate ends the ladder")
+    p.add_argument("--sender-bound", type=float, default=1.15,
+                   help="the ladder stops when doubling the offer raised the achieved send rate by less than this factor")
     p.add_argument("--port", type=int, default=8888)
     p.add_argument("--recv-buffer", type=int, default=4 << 20, help="receive socket buffer, bytes")
     p.add_argument("--send-buffer", type=int, default=4 << 20, help="spead2 send socket buffer, bytes")
