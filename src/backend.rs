@@ -53,6 +53,11 @@ pub trait ResidentLoop: Send {
     fn clock_error_ns(&self) -> u64 {
         0
     }
+    /// Re-measures the clock offset (GPU backends; against drift), returning
+    /// the new `(offset_ns, error_ns)`; `None` when there is nothing to measure.
+    fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, BackendError> {
+        Ok(None)
+    }
     /// Stops the loop and waits for it; always terminates. Returns the final
     /// counters, or the error that stopped the loop earlier.
     fn tear_down(&mut self) -> Result<LoopStats, BackendError>;

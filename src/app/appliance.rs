@@ -90,6 +90,10 @@ pub struct Report {
     pub gro: bool,
     pub loop_stats: LoopStats,
     pub ingest: IngestSnapshot,
+    /// GPU clock to CLOCK_REALTIME offset used for the GPU timestamps, and
+    /// the bound on its error (both 0 on the host backend).
+    pub clock_offset_ns: i64,
+    pub clock_error_ns: u64,
     /// RTP assembler counters (name, value), when the config has `[rtp]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rtp: Option<Vec<(&'static str, u64)>>,
@@ -384,6 +388,18 @@ impl Appliance {
         }
     }
 
+    /// Re-measures the GPU clock offset (drift) and hands it to the result
+    /// thread; returns the new offset and its error bound, if the backend has
+    /// a clock of its own.
+    pub fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, AppError> {
+        let c = self.resident.recalibrate_clock().map_err(|e| AppError::Runtime(e.to_string()))?;
+        if let (Some((offset, error)), Some(r)) = (c, &self.results) {
+            r.set_clock_offset(offset);
+            tracing::debug!(offset, error, "GPU clock recalibrated");
+        }
+        Ok(c)
+    }
+
     /// Waits until every published frame has been consumed or `timeout` passes.
     pub fn drain(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
@@ -438,6 +454,8 @@ impl Appliance {
             gro: self.gro_active,
             loop_stats,
             ingest: self.counters.snapshot(),
+            clock_offset_ns: self.resident.clock_offset_ns(),
+            clock_error_ns: self.resident.clock_error_ns(),
             rtp: self.rtp_counters(),
             recording,
             latency,
@@ -488,8 +506,17 @@ impl Report {
                 r.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
             ),
         };
+        let clock = if self.clock_error_ns > 0 {
+            format!(
+                "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
+                self.clock_offset_ns,
+                self.clock_error_ns as f64 / 1000.0
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "backend: {} ({})\n{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\n{clock}{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
             self.listen,

@@ -180,6 +180,9 @@ impl Progress {
     }
 }
 
+/// How often `run` re-measures the GPU clock offset against drift.
+const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// `frameloop run`: serve until a signal (or `--duration`), then report.
 ///
 /// Under systemd (`NOTIFY_SOCKET`) it sends READY=1 once the ring is
@@ -196,7 +199,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
-    let app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
+    let mut app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
 
     let board = MetricsBoard::new();
     board.publish(app.metrics_snapshot());
@@ -225,6 +228,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let limit = args.duration.map(Duration::from_secs_f64);
     let mut progress = Progress::new();
     let mut last_publish = Instant::now();
+    let mut last_calibration = Instant::now();
     let stop = signals::stop_flag();
     while !stop.load(Ordering::Acquire) {
         if limit.is_some_and(|l| started.elapsed() >= l) {
@@ -235,6 +239,12 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             break;
         }
         iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+        if last_calibration.elapsed() >= CLOCK_RECALIBRATION {
+            if let Err(e) = app.recalibrate_clock() {
+                tracing::warn!("GPU clock recalibration failed: {e}");
+            }
+            last_calibration = Instant::now();
+        }
         if last_publish.elapsed() >= Duration::from_millis(500) {
             board.publish(app.metrics_snapshot());
             last_publish = Instant::now();

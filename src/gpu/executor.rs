@@ -846,6 +846,10 @@ impl ResidentLoop for CudaLoop {
     fn clock_error_ns(&self) -> u64 {
         self.exec.clock().error_ns
     }
+    fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, BackendError> {
+        let c = self.exec.rt.recalibrate_clock().map_err(backend_error)?;
+        Ok(Some((c.offset_ns, c.error_ns)))
+    }
     fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
         let was_running = self.exec.launched;
         if let Some(Err(e)) = self.exec.poll() {

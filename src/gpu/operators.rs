@@ -430,6 +430,14 @@ pub fn build_main_fragment_with(
                 )?)?,
                 1,
             ),
+            OpSpec::Delay { us } => (
+                fragment.add_operator(DelayOp::new(
+                    &name("delay"),
+                    *us as u64 * 1000,
+                    sample_bytes(max_samples),
+                ))?,
+                1,
+            ),
             OpSpec::Stats | OpSpec::Threshold { .. } => {
                 let (reduction, consumed) = match (&chain[i], next) {
                     (OpSpec::Stats, Some(OpSpec::Threshold { level }))

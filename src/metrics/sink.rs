@@ -113,6 +113,11 @@ impl ResultSink {
         n
     }
 
+    /// Uses a re-measured GPU clock offset for the results that follow.
+    pub fn set_clock_offset(&mut self, clock_offset_ns: i64) {
+        self.clock_offset_ns = clock_offset_ns;
+    }
+
     /// Ring sequence of the newest result drained so far (0 before any).
     pub fn last_ring_seq(&self) -> u64 {
         self.last_ring_seq

@@ -52,6 +52,11 @@ impl ResultThread {
         Ok(Self { sink, stop, handle: Some(handle) })
     }
 
+    /// Uses a re-measured GPU clock offset for the results that follow.
+    pub fn set_clock_offset(&self, clock_offset_ns: i64) {
+        lock(&self.sink).set_clock_offset(clock_offset_ns);
+    }
+
     /// Summary of every result recorded so far.
     pub fn snapshot(&self) -> Summary {
         lock(&self.sink).summary()

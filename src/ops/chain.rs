@@ -68,6 +68,7 @@ impl CpuChain {
                 }
                 OpSpec::Stats => out.stats = Some(cpu::stats(&self.a[..n])),
                 OpSpec::Threshold { level } => out.detect = Some(cpu::threshold(&self.a[..n], *level)),
+                OpSpec::Delay { us } => cpu::delay(*us),
             }
         }
         out.output_len = n;

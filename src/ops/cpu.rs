@@ -106,6 +106,15 @@ pub fn threshold(x: &[f32], level: f32) -> (u32, i32) {
     (count, first)
 }
 
+/// Busy-waits `us` microseconds (the `delay` operator: a stand-in for heavy
+/// processing; the one operator that reads a clock).
+pub fn delay(us: u32) {
+    let until = std::time::Instant::now() + std::time::Duration::from_micros(us as u64);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,7 +65,14 @@ pub enum OpSpec {
     Stats,
     /// Counts samples strictly above `level` and finds the first; samples pass through.
     Threshold { level: f32 },
+    /// Holds the chain for `us` microseconds and passes the samples through:
+    /// a stand-in for heavy processing, to test what happens when the
+    /// consumer is slower than the sensor.
+    Delay { us: u32 },
 }
+
+/// Longest artificial delay a `delay` operator may ask for (µs).
+pub const MAX_DELAY_US: u32 = 1_000_000;
 
 impl OpSpec {
     /// Stable short name, used in logs, errors and GPU stage names.
@@ -76,6 +83,7 @@ impl OpSpec {
             OpSpec::Filter2d { .. } => "filter2d",
             OpSpec::Stats => "stats",
             OpSpec::Threshold { .. } => "threshold",
+            OpSpec::Delay { .. } => "delay",
         }
     }
 }
@@ -95,6 +103,8 @@ pub enum ChainError {
     NotFinite { index: usize, key: &'static str, value: f32 },
     #[error("chain[{index}].width: must be at least 1 (got 0)")]
     ZeroWidth { index: usize },
+    #[error("chain[{index}].us: {us} is over the {MAX_DELAY_US} µs a delay may last")]
+    LongDelay { index: usize, us: u32 },
     #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain")]
     Duplicate { index: usize, op: &'static str },
 }
@@ -139,6 +149,11 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
             OpSpec::Stats => {
                 if std::mem::replace(&mut stats, true) {
                     errs.push(ChainError::Duplicate { index, op: "stats" });
+                }
+            }
+            OpSpec::Delay { us } => {
+                if *us > MAX_DELAY_US {
+                    errs.push(ChainError::LongDelay { index, us: *us });
                 }
             }
             OpSpec::Threshold { level } => {
