@@ -24,9 +24,19 @@ use std::time::{Duration, Instant};
 
 /// How long the result thread sleeps when no frame is being processed.
 const RESULT_POLL: Duration = Duration::from_micros(50);
-/// How long the result thread spins for the result of a published frame
-/// before it falls back to sleeping.
+/// How long the result thread keeps spinning after the last result (or for
+/// the result of a published frame) before it falls back to sleeping.
 const RESULT_SPIN_BUDGET: Duration = Duration::from_millis(2);
+
+/// The result thread spins only where a core can be spared for it: with
+/// fewer than four, the receiver and the resident loop need them more, and a
+/// spinning result thread would push their tails up by whole time slices.
+fn result_spin_budget() -> Duration {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() >= 4 => RESULT_SPIN_BUDGET,
+        _ => Duration::ZERO,
+    }
+}
 
 /// Options that come from the command line rather than the config file.
 #[derive(Default)]
@@ -187,8 +197,9 @@ impl Appliance {
         }
         let head_ring = Arc::clone(&frame_ring);
         let frame_head: Box<dyn Fn() -> u64 + Send> = Box::new(move || head_ring.head());
-        let results = ResultThread::spawn_watching(sink, RESULT_POLL, Some((frame_head, RESULT_SPIN_BUDGET)))
-            .map_err(|e| AppError::Startup(e.to_string()))?;
+        let results =
+            ResultThread::spawn_watching(sink, RESULT_POLL, Some((frame_head, result_spin_budget())))
+                .map_err(|e| AppError::Startup(e.to_string()))?;
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));

@@ -21,7 +21,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
     }
     cfg.ingest.bind = "127.0.0.1:0".into();
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
-    let app =
+    let mut app =
         Appliance::start(&cfg, StartOptions { histogram_log: args.histogram_log.clone(), on_result: None })?;
     let to = app.local_addr().to_string();
     let argv = [
@@ -48,8 +48,15 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         .spawn(move || crate::sender::run_sender(&send, stop, |_| {}))
         .map_err(|e| AppError::Startup(format!("cannot start the sender thread: {e}")))?;
     let mut progress = Progress::new();
+    let mut last_calibration = std::time::Instant::now();
     while !sender.is_finished() {
         progress.show(|| app.progress_line());
+        if last_calibration.elapsed() >= super::CLOCK_RECALIBRATION {
+            if let Err(e) = app.recalibrate_clock() {
+                tracing::warn!("GPU clock recalibration failed: {e}");
+            }
+            last_calibration = std::time::Instant::now();
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     progress.done();

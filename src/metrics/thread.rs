@@ -86,8 +86,13 @@ fn run(
     poll_interval: Duration,
     frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
 ) {
-    let mut spin_since: Option<std::time::Instant> = None;
-    // Head for which spinning already ran out of budget: sleep until it moves.
+    use std::time::Instant;
+    let budget = frame_head.as_ref().map_or(Duration::ZERO, |(_, b)| *b);
+    // Spin while results flow (a result or a pending frame within the
+    // budget), sleep once the stream has been quiet for the whole budget.
+    let mut last_activity: Option<Instant> = None;
+    let mut pending_since: Option<Instant> = None;
+    // Head for which waiting already ran out of budget: sleep until it moves.
     let mut gave_up_at_head = 0u64;
     while !stop.load(Ordering::Acquire) {
         let (drained, last_seen) = {
@@ -97,25 +102,26 @@ fn run(
             (n, s.last_ring_seq())
         };
         if drained > 0 {
-            spin_since = None;
+            last_activity = Some(Instant::now());
+            pending_since = None;
             continue;
         }
-        let (head, budget) = match &frame_head {
-            Some((head, budget)) => (head(), *budget),
-            None => (0, Duration::ZERO),
-        };
+        let head = frame_head.as_ref().map_or(0, |(head, _)| head());
         let pending = head > last_seen && head != gave_up_at_head;
-        match spin_since {
-            Some(t) if pending && t.elapsed() < budget => std::hint::spin_loop(),
-            Some(_) if pending => {
+        if pending {
+            let since = *pending_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= budget {
                 gave_up_at_head = head;
-                spin_since = None;
+                pending_since = None;
             }
-            None if pending => spin_since = Some(std::time::Instant::now()),
-            _ => {
-                spin_since = None;
-                std::thread::sleep(poll_interval);
-            }
+        } else {
+            pending_since = None;
+        }
+        let flowing = last_activity.is_some_and(|t| t.elapsed() < budget);
+        if pending_since.is_some() || flowing {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(poll_interval);
         }
     }
 }
