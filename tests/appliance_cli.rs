@@ -273,3 +273,31 @@ fn run_serves_frames_from_the_send_command_and_reports_them_as_json() {
     assert_eq!(u64_at(&report, "/ingest/packets_accepted"), 20 * 6);
     assert_every_segment(&report, 20);
 }
+
+/// Where no RDMA stack is (this machine, CI): `ingest.transport = "rdma"`
+/// stops start-up with the reason, and `auto` says why once and serves UDP.
+#[test]
+fn rdma_transport_without_a_device_fails_and_auto_falls_back_to_udp() {
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        "backend = \"host\"\n[ring]\nslots = 8\nslot_bytes = 4096\n[rdma]\nlisten = \"127.0.0.1:7471\"\n";
+    let rdma = write(
+        dir.path(),
+        "rdma.toml",
+        &format!("{base}[ingest]\nbind = \"127.0.0.1:0\"\ntransport = \"rdma\"\n"),
+    );
+    let f = run_to_end(&["run", "--config", &rdma, "--duration", "1"]);
+    assert!(!f.status.success(), "rdma without a device must fail:\n{}", f.stderr);
+    assert!(f.stderr.contains("RDMA"), "the error names RDMA:\n{}", f.stderr);
+
+    let auto = write(
+        dir.path(),
+        "auto.toml",
+        &format!("{base}[ingest]\nbind = \"127.0.0.1:0\"\ntransport = \"auto\"\n"),
+    );
+    let f = run_to_end(&["run", "--config", &auto, "--duration", "1", "--json"]);
+    assert!(f.status.success(), "auto falls back to UDP:\n{}", f.stderr);
+    assert_eq!(f.stderr.matches("using UDP").count(), 1, "one line says why:\n{}", f.stderr);
+    let report = json_of(&f);
+    assert!(report["listen"].as_str().is_some_and(|l| l.starts_with("127.0.0.1:")), "{report:#}");
+}

@@ -30,7 +30,7 @@ const WR_CONSUMER_READ: u64 = 12;
 pub struct RdmaSendArgs {
     /// Local address of the RoCE interface to send from (default: the one
     /// rdma_cm routes to --to).
-    #[arg(long = "rdma-bind", value_name = "ADDR")]
+    #[arg(id = "rdma_bind", long = "rdma-bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
     /// Path MTU in bytes (256 to 4096); 0 keeps the port's.
     #[arg(long = "rdma-mtu", value_name = "BYTES", default_value_t = 0)]
