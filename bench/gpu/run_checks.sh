@@ -40,9 +40,9 @@ step() {
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-for t in "$BIN"/gpu_*; do
+for t in "$BIN"/gpu_* "$BIN"/rdma_gpu; do
   [ -x "$t" ] || continue
-  step tests "$t" --include-ignored --test-threads=1
+  step tests "$t" --include-ignored --test-threads=1 --nocapture
 done
 
 step compare "$BIN/frameloop" bench --backend cuda --compare

@@ -203,96 +203,38 @@ impl Appliance {
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
-        match crate::rdma::select_ingest(cfg.ingest.transport, &cfg.rdma, &frame_ring)
+        let ingest = match crate::rdma::select_ingest(cfg.ingest.transport, &cfg.rdma, &frame_ring)
             .map_err(|e| AppError::Startup(e.to_string()))?
         {
             crate::rdma::IngestPlan::Udp { reason } => {
                 if cfg.ingest.transport != crate::rdma::Transport::Udp {
                     tracing::info!("{reason}; using UDP");
                 }
+                start_udp(cfg, &frame_ring, &counters, &rx_stop, record)?
             }
             #[cfg(feature = "rdma")]
             crate::rdma::IngestPlan::Rdma(mut endpoint) => {
                 tracing::info!("{}", endpoint.summary());
                 let local_addr = endpoint.listen_addr();
                 let stop = Arc::clone(&rx_stop);
-                let rx_thread = std::thread::Builder::new()
+                let thread = std::thread::Builder::new()
                     .name("frameloop-rdma".into())
                     .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
                     .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
-                return Ok(Self {
-                    pick,
-                    local_addr,
-                    gro_active: false,
-                    counters,
-                    rtp_counters: None,
-                    recording: None,
-                    frame_ring,
-                    rx_stop,
-                    rx_thread: Some(rx_thread),
-                    resident,
-                    results: Some(results),
-                    started: Instant::now(),
-                });
-            }
-        }
-        let writer = frame_ring
-            .writer()
-            .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
-        let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
-            Some(rtp) => {
-                let settings =
-                    rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
-                let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
-                let c = Arc::clone(a.counters());
-                (Box::new(a), Some(c))
-            }
-            None => {
-                let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(&counters));
-                (Box::new(r), None)
+                IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread }
             }
         };
-        let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(&counters))
-            .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
-        let recording = match record {
-            Some(path) => {
-                let (tap, done) = super::captures::recording_tap(path)?;
-                receiver.set_tap(Box::new(tap));
-                tracing::info!("recording received datagrams to {}", path.display());
-                Some(done)
-            }
-            None => None,
-        };
-        let local_addr = receiver.local_addr();
-        let gro_active = receiver.gro_active();
-        let stop = Arc::clone(&rx_stop);
-        let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
-        let (placed_tx, placed_rx) = std::sync::mpsc::channel();
-        let rx_thread = std::thread::Builder::new()
-            .name("frameloop-rx".into())
-            .spawn(move || {
-                let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
-                let ok = placed.is_ok();
-                let _ = placed_tx.send(placed);
-                if ok { receiver.run(&stop).map_err(|e| e.to_string()) } else { Ok(()) }
-            })
-            .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
-        if let Ok(Err(e)) = placed_rx.recv() {
-            rx_stop.store(true, Ordering::Release);
-            return Err(AppError::Startup(e.to_string()));
-        }
-        tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
 
         Ok(Self {
             pick,
-            local_addr,
-            gro_active,
+            local_addr: ingest.local_addr,
+            gro_active: ingest.gro_active,
             counters,
-            rtp_counters,
-            recording,
+            rtp_counters: ingest.rtp_counters,
+            recording: ingest.recording,
             frame_ring,
             rx_stop,
-            rx_thread: Some(rx_thread),
+            rx_thread: Some(ingest.thread),
             resident,
             results: Some(results),
             started: Instant::now(),
@@ -472,6 +414,73 @@ impl Appliance {
             latency,
         })
     }
+}
+
+/// The receiving side, whichever transport runs it.
+struct IngestParts {
+    local_addr: SocketAddr,
+    gro_active: bool,
+    rtp_counters: Option<Arc<RtpCounters>>,
+    recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
+    thread: JoinHandle<Result<(), String>>,
+}
+
+/// Binds the UDP receiver (native or RTP assembly, optional recording) and
+/// starts its thread on the configured core.
+fn start_udp(
+    cfg: &Config,
+    frame_ring: &Arc<FrameRing>,
+    counters: &Arc<IngestCounters>,
+    rx_stop: &Arc<AtomicBool>,
+    record: Option<&std::path::Path>,
+) -> Result<IngestParts, AppError> {
+    let writer = frame_ring
+        .writer()
+        .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
+    let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
+        Some(rtp) => {
+            let settings =
+                rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
+            let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
+            let c = Arc::clone(a.counters());
+            (Box::new(a), Some(c))
+        }
+        None => {
+            let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(counters));
+            (Box::new(r), None)
+        }
+    };
+    let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(counters))
+        .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+    let recording = match record {
+        Some(path) => {
+            let (tap, done) = super::captures::recording_tap(path)?;
+            receiver.set_tap(Box::new(tap));
+            tracing::info!("recording received datagrams to {}", path.display());
+            Some(done)
+        }
+        None => None,
+    };
+    let local_addr = receiver.local_addr();
+    let gro_active = receiver.gro_active();
+    let stop = Arc::clone(rx_stop);
+    let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let rx_thread = std::thread::Builder::new()
+        .name("frameloop-rx".into())
+        .spawn(move || {
+            let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
+            let ok = placed.is_ok();
+            let _ = placed_tx.send(placed);
+            if ok { receiver.run(&stop).map_err(|e| e.to_string()) } else { Ok(()) }
+        })
+        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+    if let Ok(Err(e)) = placed_rx.recv() {
+        rx_stop.store(true, Ordering::Release);
+        return Err(AppError::Startup(e.to_string()));
+    }
+    tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
+    Ok(IngestParts { local_addr, gro_active, rtp_counters, recording, thread: rx_thread })
 }
 
 fn on_off(b: bool) -> &'static str {

@@ -89,7 +89,7 @@ impl FrameRing {
         if mem.len() < needed {
             return Err(RingError::TooSmall { needed, available: mem.len() });
         }
-        if mem.as_ptr() as usize % 256 != 0 {
+        if !(mem.as_ptr() as usize).is_multiple_of(256) {
             return Err(RingError::Misaligned);
         }
         let ring = FrameRing {

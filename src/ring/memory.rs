@@ -45,7 +45,7 @@ impl HostMemory {
     pub fn new(len: usize) -> std::io::Result<Self> {
         let mut map = MmapMut::map_anon(len.max(1))?;
         let ptr = map.as_mut_ptr();
-        debug_assert!(ptr as usize % 4096 == 0);
+        debug_assert!((ptr as usize).is_multiple_of(4096));
         Ok(Self { ptr, map })
     }
 }

@@ -25,7 +25,7 @@ impl ResultRing {
     pub fn new(mem: Box<dyn RingMemory>, capacity: usize) -> Arc<Self> {
         assert!(capacity > 0 && capacity <= u32::MAX as usize);
         assert!(mem.len() >= result_ring_bytes(capacity), "result ring memory too small");
-        assert!(mem.as_ptr() as usize % 64 == 0);
+        assert!((mem.as_ptr() as usize).is_multiple_of(64));
         // SAFETY: size and alignment checked above; no other reference exists yet.
         unsafe {
             let h = mem.as_ptr() as *mut ResultRingHeader;
