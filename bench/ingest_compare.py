@@ -11,6 +11,27 @@ Tools:
   spead2        spead2_send -> spead2_recv, built with UDP GSO/GRO
   spead2-nogso  the same tools built without GSO/GRO
   frameloop     `frameloop send` -> `frameloop run` (host backend)
+  frameloop-rt  the same with ingest.realtime_priority set: the receiving
+                thread runs under SCHED_FIFO, so the resident loop, the
+                result thread and the sender cannot delay it (needs root)
+
+What is measured is ingest: datagrams off the socket and assembled into
+frames, nothing else. spead2_recv assembles heaps and hands them to a
+consumer that only counts them; frameloop's receiver assembles frames into
+the frame ring and its resident loop runs the lightest chain there is
+(unpack u8 -> stats) under `ring.policy = "latest"`, so it takes the newest
+frame when it is behind and ingest never waits for processing. Frames the
+loop skips are not loss.
+
+A trial is clean when:
+  - no datagram was lost: the kernel dropped none on the receiving socket
+    (/proc/net/udp `drops`, read while the receiver still runs) and the
+    receiver counted every datagram sent (spead2: packets; frameloop:
+    `datagrams`), and
+  - no frame (heap) was incomplete: spead2 received every heap and evicted or
+    flushed none incomplete; frameloop published every frame complete and
+    dropped none at ingest (`frames_complete` == frames sent, no ingest drop
+    counter raised).
 
 Run it through bench/ingest_compare.sh, which builds what is missing.
 """
@@ -25,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,9 +72,44 @@ class Log:
         self.write(f"--- {label} ---\n{text.rstrip()}\n---")
 
 
-def run_pair(log, recv_argv, send_argv, ready, recv_timeout):
+def udp_socket_drops(port):
+    """`drops` and `rx_queue` of the UDP sockets bound to `port` (summed), from
+    /proc/net/udp and /proc/net/udp6; None when no socket is bound there."""
+    found, drops, queued = False, 0, 0
+    for path in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port:
+                found = True
+                queued += int(f[4].split(":")[1], 16)
+                drops += int(f[-1])
+    return (drops, queued) if found else None
+
+
+def thread_cpu(pid):
+    """CPU seconds used so far by each thread of `pid`, by thread name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[name] = round(out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick, 2)
+    except OSError:
+        pass
+    return out
+
+
+def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
     """Starts the receiver, waits until `ready()`, runs the sender, then
-    waits for the receiver (SIGINT after `recv_timeout` s). Returns both outputs."""
+    waits for the receiver (SIGINT after `recv_timeout` s). Returns both
+    outputs and what was seen of the receiver just after the sender finished:
+    its socket's kernel drops and queue (`udp_socket_drops`) and its threads' CPU seconds."""
     log.command(recv_argv)
     recv = subprocess.Popen(recv_argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -62,8 +119,28 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout):
                 out = recv.communicate()[0]
                 raise RuntimeError(f"receiver did not come up: {' '.join(recv_argv)}\n{out}")
             time.sleep(0.05)
+        # spead2_recv exits at the end of the stream, so the socket is
+        # sampled while the sender runs and the last reading is kept.
+        seen = dict(socket=udp_socket_drops(port), threads={})
+        sending = threading.Event()
+        sending.set()
+
+        def sample():
+            while sending.is_set():
+                reading = udp_socket_drops(port)
+                if reading is not None:
+                    seen["socket"] = reading
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         log.command(send_argv)
         send = subprocess.run(send_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)  # let the receiver drain its queue
+        sending.clear()
+        sampler.join()
+        seen["socket"] = udp_socket_drops(port) or seen["socket"]
+        seen["threads"] = thread_cpu(recv.pid)
         try:
             recv_out = recv.communicate(timeout=recv_timeout)[0]
         except subprocess.TimeoutExpired:
@@ -81,9 +158,11 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout):
     if send.stderr.strip():
         log.raw("sender stderr", send.stderr[-4000:])
     log.raw("receiver output", recv_out)
+    log.write(f"# receiver after the sender: socket (kernel drops, queued bytes) = {seen['socket']}, "
+              f"thread CPU s = {json.dumps(seen['threads'])}")
     if send.returncode != 0:
         raise RuntimeError(f"sender failed ({send.returncode}): {send.stderr[-2000:]}")
-    return send.stdout, recv_out
+    return send.stdout, recv_out, seen
 
 
 def udp_port_bound(port):
@@ -108,13 +187,14 @@ class Spead2:
                 "--heaps", str(heaps), "--rate", f"{gbps:.6f}", "--buffer", str(a.send_buffer),
                 f"127.0.0.1:{a.port}"]
         ready_at = time.time() + 0.5
-        s_out, r_out = run_pair(self.log, recv, send, lambda: time.time() > ready_at, a.trial_s + 15)
+        s_out, r_out, seen = run_pair(self.log, recv, send, lambda: time.time() > ready_at, a.trial_s + 15, a.port)
         m = re.search(r"Sent (\d+) bytes in ([0-9.e+-]+) seconds", s_out)
         if not m:
             raise RuntimeError(f"unexpected spead2_send output: {s_out}")
         stats = dict((k, int(v)) for k, v in re.findall(r"^(\w+): (\d+)$", r_out, re.M))
         h = re.search(r"Received (\d+) heaps", r_out)
         stats["heaps_received"] = int(h.group(1)) if h else stats.get("heaps", 0)
+        stats["kernel_drops"] = seen["socket"][0] if seen["socket"] else 0
         return int(m.group(1)), float(m.group(2)), stats
 
     def calibrate(self, size):
@@ -137,11 +217,13 @@ class Spead2:
         lost_heaps = heaps - got + st.get("incomplete_heaps_evicted", 0) + st.get("incomplete_heaps_flushed", 0)
         expected_packets = heaps * heap_packets
         packets = st.get("packets", 0)
+        kernel_drops = st["kernel_drops"]
         return dict(offered_fps=fps, offered_pps=fps * heap_packets, offered_gbps=gbps,
                     sent_gbps=sent_bytes * 8 / seconds / 1e9, seconds=seconds,
                     rx_pps=packets / seconds, rx_gbps=packets * heap_bytes / heap_packets * 8 / seconds / 1e9,
+                    kernel_drops=kernel_drops, incomplete=max(lost_heaps, 0),
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
-                    clean=lost_heaps == 0 and packets >= expected_packets)
+                    clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)
 
 
 def find_ingest(report):
@@ -165,19 +247,30 @@ def last_json(text):
 
 
 class Frameloop:
-    """`frameloop send` -> `frameloop run --config FILE --duration S --json`."""
+    """`frameloop send` -> `frameloop run --config FILE --duration S --json`,
+    configured for an ingest measurement (see the module doc and `config`)."""
 
+    # Totals, not drops; every other ingest counter is a datagram or frame
+    # dropped at ingest and counts as loss.
     DROP_KEYS_NOT_LOSS = {"datagrams", "bytes", "packets_accepted", "frames_started", "frames_complete",
                           "frames_incomplete", "frames_timed_out", "gro_segments"}
 
-    def __init__(self, binary, args, log):
+    def __init__(self, binary, args, log, realtime_priority=0):
         self.bin, self.args, self.log = binary, args, log
+        self.realtime_priority = realtime_priority
 
     def config(self, size):
+        """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
+        many slots), the chain is the lightest (unpack u8 -> stats), and the
+        resident loop sleeps when no frame waits instead of spinning a core
+        (`poll_budget_us = 0`), since sender, receiver and loop share 2 cores."""
         a = self.args
         text = (f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
-                f'gro = {"true" if a.frameloop_gro else "false"}\n'
-                f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n' + a.frameloop_config_extra)
+                f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
+                (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
+                f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
+                f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
+                f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
         f = tempfile.NamedTemporaryFile("w", prefix="frameloop-ingest-", suffix=".toml", delete=False)
         f.write(text)
         f.close()
@@ -193,8 +286,8 @@ class Frameloop:
         send = [self.bin, "send", "--to", f"127.0.0.1:{a.port}", "--rate", f"{fps:.3f}", "--frame-bytes",
                 str(a.frame_bytes), "--packet-bytes", str(size), "--duration", str(a.trial_s)]
         try:
-            s_out, r_out = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
-                                    a.trial_s + a.frameloop_slack_s + 20)
+            s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
+                                          a.trial_s + a.frameloop_slack_s + 20, a.port)
         finally:
             os.unlink(cfg)
         sent = last_json(s_out)
@@ -203,12 +296,17 @@ class Frameloop:
             raise RuntimeError("`frameloop run --json` printed no ingest counters (datagrams, frames_complete)")
         seconds = sent.get("elapsed_s") or a.trial_s
         drops = sum(v for k, v in ingest.items() if k not in self.DROP_KEYS_NOT_LOSS and isinstance(v, int))
+        kernel_drops = seen["socket"][0] if seen["socket"] else 0
         lost = max(sent["packets"] - ingest["datagrams"], 0) + drops
+        incomplete = ingest["frames_incomplete"] + max(sent["frames"] - ingest["frames_complete"]
+                                                       - ingest["frames_incomplete"], 0)
         return dict(offered_fps=fps, offered_pps=fps * packets_per_frame, offered_gbps=fps * frame_wire * 8 / 1e9,
                     sent_gbps=sent.get("gbit_per_s", 0.0), seconds=seconds,
                     rx_pps=ingest["datagrams"] / seconds, rx_gbps=ingest["bytes"] * 8 / seconds / 1e9,
+                    kernel_drops=kernel_drops, incomplete=incomplete,
                     loss_pct=100.0 * lost / max(sent["packets"], 1),
-                    clean=lost == 0 and ingest["frames_complete"] >= sent["frames"])
+                    clean=lost == 0 and kernel_drops == 0 and incomplete == 0
+                    and ingest["frames_complete"] >= sent["frames"])
 
 
 def search(tool, size, args, log):
@@ -255,7 +353,7 @@ def search(tool, size, args, log):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tools", default="spead2,spead2-nogso,frameloop")
+    p.add_argument("--tools", default="spead2,spead2-nogso,frameloop,frameloop-rt")
     p.add_argument("--sizes", default="8972,1472", help="datagram sizes in bytes (UDP payload)")
     p.add_argument("--frame-bytes", type=int, default=65536, help="frame (spead2: heap) payload bytes")
     p.add_argument("--trial-s", type=float, default=2.0, help="seconds of traffic per trial")
@@ -273,6 +371,13 @@ def main():
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
+    p.add_argument("--frameloop-loop-sleep-us", type=int, default=100,
+                   help="[loop] data_not_ready_sleep_interval_us: the resident loop's sleep when no frame waits")
+    p.add_argument("--frameloop-rt-priority", type=int, default=10,
+                   help="ingest.realtime_priority (SCHED_FIFO) of the frameloop-rt tool")
+    p.add_argument("--frameloop-ingest-extra", default="",
+                   help="keys added to frameloop's [ingest] table, one per line (\\n between lines), "
+                        "e.g. 'realtime_priority = 10\\n'")
     p.add_argument("--frameloop-config-extra", default="", help="TOML appended to frameloop's config")
     p.add_argument("--out", help="results file (raw output and command lines)")
     args = p.parse_args()
@@ -292,12 +397,13 @@ def main():
             tools.append(Spead2("spead2", args.spead2_bin, args, log))
         elif name == "spead2-nogso":
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
-        elif name == "frameloop":
-            t = Frameloop(os.path.abspath(args.frameloop), args, log)
-            t.name = "frameloop"
+        elif name in ("frameloop", "frameloop-rt"):
+            t = Frameloop(os.path.abspath(args.frameloop), args, log,
+                          realtime_priority=args.frameloop_rt_priority if name == "frameloop-rt" else 0)
+            t.name = name
             tools.append(t)
         else:
-            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop")
+            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop, frameloop-rt")
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
@@ -308,7 +414,9 @@ def main():
     header = (f"{'tool':<14}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
               f"{'rx Gb/s':>9}{'loss %':>8}  vs spead2")
     lines = ["", "highest rate without loss (loopback, "
-             f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial):", header]
+             f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial; loss = datagrams the kernel dropped "
+             "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss):",
+             header]
     for name, size, b, clean in rows:
         ref = next((r for n, s, r, _ in rows if n == "spead2" and s == size), None)
         ratio = f"{b['rx_pps'] / ref['rx_pps']:.2f}" if ref and name != "spead2" and ref["rx_pps"] else "-"

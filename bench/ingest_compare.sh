@@ -5,6 +5,22 @@
 # same frames per second). Prints a table and writes the raw output and every
 # command line to bench/results/ingest-compare-<date>.txt.
 #
+# What is measured is ingest, not processing:
+#   - spead2: spead2_send -> spead2_recv (heaps assembled, counted, nothing else).
+#   - frameloop: `frameloop send` -> `frameloop run` (host backend) with
+#     ring.policy = "latest" (256 slots: the resident loop takes the newest
+#     frame, so ingest never waits for it), the lightest chain (unpack u8 ->
+#     stats), and a resident loop that sleeps rather than spins when idle
+#     ([loop] poll_budget_us = 0). Frames the loop skips are not loss.
+#     `frameloop-rt` is the same with ingest.realtime_priority (SCHED_FIFO
+#     receiving thread; needs root).
+#   - Loss = datagrams the kernel dropped on the receiving socket
+#     (/proc/net/udp `drops`, sampled while the receiver runs) or that the
+#     receiver did not count (sent packets vs spead2 `packets` / frameloop
+#     `datagrams`, plus any frameloop ingest drop counter), and frames (heaps)
+#     incomplete. A trial is clean when there is none.
+#   Each trial also logs the receiver's CPU seconds per thread.
+#
 # Usage: bench/ingest_compare.sh [options of bench/ingest_compare.py]
 #   e.g. bench/ingest_compare.sh --tools spead2,spead2-nogso --sizes 8972
 # Env:
