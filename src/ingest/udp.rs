@@ -618,12 +618,13 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let mut last_data = std::time::Instant::now();
         let mut empty = true;
         while !stop.load(Ordering::Acquire) {
-            if empty && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget)
+            if empty
+                && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget)
                 && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
-                    && e.kind() != io::ErrorKind::Interrupted
-                {
-                    return Err(IngestError::Poll(e));
-                }
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                return Err(IngestError::Poll(e));
+            }
             let drained = self.drain()?;
             empty = drained.empty;
             if drained.buffers > 0 && !self.poll_budget.is_zero() {
