@@ -82,11 +82,11 @@ pub fn new_segment_histogram() -> Histogram<u64> {
 #[derive(Debug, Clone)]
 pub struct LatencyHistograms {
     /// Indexed like [`Segment::ALL`].
-    histograms: [Histogram<u64>; 6],
+    histograms: [Histogram<u64>; Segment::COUNT],
     /// Spans that came out negative (clock skew), recorded as 0.
-    negative: [u64; 6],
+    negative: [u64; Segment::COUNT],
     /// Spans with an end never stamped, not recorded.
-    unstamped: [u64; 6],
+    unstamped: [u64; Segment::COUNT],
     counters: FrameCounters,
 }
 
@@ -100,8 +100,8 @@ impl LatencyHistograms {
     pub fn new() -> Self {
         Self {
             histograms: std::array::from_fn(|_| new_segment_histogram()),
-            negative: [0; 6],
-            unstamped: [0; 6],
+            negative: [0; Segment::COUNT],
+            unstamped: [0; Segment::COUNT],
             counters: FrameCounters::default(),
         }
     }
@@ -163,8 +163,8 @@ impl LatencyHistograms {
         for h in &mut self.histograms {
             h.reset();
         }
-        self.negative = [0; 6];
-        self.unstamped = [0; 6];
+        self.negative = [0; Segment::COUNT];
+        self.unstamped = [0; Segment::COUNT];
         self.counters = FrameCounters::default();
     }
 }

@@ -4,7 +4,8 @@
 use crate::ring::ResultRecord;
 use crate::ring::layout::RESULT_GPU_CLOCK;
 
-/// One stretch of a frame's life. The first five partition [`Segment::EndToEnd`].
+/// One stretch of a frame's life. The first five partition [`Segment::EndToEnd`];
+/// [`Segment::PublishToSeen`] sums three of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Segment {
@@ -20,18 +21,25 @@ pub enum Segment {
     DoneToSeen,
     /// Sender timestamp to the result seen by the host.
     EndToEnd,
+    /// Published in the ring to the result seen by the host: the consumer's
+    /// whole share (detect + compute + result delivery), the figure to set
+    /// against host-published GPU benchmarks. Overlaps the segments above.
+    PublishToSeen,
 }
 
 impl Segment {
     /// Every segment, in the order of a frame's life (end to end last).
-    pub const ALL: [Segment; 6] = [
+    pub const ALL: [Segment; Segment::COUNT] = [
         Segment::Wire,
         Segment::Assembly,
         Segment::PublishToDetect,
         Segment::Compute,
         Segment::DoneToSeen,
         Segment::EndToEnd,
+        Segment::PublishToSeen,
     ];
+    /// Number of segments.
+    pub const COUNT: usize = 7;
 
     /// Stable name, used as the interval-log tag and the JSON key.
     pub fn name(self) -> &'static str {
@@ -42,6 +50,7 @@ impl Segment {
             Segment::Compute => "compute",
             Segment::DoneToSeen => "done_to_seen",
             Segment::EndToEnd => "end_to_end",
+            Segment::PublishToSeen => "publish_to_seen",
         }
     }
 
@@ -87,7 +96,7 @@ fn to_host_clock(t: u64, gpu_clock: bool, clock_offset_ns: i64) -> u64 {
 /// The spans of every segment of one result, indexed like [`Segment::ALL`].
 /// `seen_ns` is when the host read the result; `clock_offset_ns` is the
 /// loop's offset from its clock to the host clock.
-pub fn segment_spans(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> [SegmentSpan; 6] {
+pub fn segment_spans(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> [SegmentSpan; Segment::COUNT] {
     let gpu = r.result_flags & RESULT_GPU_CLOCK != 0;
     let detect = to_host_clock(r.detect_ns, gpu, clock_offset_ns);
     let done = to_host_clock(r.done_ns, gpu, clock_offset_ns);
@@ -98,6 +107,7 @@ pub fn segment_spans(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> [S
         span(detect, done),
         span(done, seen_ns),
         span(r.sender_ts_ns, seen_ns),
+        span(r.published_ns, seen_ns),
     ]
 }
 
@@ -126,7 +136,7 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(ns, vec![400, 600, 50, 500, 450, 2000]);
+        assert_eq!(ns, vec![400, 600, 50, 500, 450, 2000, 1000]);
         assert_eq!(ns[..5].iter().sum::<u64>(), ns[5]);
     }
 
@@ -157,7 +167,18 @@ mod tests {
     #[test]
     fn names_are_stable_and_round_trip() {
         let names: Vec<&str> = Segment::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(names, ["wire", "assembly", "publish_to_detect", "compute", "done_to_seen", "end_to_end"]);
+        assert_eq!(
+            names,
+            [
+                "wire",
+                "assembly",
+                "publish_to_detect",
+                "compute",
+                "done_to_seen",
+                "end_to_end",
+                "publish_to_seen"
+            ]
+        );
         for s in Segment::ALL {
             assert_eq!(Segment::from_name(s.name()), Some(s));
             assert_eq!(Segment::ALL[s.index()], s);

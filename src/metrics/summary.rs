@@ -190,7 +190,7 @@ mod tests {
         let text = summary().render_table();
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("latency (us)") && lines[0].contains("p99.9"));
-        for (line, seg) in lines[1..7].iter().zip(Segment::ALL) {
+        for (line, seg) in lines[1..=Segment::COUNT].iter().zip(Segment::ALL) {
             assert!(line.starts_with(seg.name()), "{line}");
             assert_eq!(line.len(), lines[0].len(), "fixed width: {line}");
         }
