@@ -84,8 +84,12 @@ fn check_all(chain: &[OpSpec], results: &[frameloop::ring::ResultRecord]) -> BTr
 #[ignore = "needs a GPU"]
 fn every_frame_sent_over_udp_is_processed_on_the_gpu() {
     let chain = chain(0);
-    let running = Running::start_any(&cuda_config(chain.clone(), 64, OverrunPolicy::Every));
+    let mut running = Running::start_any(&cuda_config(chain.clone(), 64, OverrunPolicy::Every));
     assert_eq!(running.app.backend().name, "cuda");
+    // Re-measuring the GPU clock while the resident graph runs (it was
+    // launched by start) must neither wait for the graph nor disturb it.
+    let (_, error) = running.app.recalibrate_clock().expect("recalibration works").expect("a GPU clock");
+    assert!(error > 0 && error < 50_000, "error bound {error} ns");
     stream(&running, 2000, 2000.0);
     let results = running.wait_results(2000);
     let (report, _) = running.stop();

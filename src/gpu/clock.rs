@@ -25,19 +25,44 @@ pub struct ClockCalibration {
     pub rounds: u32,
 }
 
-/// Measures the offset with `rounds` request/answer exchanges.
-pub fn calibrate(
-    ctx: &Arc<CudaContext>,
+/// Bytes of mapped memory [`calibrate`] exchanges its words through.
+pub const PROBE_BYTES: usize = 4 * 64;
+
+/// The memory and stream of the clock probe, allocated once while no graph
+/// runs: allocating or freeing pinned memory later would wait for the
+/// resident loop, which never finishes.
+pub struct ClockProbe {
+    mem: MappedMemory,
+    stream: Arc<CudaStream>,
+}
+
+impl ClockProbe {
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Self, GpuError> {
+        Ok(Self { mem: MappedMemory::alloc(ctx, PROBE_BYTES)?, stream: ctx.new_stream()? })
+    }
+
+    /// Measures the offset with `rounds` request/answer exchanges; safe
+    /// while the resident loop runs (it allocates and frees nothing).
+    pub fn calibrate(&self, lib: &KernelLibrary, rounds: u32) -> Result<ClockCalibration, GpuError> {
+        calibrate_with(&self.mem, lib, &self.stream, rounds)
+    }
+}
+
+fn calibrate_with(
+    mem: &MappedMemory,
     lib: &KernelLibrary,
     stream: &Arc<CudaStream>,
     rounds: u32,
 ) -> Result<ClockCalibration, GpuError> {
-    let mem = MappedMemory::alloc(ctx, 4 * 64)?;
+    debug_assert!(crate::ring::RingMemory::len(mem) >= PROBE_BYTES);
     let word = |i: usize| -> &AtomicU64 {
         // SAFETY: the mapping holds 4 lines of 64 bytes, 8-aligned, alive for this function.
         unsafe { &*(mem.host_ptr().add(i * 64) as *const AtomicU64) }
     };
     let dptr = |i: usize| mem.dptr() + (i * 64) as u64;
+    for i in 0..4 {
+        word(i).store(0, Ordering::Release);
+    }
     let (mut req, mut ans_seq, mut ans_ns, mut stop) = (dptr(0), dptr(1), dptr(2), dptr(3));
     let func = lib.function("fl_clock_probe")?;
     let mut params = [

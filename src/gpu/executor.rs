@@ -5,7 +5,7 @@
 //! through the control block in mapped memory. Also runs the same fragment
 //! launched per frame (graph or plain stream), the baselines of the benchmark.
 
-use super::clock::{ClockCalibration, calibrate};
+use super::clock::ClockCalibration;
 use super::control::*;
 use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphExec, GraphRef, LaunchDims, Node};
 use super::library::KernelLibrary;
@@ -32,6 +32,7 @@ pub struct GpuRuntime {
     pub ctx: Arc<CudaContext>,
     pub library: KernelLibrary,
     clock: Mutex<ClockCalibration>,
+    probe: Mutex<super::clock::ClockProbe>,
 }
 
 impl GpuRuntime {
@@ -41,7 +42,8 @@ impl GpuRuntime {
         let info = super::probe(ordinal)?;
         let ctx = driver::open_context(ordinal)?;
         let library = KernelLibrary::load(&ctx, cache)?;
-        let rt = Arc::new(Self { info, ctx, library, clock: Mutex::new(ClockCalibration::default()) });
+        let probe = Mutex::new(super::clock::ClockProbe::new(&ctx)?);
+        let rt = Arc::new(Self { info, ctx, library, clock: Mutex::new(ClockCalibration::default()), probe });
         rt.recalibrate_clock()?;
         Ok(rt)
     }
@@ -53,8 +55,7 @@ impl GpuRuntime {
 
     /// Re-measures the `%globaltimer` offset (e.g. periodically, against drift).
     pub fn recalibrate_clock(&self) -> Result<ClockCalibration, GpuError> {
-        let stream = self.ctx.new_stream()?;
-        let c = calibrate(&self.ctx, &self.library, &stream, 200)?;
+        let c = self.probe.lock().unwrap_or_else(|p| p.into_inner()).calibrate(&self.library, 200)?;
         *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = c;
         Ok(c)
     }
