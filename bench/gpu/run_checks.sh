@@ -5,7 +5,8 @@
 #   3. wire-to-result: `frameloop bench` over loopback UDP into the mapped
 #      ring, cuda and host backends side by side, 8 KiB and 64 KiB frames at
 #      1,000 and 10,000 frames/s.
-# Usage: bench/gpu/run_checks.sh BIN_DIR OUT_DIR [quick]
+# Usage: bench/gpu/run_checks.sh BIN_DIR OUT_DIR [full|quick|wire]
+#   quick: tests and the comparison only; wire: the wire runs only
 # BIN_DIR holds `frameloop` and test binaries named gpu_*; each step's output
 # is appended, under its command line, to OUT_DIR/<group>.txt (tests,
 # compare, wire), so a handful of files hold everything.
@@ -25,7 +26,7 @@ step() {
   {
     echo
     echo "\$ $*"
-    timeout 240 "$@" 2>&1
+    timeout -k 10 60 "$@" 2>&1
     echo "exit status: $?"
   } >"$log"
   cat "$log" >>"$OUT/$group.txt"
@@ -40,12 +41,12 @@ step() {
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-for t in "$BIN"/gpu_* "$BIN"/rdma_gpu; do
+[ "$MODE" = wire ] || for t in "$BIN"/gpu_* "$BIN"/rdma_gpu; do
   [ -x "$t" ] || continue
   step tests "$t" --include-ignored --test-threads=1 --nocapture
 done
 
-step compare "$BIN/frameloop" bench --backend cuda --compare
+[ "$MODE" = wire ] || step compare "$BIN/frameloop" bench --backend cuda --compare
 [ "$MODE" = quick ] && exit 0
 
 for fb in 8192 65536; do
