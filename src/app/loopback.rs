@@ -140,7 +140,17 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
         return Err(AppError::Startup("this build has no RDMA support (cargo feature rdma)".into()));
     }
     let stats = crate::sender::run_sender(&args.send, signals::stop_flag(), |s| {
-        progress.show(|| format!("{s:?}"));
+        progress.show(|| {
+            format!(
+                "{:>6.1}s  {} frames ({:.0}/s)  {} packets  {:.2} Gb/s  worst lag {:.0} µs",
+                s.elapsed_s,
+                s.frames,
+                s.frames_per_s,
+                s.packets,
+                s.gbit_per_s,
+                s.max_schedule_lag_ns as f64 / 1000.0
+            )
+        });
     })
     .map_err(|e| AppError::Runtime(e.to_string()))?;
     progress.done();
