@@ -301,3 +301,24 @@ fn rdma_transport_without_a_device_fails_and_auto_falls_back_to_udp() {
     let report = json_of(&f);
     assert!(report["listen"].as_str().is_some_and(|l| l.starts_with("127.0.0.1:")), "{report:#}");
 }
+
+/// `[service]` thread placement reaches the receiver, result and loop
+/// threads; a core that does not exist stops start-up with the reason.
+#[test]
+fn service_thread_placement_is_applied_or_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "backend = \"host\"\n[ring]\nslots = 8\nslot_bytes = 4096\n[ingest]\nbind = \"127.0.0.1:0\"\ntransport = \"udp\"\n";
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &format!("{base}[service]\nreceiver_cpu = 0\nresult_cpu = 0\nloop_cpu = 0\n"),
+    );
+    let f = run_to_end(&["run", "--config", &good, "--duration", "1", "--json"]);
+    assert!(f.status.success(), "placement on core 0 works:\n{}", f.stderr);
+    for key in ["receiver_cpu", "result_cpu", "loop_cpu"] {
+        let bad = write(dir.path(), "bad.toml", &format!("{base}[service]\n{key} = 4095\n"));
+        let f = run_to_end(&["run", "--config", &bad, "--duration", "1"]);
+        assert!(!f.status.success(), "{key} = 4095 must stop start-up:\n{}", f.stderr);
+        assert!(f.stderr.contains("4095"), "the error names the core ({key}):\n{}", f.stderr);
+    }
+}

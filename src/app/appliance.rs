@@ -172,7 +172,7 @@ impl Appliance {
                     })?))
                 };
                 let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
-                let lp = HostLoop::new(
+                let mut lp = HostLoop::new(
                     Arc::clone(&fr),
                     Arc::clone(&rr),
                     cfg.chain.clone(),
@@ -180,6 +180,7 @@ impl Appliance {
                     cfg.loop_.clone(),
                 )
                 .map_err(|e| AppError::Startup(e.to_string()))?;
+                lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
                 (fr, rr, Box::new(lp))
             }
         };
@@ -197,9 +198,17 @@ impl Appliance {
         }
         let head_ring = Arc::clone(&frame_ring);
         let frame_head: Box<dyn Fn() -> u64 + Send> = Box::new(move || head_ring.head());
-        let results =
-            ResultThread::spawn_watching(sink, RESULT_POLL, Some((frame_head, result_spin_budget())))
-                .map_err(|e| AppError::Startup(e.to_string()))?;
+        let result_cpu = cfg.service.result_cpu;
+        let results = ResultThread::spawn_placed(
+            sink,
+            RESULT_POLL,
+            Some((frame_head, result_spin_budget())),
+            move || {
+                crate::service::threads::place_current_thread("result", result_cpu, None)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .map_err(|e| AppError::Startup(e.to_string()))?;
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));

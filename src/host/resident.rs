@@ -30,6 +30,9 @@ pub struct HostLoop {
     /// Invariant: `Some` exactly between `launch` and `tear_down`.
     thread: Option<JoinHandle<ThreadOutcome>>,
     chain_names: String,
+    /// Core and SCHED_FIFO priority for the loop thread (`service.loop_cpu`,
+    /// `service.realtime_priority`), applied when the thread starts.
+    placement: (Option<usize>, Option<u8>),
 }
 
 impl HostLoop {
@@ -59,7 +62,13 @@ impl HostLoop {
         let control = LoopControl::new();
         let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
-        Ok(Self { control, core: Some(core), thread: None, chain_names })
+        Ok(Self { control, core: Some(core), thread: None, chain_names, placement: (None, None) })
+    }
+
+    /// Pins the loop thread to `cpu` and runs it under SCHED_FIFO `priority`
+    /// from the next launch on; `launch` fails if either is refused.
+    pub fn place_thread(&mut self, cpu: Option<usize>, priority: Option<u8>) {
+        self.placement = (cpu, priority);
     }
 
     /// Host-driven mode: makes the next iteration claim a frame.
@@ -146,10 +155,22 @@ impl ResidentLoop for HostLoop {
             )
         })?;
         self.control.rearm();
-        let spawned =
-            std::thread::Builder::new().name("frameloop-host-loop".into()).spawn(move || run_loop(core));
+        let (cpu, priority) = self.placement;
+        let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("frameloop-host-loop".into()).spawn(move || {
+            let placed = crate::service::threads::place_current_thread("resident loop", cpu, priority);
+            let ok = placed.is_ok();
+            let _ = placed_tx.send(placed.map_err(|e| e.to_string()));
+            if ok { run_loop(core) } else { (core, LoopEnd::TornDown) }
+        });
         match spawned {
             Ok(handle) => {
+                if let Ok(Err(e)) = placed_rx.recv() {
+                    if let Ok((core, _)) = handle.join() {
+                        self.core = Some(core);
+                    }
+                    return Err(BackendError::Other(e));
+                }
                 self.thread = Some(handle);
                 Ok(())
             }

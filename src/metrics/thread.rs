@@ -42,13 +42,36 @@ impl ResultThread {
         poll_interval: Duration,
         frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
     ) -> Result<Self, MetricsError> {
+        Self::spawn_placed(sink, poll_interval, frame_head, || Ok(()))
+    }
+
+    /// As [`ResultThread::spawn_watching`], running `place` first on the new
+    /// thread (core affinity, priority); its error fails the spawn.
+    pub fn spawn_placed(
+        sink: ResultSink,
+        poll_interval: Duration,
+        frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
+        place: impl FnOnce() -> Result<(), String> + Send + 'static,
+    ) -> Result<Self, MetricsError> {
+        let (placed_tx, placed_rx) = std::sync::mpsc::channel();
         let sink = Arc::new(Mutex::new(sink));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_sink, thread_stop) = (Arc::clone(&sink), Arc::clone(&stop));
         let handle = std::thread::Builder::new()
             .name("frameloop-results".into())
-            .spawn(move || run(&thread_sink, &thread_stop, poll_interval, frame_head))
+            .spawn(move || {
+                let placed = place();
+                let ok = placed.is_ok();
+                let _ = placed_tx.send(placed);
+                if ok {
+                    run(&thread_sink, &thread_stop, poll_interval, frame_head)
+                }
+            })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
+        if let Ok(Err(e)) = placed_rx.recv() {
+            let _ = handle.join();
+            return Err(MetricsError::Spawn(e));
+        }
         Ok(Self { sink, stop, handle: Some(handle) })
     }
 
