@@ -25,6 +25,12 @@ struct IntervalLog {
 pub struct ResultSink {
     reader: ResultReader,
     clock_offset_ns: i64,
+    /// Drift of the consumer's clock against the host's (parts per
+    /// billion, host minus GPU per unit time) and the host time the offset
+    /// was measured at: a GPU time `t` converts with
+    /// `offset + drift_ppb * (t_host - measured_at) / 1e9`.
+    clock_drift_ppb: i64,
+    clock_measured_at_ns: u64,
     totals: LatencyHistograms,
     log: Option<IntervalLog>,
     /// The first interval-log write error; logging stops after it.
@@ -45,6 +51,8 @@ impl ResultSink {
         Self {
             reader,
             clock_offset_ns,
+            clock_drift_ppb: 0,
+            clock_measured_at_ns: 0,
             totals: LatencyHistograms::new(),
             log: None,
             log_error: None,
@@ -94,9 +102,10 @@ impl ResultSink {
             self.last_ring_seq = last.ring_seq;
         }
         for r in &self.batch {
-            self.totals.record(r, seen_ns, self.clock_offset_ns);
+            let offset = self.offset_for(r);
+            self.totals.record(r, seen_ns, offset);
             if let Some(log) = &mut self.log {
-                log.current.record(r, seen_ns, self.clock_offset_ns);
+                log.current.record(r, seen_ns, offset);
             }
             if let Some(callback) = &mut self.on_result {
                 callback(r);
@@ -115,7 +124,26 @@ impl ResultSink {
 
     /// Uses a re-measured GPU clock offset for the results that follow.
     pub fn set_clock_offset(&mut self, clock_offset_ns: i64) {
+        self.set_clock(clock_offset_ns, 0, 0);
+    }
+
+    /// Uses a re-measured offset taken at host time `measured_at_ns`, and
+    /// the drift between the two clocks (ppb) to extrapolate it.
+    pub fn set_clock(&mut self, clock_offset_ns: i64, measured_at_ns: u64, drift_ppb: i64) {
         self.clock_offset_ns = clock_offset_ns;
+        self.clock_measured_at_ns = measured_at_ns;
+        self.clock_drift_ppb = drift_ppb;
+    }
+
+    /// The offset for one result: the last measurement, extrapolated by the
+    /// drift to the time the result was stamped.
+    fn offset_for(&self, r: &ResultRecord) -> i64 {
+        if self.clock_drift_ppb == 0 || self.clock_measured_at_ns == 0 || r.done_ns == 0 {
+            return self.clock_offset_ns;
+        }
+        let at = r.done_ns.saturating_add_signed(self.clock_offset_ns) as i128;
+        let elapsed = at - self.clock_measured_at_ns as i128;
+        self.clock_offset_ns + (elapsed * self.clock_drift_ppb as i128 / 1_000_000_000) as i64
     }
 
     /// Ring sequence of the newest result drained so far (0 before any).
@@ -172,5 +200,24 @@ impl ResultSink {
     /// Summary of every result so far.
     pub fn summary(&self) -> Summary {
         Summary::of(&self.totals)
+    }
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::*;
+    use crate::ring::layout::{ResultRecord, result_ring_bytes};
+    use crate::ring::{HostMemory, ResultReader, ResultRing};
+    use std::sync::Arc;
+
+    #[test]
+    fn offset_is_extrapolated_by_the_drift() {
+        let ring = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16)).unwrap()), 16);
+        let mut sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), 1_000);
+        let r = ResultRecord { done_ns: 2_000_000_000 - 1_000, ..Default::default() };
+        assert_eq!(sink.offset_for(&r), 1_000, "no drift known: the measured offset");
+        // Measured at host time 1 s; the host clock gains 5 µs per second.
+        sink.set_clock(1_000, 1_000_000_000, 5_000);
+        assert_eq!(sink.offset_for(&r), 1_000 + 5_000, "one second later");
     }
 }

@@ -80,6 +80,12 @@ impl ResultThread {
         lock(&self.sink).set_clock_offset(clock_offset_ns);
     }
 
+    /// Uses a re-measured offset, taken at `measured_at_ns`, and the drift
+    /// between the clocks (ppb) for the results that follow.
+    pub fn set_clock(&self, clock_offset_ns: i64, measured_at_ns: u64, drift_ppb: i64) {
+        lock(&self.sink).set_clock(clock_offset_ns, measured_at_ns, drift_ppb);
+    }
+
     /// Summary of every result recorded so far.
     pub fn snapshot(&self) -> Summary {
         lock(&self.sink).summary()
