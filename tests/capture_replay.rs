@@ -12,7 +12,7 @@ use frameloop::config::RingConfig;
 use frameloop::ingest::ReassemblyConfig;
 use frameloop::ops::{OpSpec, SampleFormat};
 use frameloop::ring::layout::SLOT_COMPLETE;
-use frameloop::wire::native::{self, NativeHeader};
+use frameloop::wire::native;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -22,26 +22,12 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/pcap_reade
 
 /// Native datagrams of `frames` frames of `frame_len` bytes on `stream`, cut in `mtu`-byte payloads.
 fn native_frames(stream: u32, frames: u64, frame_len: u32, mtu: u32) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    for f in 1..=frames {
-        let frame: Vec<u8> = (0..frame_len).map(|i| (i as u64 * 7 + f * 13) as u8).collect();
-        let (count, _, _) = native::packet_span(frame_len, mtu, 0);
-        for i in 0..count {
-            let (count, off, len) = native::packet_span(frame_len, mtu, i);
-            let h = NativeHeader {
-                stream_id: stream,
-                packet_index: i,
-                frame_seq: f,
-                packet_count: count,
-                payload_offset: off,
-                frame_len,
-                sender_ts_ns: f * 1000,
-                ..NativeHeader::default()
-            };
-            out.push(native::encode(&h, &frame[off as usize..(off + len) as usize]));
-        }
-    }
-    out
+    (1..=frames)
+        .flat_map(|f| {
+            let frame: Vec<u8> = (0..frame_len).map(|i| (i as u64 * 7 + f * 13) as u8).collect();
+            native::encode_frame(stream, f, &frame, mtu, f * 1000)
+        })
+        .collect()
 }
 
 fn setup() -> InProcessSetup {

@@ -11,7 +11,7 @@ use frameloop::config::RingConfig;
 use frameloop::ingest::ReassemblyConfig;
 use frameloop::ops::{OpSpec, SampleFormat};
 use frameloop::ring::layout::SLOT_COMPLETE;
-use frameloop::wire::native::{self, NativeHeader};
+use frameloop::wire::native;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
@@ -37,25 +37,7 @@ fn frame_bytes(f: u64, len: u32) -> Vec<u8> {
 }
 
 fn native_frames(frames: u64, frame_len: u32, mtu: u32) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    for f in 1..=frames {
-        let frame = frame_bytes(f, frame_len);
-        let (count, _, _) = native::packet_span(frame_len, mtu, 0);
-        for i in 0..count {
-            let (count, off, len) = native::packet_span(frame_len, mtu, i);
-            let h = NativeHeader {
-                stream_id: 9,
-                packet_index: i,
-                frame_seq: f,
-                packet_count: count,
-                payload_offset: off,
-                frame_len,
-                ..NativeHeader::default()
-            };
-            out.push(native::encode(&h, &frame[off as usize..(off + len) as usize]));
-        }
-    }
-    out
+    (1..=frames).flat_map(|f| native::encode_frame(9, f, &frame_bytes(f, frame_len), mtu, 0)).collect()
 }
 
 fn setup() -> InProcessSetup {

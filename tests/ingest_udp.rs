@@ -92,25 +92,7 @@ fn frame_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// The datagrams of one frame, cut with `max_payload` bytes per packet.
 fn datagrams(stream_id: u32, frame_seq: u64, frame: &[u8], max_payload: u32) -> Vec<Vec<u8>> {
-    let frame_len = frame.len() as u32;
-    let (count, _, _) = native::packet_span(frame_len, max_payload, 0);
-    (0..count)
-        .map(|i| {
-            let (_, off, len) = native::packet_span(frame_len, max_payload, i);
-            let h = NativeHeader {
-                stream_id,
-                frame_seq,
-                packet_index: i,
-                packet_count: count,
-                payload_offset: off,
-                frame_len,
-                sender_ts_ns: 7_000 + frame_seq,
-                flags: if i + 1 == count { native::FLAG_LAST_PACKET } else { 0 },
-                ..Default::default()
-            };
-            native::encode(&h, &frame[off as usize..(off + len) as usize])
-        })
-        .collect()
+    native::encode_frame(stream_id, frame_seq, frame, max_payload, 7_000 + frame_seq)
 }
 
 fn sender(local: &str) -> UdpSocket {

@@ -416,24 +416,7 @@ mod tests {
 
     /// The datagrams of one frame cut with `max_payload`.
     fn packets(stream_id: u32, frame_seq: u64, frame: &[u8], max_payload: u32) -> Vec<Vec<u8>> {
-        let frame_len = frame.len() as u32;
-        let (count, _, _) = native::packet_span(frame_len, max_payload, 0);
-        (0..count)
-            .map(|i| {
-                let (_, off, len) = native::packet_span(frame_len, max_payload, i);
-                let h = NativeHeader {
-                    stream_id,
-                    frame_seq,
-                    packet_index: i,
-                    packet_count: count,
-                    payload_offset: off,
-                    frame_len,
-                    sender_ts_ns: 1000 + frame_seq,
-                    ..Default::default()
-                };
-                native::encode(&h, &frame[off as usize..(off + len) as usize])
-            })
-            .collect()
+        native::encode_frame(stream_id, frame_seq, frame, max_payload, 1000 + frame_seq)
     }
 
     /// Every published frame: (header, payload copy), consuming them.

@@ -176,6 +176,38 @@ pub fn encode(h: &NativeHeader, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Cuts a whole frame into its datagrams, each with at most `max_payload`
+/// payload bytes, the way receivers expect (see [`packet_span`]); the last
+/// packet carries [`FLAG_LAST_PACKET`]. For tests, tools and replay files;
+/// the sender builds its datagrams in place without allocating.
+pub fn encode_frame(
+    stream_id: u32,
+    frame_seq: u64,
+    frame: &[u8],
+    max_payload: u32,
+    sender_ts_ns: u64,
+) -> Vec<Vec<u8>> {
+    let frame_len = frame.len() as u32;
+    let (count, _, _) = packet_span(frame_len, max_payload, 0);
+    (0..count)
+        .map(|i| {
+            let (_, off, len) = packet_span(frame_len, max_payload, i);
+            let h = NativeHeader {
+                flags: if i + 1 == count { FLAG_LAST_PACKET } else { 0 },
+                stream_id,
+                packet_index: i,
+                frame_seq,
+                packet_count: count,
+                payload_offset: off,
+                frame_len,
+                payload_len: len,
+                sender_ts_ns,
+            };
+            encode(&h, &frame[off as usize..(off + len) as usize])
+        })
+        .collect()
+}
+
 /// How a frame of `frame_len` bytes is cut into packets of at most
 /// `max_payload` payload bytes: returns `(packet_count, payload_offset, payload_len)`
 /// for packet `index`.
@@ -239,6 +271,22 @@ mod tests {
         let mut h = sample();
         h.payload_offset = u32::MAX;
         assert_eq!(parse(&encode(&h, &payload)).unwrap_err().kind(), "payload_outside_frame");
+    }
+
+    #[test]
+    fn encode_frame_cuts_like_packet_span() {
+        let frame: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+        let datagrams = encode_frame(3, 9, &frame, 100, 77);
+        assert_eq!(datagrams.len(), 3);
+        let mut joined = Vec::new();
+        for (i, d) in datagrams.iter().enumerate() {
+            let (h, p) = parse(d).unwrap();
+            assert_eq!((h.stream_id, h.frame_seq, h.packet_index, h.packet_count), (3, 9, i as u32, 3));
+            assert_eq!((h.payload_offset as usize, h.sender_ts_ns), (joined.len(), 77));
+            assert_eq!(h.flags & FLAG_LAST_PACKET != 0, i == 2);
+            joined.extend_from_slice(p);
+        }
+        assert_eq!(joined, frame);
     }
 
     #[test]
