@@ -6,10 +6,7 @@
 
 use frameloop::capture::replay::{DatagramFilter, InProcessSetup, replay_in_process};
 use frameloop::capture::{CaptureError, CaptureReader};
-use frameloop::ring::layout::ring_bytes;
-use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
-use frameloop::rtp::{RtpAssembler, RtpConfig, RtpCounter, Sampling};
-use frameloop::wire::rtp4175;
+use frameloop::rtp::RtpCounter;
 use std::path::{Path, PathBuf};
 
 fn seeds(target: &str) -> Vec<PathBuf> {
@@ -53,21 +50,7 @@ fn rtp4175_seeds() {
     for path in seeds("rtp4175") {
         let data = std::fs::read(&path).unwrap();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let _ = rtp4175::parse(&data);
-        let settings = RtpConfig::inline(Sampling::Ycbcr422, 8, 64, 8).resolve().unwrap();
-        let cap = settings.geometry.frame_bytes();
-        let mem = HostMemory::new(ring_bytes(4, cap)).unwrap();
-        let ring = FrameRing::new(Box::new(mem), 4, cap, OverrunPolicy::Latest).unwrap();
-        let mut assembler = RtpAssembler::new(settings, ring.writer().unwrap()).unwrap();
-        let mut rest = &data[..];
-        let mut t = 0;
-        while let [hi, lo, tail @ ..] = rest {
-            let n = (u16::from_be_bytes([*hi, *lo]) as usize).min(tail.len());
-            assembler.on_datagram(&tail[..n], t);
-            t += 1_000_000;
-            rest = &tail[n..];
-        }
-        assembler.flush(t);
+        let assembler = frameloop::rtp::assemble_length_prefixed(&data);
         let c = assembler.counters();
         if name.starts_with("lying") {
             // The dropped liar belongs to the frame, so the frame is published incomplete.
