@@ -18,6 +18,19 @@ pub struct LoopStats {
     pub iterations: u64,
 }
 
+/// How the consumer's clock maps to the host's CLOCK_REALTIME: add
+/// `offset_ns + drift_ppb * (host time - measured_at_ns) / 1e9`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClockEstimate {
+    pub offset_ns: i64,
+    /// Bound on the error of `offset_ns` when it was measured.
+    pub error_ns: u64,
+    /// Host time the offset was measured at.
+    pub measured_at_ns: u64,
+    /// Drift of the offset (ppb), from the previous measurement; 0 if unknown.
+    pub drift_ppb: i64,
+}
+
 /// Errors of a resident loop, naming the stage where one is known.
 #[derive(Debug, Error)]
 pub enum BackendError {
@@ -53,9 +66,9 @@ pub trait ResidentLoop: Send {
     fn clock_error_ns(&self) -> u64 {
         0
     }
-    /// Re-measures the clock offset (GPU backends; against drift), returning
-    /// the new `(offset_ns, error_ns)`; `None` when there is nothing to measure.
-    fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, BackendError> {
+    /// Re-measures the clock offset (GPU backends; against drift); `None`
+    /// when the loop stamps results with the host clock.
+    fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, BackendError> {
         Ok(None)
     }
     /// Stops the loop and waits for it; always terminates. Returns the final

@@ -7,7 +7,7 @@
 //! receives as pcapng ([`Appliance::start_recording`]).
 
 use super::AppError;
-use crate::backend::{LoopStats, ResidentLoop};
+use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::{BackendChoice, Config};
 use crate::host::HostLoop;
 use crate::ingest::{FrameAssembler, IngestCounters, IngestSnapshot, Reassembler, UdpReceiver};
@@ -89,8 +89,6 @@ pub struct Appliance {
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
     started: Instant,
-    /// Host time and offset of the last GPU clock measurement.
-    last_calibration: Option<(u64, i64)>,
 }
 
 /// Everything the appliance reports when it stops.
@@ -212,8 +210,6 @@ impl Appliance {
         )
         .map_err(|e| AppError::Startup(e.to_string()))?;
 
-        let last_calibration = (resident.clock_error_ns() > 0)
-            .then(|| (crate::clock::realtime_ns(), resident.clock_offset_ns()));
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
         let ingest = match crate::rdma::select_ingest(cfg.ingest.transport, &cfg.rdma, &frame_ring)
@@ -251,7 +247,6 @@ impl Appliance {
             resident,
             results: Some(results),
             started: Instant::now(),
-            last_calibration,
         })
     }
 
@@ -358,21 +353,16 @@ impl Appliance {
     /// Re-measures the GPU clock offset (drift) and hands it to the result
     /// thread; returns the new offset and its error bound, if the backend has
     /// a clock of its own.
-    pub fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, AppError> {
+    pub fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, AppError> {
         let c = self.resident.recalibrate_clock().map_err(|e| AppError::Runtime(e.to_string()))?;
-        if let (Some((offset, error)), Some(r)) = (c, &self.results) {
-            let now = crate::clock::realtime_ns();
-            // The drift since the previous measurement extrapolates the
-            // offset until the next one (the GPU timer drifts µs per second).
-            let drift_ppb = match self.last_calibration {
-                Some((then, old)) if now > then + 100_000_000 => {
-                    ((offset - old) as i128 * 1_000_000_000 / (now - then) as i128) as i64
-                }
-                _ => 0,
-            };
-            self.last_calibration = Some((now, offset));
-            r.set_clock(offset, now, drift_ppb);
-            tracing::debug!(offset, error, drift_ppb, "GPU clock recalibrated");
+        if let (Some(c), Some(r)) = (c, &self.results) {
+            r.set_clock(c.offset_ns, c.measured_at_ns, c.drift_ppb);
+            tracing::debug!(
+                offset = c.offset_ns,
+                error = c.error_ns,
+                drift_ppb = c.drift_ppb,
+                "GPU clock recalibrated"
+            );
         }
         Ok(c)
     }

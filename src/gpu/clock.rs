@@ -23,6 +23,24 @@ pub struct ClockCalibration {
     pub error_ns: u64,
     /// Rounds measured.
     pub rounds: u32,
+    /// Host CLOCK_REALTIME (ns) of the best round: when `offset_ns` held.
+    pub measured_at_ns: u64,
+    /// How fast the offset moves (ns per second of host time, i.e. ppb),
+    /// from the previous calibration; 0 when there was none.
+    pub drift_ppb: i64,
+}
+
+impl ClockCalibration {
+    /// This calibration with its drift derived from `previous` (when the two
+    /// are far enough apart for the difference to mean something).
+    pub fn with_drift_since(mut self, previous: &ClockCalibration) -> Self {
+        let elapsed = self.measured_at_ns.saturating_sub(previous.measured_at_ns);
+        if previous.measured_at_ns > 0 && elapsed >= 100_000_000 {
+            self.drift_ppb =
+                ((self.offset_ns - previous.offset_ns) as i128 * 1_000_000_000 / elapsed as i128) as i64;
+        }
+        self
+    }
 }
 
 /// Bytes of mapped memory [`calibrate`] exchanges its words through.
@@ -73,7 +91,7 @@ fn calibrate_with(
     ];
     // SAFETY: four device pointers, matching the kernel's four pointer parameters.
     unsafe { launch_raw(stream, func, LaunchDims::SINGLE, &mut params)? };
-    let mut best: Option<(u64, i64)> = None;
+    let mut best: Option<(u64, i64, u64)> = None;
     let mut failure = None;
     for r in 1..=u64::from(rounds.max(1)) {
         let t0 = realtime_ns();
@@ -96,8 +114,8 @@ fn calibrate_with(
         let gpu = word(2).load(Ordering::Acquire);
         let width = t1 - t0;
         let offset = (t0 + width / 2) as i64 - gpu as i64;
-        if best.is_none_or(|(w, _)| width < w) {
-            best = Some((width, offset));
+        if best.is_none_or(|(w, _, _)| width < w) {
+            best = Some((width, offset, t0 + width / 2));
         }
     }
     word(3).store(1, Ordering::Release);
@@ -105,6 +123,31 @@ fn calibrate_with(
     if let Some(e) = failure {
         return Err(e);
     }
-    let (width, offset_ns) = best.expect("at least one round ran");
-    Ok(ClockCalibration { offset_ns, error_ns: width.div_ceil(2), rounds: rounds.max(1) })
+    let (width, offset_ns, measured_at_ns) = best.expect("at least one round ran");
+    Ok(ClockCalibration {
+        offset_ns,
+        error_ns: width.div_ceil(2),
+        rounds: rounds.max(1),
+        measured_at_ns,
+        drift_ppb: 0,
+    })
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::ClockCalibration;
+
+    fn at(measured_at_ns: u64, offset_ns: i64) -> ClockCalibration {
+        ClockCalibration { offset_ns, measured_at_ns, error_ns: 1000, rounds: 200, drift_ppb: 0 }
+    }
+
+    #[test]
+    fn drift_comes_from_the_previous_calibration() {
+        // The offset grew 5 µs in 2 s: 2,500 ns per second.
+        let c = at(3_000_000_000, 15_000).with_drift_since(&at(1_000_000_000, 10_000));
+        assert_eq!(c.drift_ppb, 2_500);
+        // Too close together, or no previous measurement: no drift claimed.
+        assert_eq!(at(1_050_000_000, 11_000).with_drift_since(&at(1_000_000_000, 10_000)).drift_ppb, 0);
+        assert_eq!(at(1_000_000_000, 10_000).with_drift_since(&ClockCalibration::default()).drift_ppb, 0);
+    }
 }

@@ -12,7 +12,7 @@ use super::library::KernelLibrary;
 use super::mapped::MappedMemory;
 use super::nvrtc::CacheDir;
 use super::{GpuError, GpuInfo};
-use crate::backend::{BackendError, LoopStats, ResidentLoop};
+use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::LoopConfig;
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
@@ -56,8 +56,9 @@ impl GpuRuntime {
     /// Re-measures the `%globaltimer` offset (e.g. periodically, against drift).
     pub fn recalibrate_clock(&self) -> Result<ClockCalibration, GpuError> {
         let c = self.probe.lock().unwrap_or_else(|p| p.into_inner()).calibrate(&self.library, 200)?;
-        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = c;
-        Ok(c)
+        let mut clock = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        *clock = c.with_drift_since(&clock);
+        Ok(*clock)
     }
 
     pub fn clock(&self) -> ClockCalibration {
@@ -847,9 +848,14 @@ impl ResidentLoop for CudaLoop {
     fn clock_error_ns(&self) -> u64 {
         self.exec.clock().error_ns
     }
-    fn recalibrate_clock(&mut self) -> Result<Option<(i64, u64)>, BackendError> {
+    fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, BackendError> {
         let c = self.exec.rt.recalibrate_clock().map_err(backend_error)?;
-        Ok(Some((c.offset_ns, c.error_ns)))
+        Ok(Some(ClockEstimate {
+            offset_ns: c.offset_ns,
+            error_ns: c.error_ns,
+            measured_at_ns: c.measured_at_ns,
+            drift_ppb: c.drift_ppb,
+        }))
     }
     fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
         let was_running = self.exec.launched;
