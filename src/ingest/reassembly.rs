@@ -220,7 +220,7 @@ impl Reassembler {
         debug_assert!(now_ns >= rx_ns);
         self.counters.datagram(datagram.len());
         match native::parse(datagram) {
-            Ok((h, payload)) => self.on_packet(&h, payload, rx_ns),
+            Ok((h, payload)) => self.on_packet(&h, payload, rx_ns, now_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
         self.publish_ready(now_ns);
@@ -238,7 +238,7 @@ impl Reassembler {
         }
     }
 
-    fn on_packet(&mut self, h: &NativeHeader, payload: &[u8], rx_ns: u64) {
+    fn on_packet(&mut self, h: &NativeHeader, payload: &[u8], rx_ns: u64, now_ns: u64) {
         let key = (h.stream_id, h.frame_seq);
         if let Some(pos) = self.in_flight.iter().position(|f| f.key == key) {
             self.add_to_frame(pos, h, payload, rx_ns);
@@ -259,7 +259,7 @@ impl Reassembler {
             return self.drop_frame(key, |c| &c.frame_too_large);
         }
         if self.in_flight.len() >= self.max_in_flight {
-            self.publish_oldest(rx_ns, false);
+            self.publish_oldest(now_ns, false);
         }
         let ring_seq = match self.writer.reserve() {
             Ok(seq) => seq,
