@@ -176,6 +176,39 @@ struct alignas(64) DeviceLoopState {
   uint64_t _pad1[6];
 };
 
+// The fused chain (kernels/fused.cu): the built-in operators of a chain as
+// steps that one block runs in the handler's own kernel
+// (src/gpu/fused.rs builds it).
+#define FL_FUSED_MAX_STEPS 16
+#define FL_FUSED_COEFFS 64
+#define FL_STEP_UNPACK_U8 1u
+#define FL_STEP_UNPACK_U16 2u
+#define FL_STEP_UNPACK_U12 3u
+#define FL_STEP_FIR 4u
+#define FL_STEP_FILTER2D 5u
+#define FL_STEP_STATS 6u
+#define FL_STEP_THRESHOLD 7u
+#define FL_STEP_STATS_THRESHOLD 8u
+#define FL_STEP_DELAY 9u
+
+struct FusedStep {
+  uint32_t kind;     // FL_STEP_*
+  uint32_t input;    // buffer the step reads (0 or 1; not unpack, delay)
+  uint32_t output;   // buffer the step writes (unpack, fir, filter2d)
+  uint32_t count;    // fir: taps; filter2d: row width
+  float a;           // unpack: scale; threshold: level
+  float b;           // unpack: offset
+  uint64_t delay_ns; // delay
+  float coeffs[FL_FUSED_COEFFS];  // fir taps, or the 3x3 kernel row-major
+};
+
+struct FusedProgram {
+  uint32_t step_count;  // <= FL_FUSED_MAX_STEPS
+  uint32_t capacity;    // floats each buffer holds
+  float* buffers[2];    // device memory
+  FusedStep steps[FL_FUSED_MAX_STEPS];
+};
+
 // Parameters of the handler, controller and end-marker kernels (by value).
 struct LoopParams {
   RingHeader* ring;            // frame ring, device address (mapped)
@@ -198,6 +231,7 @@ struct LoopParams {
   uint32_t chain_flags;        // FL_RESULT_HAS_* of the chain
   uint32_t handler_sets_if;    // 1: the handler sets the IF value and does the controller's work (no controller node)
   uint32_t stage_markers;      // 1: stage marker kernels run between operators
+  const FusedProgram* program; // the fused chain the handler runs itself (device memory), or null
 };
 
 static_assert(sizeof(RingHeader) == 256, "RingHeader");
@@ -207,6 +241,8 @@ static_assert(sizeof(ResultRecord) == 192, "ResultRecord");
 static_assert(sizeof(FrameDesc) == 64, "FrameDesc");
 static_assert(sizeof(ChainResult) == 32, "ChainResult");
 static_assert(sizeof(LoopControl) == 12 * 64, "LoopControl");
+static_assert(sizeof(FusedStep) == 288, "FusedStep");
+static_assert(sizeof(LoopParams) == 128, "LoopParams");
 
 // Device address of the slot holding ring sequence `seq` (>= 1).
 FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {

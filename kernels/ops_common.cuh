@@ -25,5 +25,9 @@ FL_DEVICE uint32_t fl_frame_samples(const FrameDesc* fd, uint32_t capacity) {
   return n < capacity ? n : capacity;
 }
 
+// This thread's index in the grid, and the grid's thread count.
+FL_DEVICE uint64_t fl_grid_thread() { return (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+FL_DEVICE uint64_t fl_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; }
+
 // y = a * b + c rounded twice, as the CPU computes it.
 FL_DEVICE float fl_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }

@@ -57,6 +57,24 @@ pub struct LoopConfig {
     /// Make results visible to the host with a system-wide fence before
     /// raising result-ready.
     pub sync_with_host: bool,
+    /// CUDA backend: run a chain of built-in operators inside the data-ready
+    /// handler's kernel (one kernel per frame) instead of handler → IF → one
+    /// kernel per operator. `auto` fuses slots up to 64 KiB.
+    pub fused_chain: FusedChainMode,
+}
+
+/// `loop.fused_chain`: whether the CUDA backend fuses the chain into the
+/// data-ready handler's kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FusedChainMode {
+    /// Fuse when every operator is built in and slots hold at most 64 KiB.
+    #[default]
+    Auto,
+    /// Fuse whenever the chain can be (fails start-up when it cannot).
+    On,
+    /// Always run one kernel per operator in the graph's IF body.
+    Off,
 }
 
 impl Default for LoopConfig {
@@ -67,6 +85,7 @@ impl Default for LoopConfig {
             data_not_ready_sleep_interval_us: 0,
             timeout_ms: 0,
             sync_with_host: true,
+            fused_chain: FusedChainMode::Auto,
         }
     }
 }

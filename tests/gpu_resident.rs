@@ -1,15 +1,18 @@
 //! The resident loop on a real GPU (ignored without one; run on the GPU
 //! machine with `--include-ignored --test-threads=1`): one launch processes
-//! host-published frames and every result matches the CPU chain, tear-down
+//! host-published frames and every result matches the CPU chain, with the
+//! chain fused into the handler and as one kernel per operator; tear-down
 //! terminates, a timeout tears the graph down by itself, and host-driven
-//! data-ready works.
+//! data-ready and the latest policy work on both paths.
 
 use frameloop::backend::{BackendError, ResidentLoop};
-use frameloop::config::LoopConfig;
+use frameloop::config::{FusedChainMode, LoopConfig};
+use frameloop::fragment::Fragment;
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
+use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
@@ -79,7 +82,17 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
             OpSpec::Fir { taps: vec![0.25, 0.5, 0.25] },
             OpSpec::Stats,
         ],
-    ] {
+        vec![
+            OpSpec::Unpack { format: SampleFormat::U8, scale: 0.5, offset: 1.0 },
+            OpSpec::Fir { taps: (0..63).map(|k| ((k * 37 % 11) as f32 - 5.0) / 16.0).collect() },
+            OpSpec::Delay { us: 3 },
+            OpSpec::Threshold { level: 60.0 },
+            OpSpec::Stats,
+        ],
+    ]
+    .into_iter()
+    .flat_map(|c| [(c.clone(), FusedChainMode::On), (c, FusedChainMode::Off)])
+    {
         let rings = MappedRings::new(&rt, 16, FRAME_BYTES, 1024, OverrunPolicy::Every).unwrap();
         poison_results(&rings);
         let mut reader = ResultReader::new(Arc::clone(&rings.results));
@@ -87,10 +100,12 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
             Arc::clone(&rt),
             Arc::clone(&rings.frames),
             Arc::clone(&rings.results),
-            &chain,
-            LoopConfig::default(),
+            &chain.0,
+            LoopConfig { fused_chain: chain.1, ..LoopConfig::default() },
         )
         .unwrap();
+        let fused = lp.executor().stage_names().iter().any(|n| n.starts_with("fused chain"));
+        assert_eq!(fused, chain.1 == FusedChainMode::On, "{:?}", lp.executor().stage_names());
         let mut w = rings.frames.writer().unwrap();
         lp.launch().unwrap();
         assert!(lp.is_launched());
@@ -108,16 +123,38 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
         assert_eq!(stats.frames_processed, n as u64);
         assert!(stats.iterations >= n as u64);
         assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
-        check_against_cpu(&chain, seed, &out, &lens);
+        check_against_cpu(&chain.0, seed, &out, &lens);
         assert!(!lp.is_launched());
         assert_eq!(rings.frames.consumed(), n as u64, "every slot handed back");
     }
 }
 
+/// A chain `on` cannot fuse is refused at start-up with the reason and the fix.
+#[test]
+#[ignore = "needs a GPU"]
+fn fused_chain_on_refuses_a_chain_it_cannot_fuse() {
+    let rt = runtime();
+    let rings = MappedRings::new(&rt, 4, FRAME_BYTES, 16, OverrunPolicy::Every).unwrap();
+    let mut chain = default_chain();
+    chain.extend(std::iter::repeat_n(OpSpec::Fir { taps: vec![1.0] }, 20));
+    let cfg = LoopConfig { fused_chain: FusedChainMode::On, ..LoopConfig::default() };
+    let err =
+        CudaLoop::new(Arc::clone(&rt), Arc::clone(&rings.frames), Arc::clone(&rings.results), &chain, cfg)
+            .err()
+            .expect("a 23-step chain cannot be fused");
+    let msg = err.to_string();
+    assert!(msg.contains("loop.fused_chain") && msg.contains("steps") && msg.contains("\"auto\""), "{msg}");
+}
+
+/// An executor over the default chain, fused into the handler when `opts.fused` asks.
 fn executor(rt: &Arc<GpuRuntime>, rings: &MappedRings, opts: ExecutorOptions) -> ResidentExecutor {
     rings.frames.take_reader_for_device();
     let chain = default_chain();
-    let fragment = chain_fragment(&chain, FRAME_BYTES).unwrap();
+    let fragment = if opts.fused.is_some() {
+        Fragment::new("main")
+    } else {
+        chain_fragment(&chain, FRAME_BYTES).unwrap()
+    };
     ResidentExecutor::new(
         Arc::clone(rt),
         fragment,
@@ -141,9 +178,12 @@ fn tear_down_terminates_even_mid_poll_and_mid_sleep() {
             data_not_ready_sleep_interval_us: 1_000_000,
             ..LoopConfig::default()
         },
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|c| [(c.clone(), true), (c, false)])
+    {
         let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
-        let mut ex = executor(&rt, &rings, ExecutorOptions::new(cfg));
+        let mut ex = executor(&rt, &rings, with_fusion(ExecutorOptions::new(cfg.0), cfg.1));
         ex.launch().unwrap();
         std::thread::sleep(Duration::from_millis(30));
         assert!(ex.is_launched());
@@ -183,52 +223,63 @@ fn timeout_tears_the_graph_down_by_itself() {
     assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })));
 }
 
+fn with_fusion(mut opts: ExecutorOptions, fused: bool) -> ExecutorOptions {
+    if fused {
+        opts.fused = Some(FusedChain::encode(&default_chain(), FRAME_BYTES).unwrap());
+    }
+    opts
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn host_driven_mode_waits_for_data_ready() {
     let rt = runtime();
-    let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
-    let mut opts = ExecutorOptions::new(LoopConfig::default());
-    opts.host_driven = true;
-    let mut ex = executor(&rt, &rings, opts);
-    let mut w = rings.frames.writer().unwrap();
-    ex.launch().unwrap();
-    for i in 0..5u64 {
-        publish(&mut w, 9, i, FRAME_BYTES).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(ex.results_published(), i, "processed frame {i} before data_ready");
-        ex.data_ready();
-        let t = Instant::now();
-        while !ex.result_ready(i) {
-            assert!(t.elapsed() < Duration::from_secs(2), "no result after data_ready");
+    for fused in [true, false] {
+        let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
+        let mut opts = ExecutorOptions::new(LoopConfig::default());
+        opts.host_driven = true;
+        let mut ex = executor(&rt, &rings, with_fusion(opts, fused));
+        let mut w = rings.frames.writer().unwrap();
+        ex.launch().unwrap();
+        for i in 0..5u64 {
+            publish(&mut w, 9, i, FRAME_BYTES).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(ex.results_published(), i, "processed frame {i} before data_ready");
+            ex.data_ready();
+            let t = Instant::now();
+            while !ex.result_ready(i) {
+                assert!(t.elapsed() < Duration::from_secs(2), "no result after data_ready");
+            }
         }
+        assert_eq!(ex.tear_down().unwrap().frames_processed, 5, "fused: {fused}");
     }
-    assert_eq!(ex.tear_down().unwrap().frames_processed, 5);
 }
 
 #[test]
 #[ignore = "needs a GPU"]
 fn latest_policy_skips_to_the_newest_frame() {
     let rt = runtime();
-    let rings = MappedRings::new(&rt, 16, FRAME_BYTES, 64, OverrunPolicy::Latest).unwrap();
-    let mut opts = ExecutorOptions::new(LoopConfig::default());
-    opts.host_driven = true;
-    let mut ex = executor(&rt, &rings, opts);
-    let mut w = rings.frames.writer().unwrap();
-    ex.launch().unwrap();
-    for i in 0..4u64 {
-        publish(&mut w, 3, i, FRAME_BYTES).unwrap();
+    for fused in [true, false] {
+        let rings = MappedRings::new(&rt, 16, FRAME_BYTES, 64, OverrunPolicy::Latest).unwrap();
+        let mut opts = ExecutorOptions::new(LoopConfig::default());
+        opts.host_driven = true;
+        let mut ex = executor(&rt, &rings, with_fusion(opts, fused));
+        let mut w = rings.frames.writer().unwrap();
+        ex.launch().unwrap();
+        for i in 0..4u64 {
+            publish(&mut w, 3, i, FRAME_BYTES).unwrap();
+        }
+        ex.data_ready();
+        let t = Instant::now();
+        while !ex.result_ready(0) {
+            assert!(t.elapsed() < Duration::from_secs(2));
+        }
+        let mut out = Vec::new();
+        ResultReader::new(Arc::clone(&rings.results)).drain(&mut out);
+        let stats = ex.tear_down().unwrap();
+        assert_eq!(stats.frames_processed, 1);
+        assert_eq!(stats.frames_skipped, 3);
+        assert_eq!(rings.results.head(), 1);
+        assert_eq!(rings.frames.consumed(), 4, "fused: {fused}");
     }
-    ex.data_ready();
-    let t = Instant::now();
-    while !ex.result_ready(0) {
-        assert!(t.elapsed() < Duration::from_secs(2));
-    }
-    let mut out = Vec::new();
-    ResultReader::new(Arc::clone(&rings.results)).drain(&mut out);
-    let stats = ex.tear_down().unwrap();
-    assert_eq!(stats.frames_processed, 1);
-    assert_eq!(stats.frames_skipped, 3);
-    assert_eq!(rings.results.head(), 1);
-    assert_eq!(rings.frames.consumed(), 4);
 }

@@ -11,11 +11,12 @@ use super::executor::{
     ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
     chain_fragment, chain_fragment_with,
 };
+use super::fused::FusedChain;
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
 use super::{GpuError, MappedMemory};
 use crate::clock::{monotonic_ns, realtime_ns};
-use crate::config::LoopConfig;
+use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
 use crate::ops::OpSpec;
 use crate::ring::layout::{SlotHeader, result_ring_bytes, ring_bytes};
@@ -246,17 +247,25 @@ struct ModeSpec {
     payload: PayloadPath,
     programmatic_edges: bool,
     publish_from_last_kernel: bool,
+    /// Run the chain fused into the handler's kernel.
+    fused: bool,
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
     let rings = MappedRings::new(rt, 64, o.frame_bytes, 8192, OverrunPolicy::Every)?;
     rings.frames.take_reader_for_device();
-    let (fragment, flags) = if m.empty {
-        (Fragment::new("empty"), 0)
-    } else {
-        (chain_fragment_with(&o.chain, o.frame_bytes, m.payload)?, chain_flags(&o.chain))
-    };
+    let chain: &[OpSpec] = if m.empty { &[] } else { &o.chain };
     let mut opts = ExecutorOptions::new(m.cfg.clone());
+    let fragment = if m.fused {
+        opts.fused =
+            Some(FusedChain::encode(chain, o.frame_bytes).map_err(|e| GpuError::Setup(e.to_string()))?);
+        Fragment::new("main")
+    } else if m.empty {
+        Fragment::new("empty")
+    } else {
+        chain_fragment_with(chain, o.frame_bytes, m.payload)?
+    };
+    let flags = chain_flags(chain);
     opts.style = m.style;
     opts.stage_markers = m.stage_markers;
     opts.controller = m.controller;
@@ -372,6 +381,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         data_not_ready_sleep_interval_us: 0,
         timeout_ms: 0,
         sync_with_host: true,
+        fused_chain: FusedChainMode::Off,
     };
     let sleep = |us| LoopConfig {
         poll_budget_us: 0,
@@ -389,10 +399,12 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         payload: PayloadPath::ZeroCopy,
         programmatic_edges: true,
         publish_from_last_kernel: true,
+        fused: false,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     let modes = [
-        resident("resident poll budget"),
+        ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
+        resident("resident poll, graph IF body"),
         ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
         ModeSpec { programmatic_edges: false, ..resident("resident poll, plain edges") },
         ModeSpec { publish_from_last_kernel: false, ..resident("resident poll, end-marker node") },
@@ -400,7 +412,11 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         spec("resident sleep 500 µs (Holoscan)", LaunchStyle::Resident, &sleep(500), false),
         spec("graph-launch-per-frame", LaunchStyle::GraphPerFrame, &poll, false),
         spec("stream-launch-per-frame", LaunchStyle::StreamPerFrame, &poll, false),
-        spec("resident EMPTY workload", LaunchStyle::Resident, &poll, true),
+        ModeSpec {
+            fused: true,
+            ..spec("resident EMPTY workload, fused", LaunchStyle::Resident, &poll, true)
+        },
+        spec("resident EMPTY workload, graph IF body", LaunchStyle::Resident, &poll, true),
         ModeSpec {
             controller: Some(ControllerPlacement::Before),
             ..spec("resident, controller before IF", LaunchStyle::Resident, &poll, false)
@@ -419,9 +435,11 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         by("resident poll budget"),
         by("graph-launch"),
         by("resident sleep 500"),
-        by("resident EMPTY"),
+        by("resident EMPTY workload, fused"),
         by("floor"),
     );
+    let (if_body, empty_if_body) =
+        (by("resident poll, graph IF body"), by("resident EMPTY workload, graph IF body"));
     let targets = vec![
         TargetCheck {
             target: "resident p50 <= 10 µs".into(),
@@ -461,16 +479,18 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     ];
     let (copy, plain, marker) =
         (by("resident poll, one copy"), by("resident poll, plain edges"), by("resident poll, end-marker"));
-    let versus = |what: &str, other: &ModeResult| {
+    let versus = |what: &str, base: &ModeResult, other: &ModeResult| {
         format!(
-            "{what}: p50 {:.2} vs {:.2} µs, p99.9 {:.2} vs {:.2} µs (resident poll budget vs {})",
-            res.p50_us, other.p50_us, res.p999_us, other.p999_us, other.mode
+            "{what}: p50 {:.2} vs {:.2} µs, p99.9 {:.2} vs {:.2} µs ({} vs {})",
+            base.p50_us, other.p50_us, base.p999_us, other.p999_us, base.mode, other.mode
         )
     };
     let comparisons = vec![
-        versus("zero-copy reads of the slot against one copy into device memory", &copy),
-        versus("programmatic edges against plain edges", &plain),
-        versus("result published by the last kernel against an end-marker node", &marker),
+        versus("chain fused into the handler against one kernel per operator in the IF body", &res, &if_body),
+        versus("empty workload, fused handler against handler -> IF -> end marker", &empty, &empty_if_body),
+        versus("zero-copy reads of the slot against one copy into device memory", &if_body, &copy),
+        versus("programmatic edges against plain edges", &if_body, &plain),
+        versus("result published by the last kernel against an end-marker node", &if_body, &marker),
     ];
     let chain = chain_fragment(&o.chain, o.frame_bytes)?;
     let plan = chain.plan().map_err(|e| GpuError::Setup(e.to_string()))?;

@@ -104,11 +104,15 @@ pub struct LoopParams {
     pub chain_flags: u32,
     pub handler_sets_if: u32,
     pub stage_markers: u32,
+    /// Device address of the [`super::fused::FusedProgram`] the handler runs
+    /// itself (the fused chain), or 0.
+    pub program: u64,
 }
 
 const _: () = {
     assert!(std::mem::size_of::<LoopControl>() == 12 * 64);
     assert!(std::mem::size_of::<DeviceLoopState>().is_multiple_of(64));
+    assert!(std::mem::size_of::<LoopParams>() == 128);
 };
 
 /// Byte offsets of the device-side structures inside [`DeviceLoopState`].
@@ -117,6 +121,7 @@ pub const CHAIN_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, chain);
 
 /// `(name, size or offset)` pairs the layout test checks against `ring.cuh`.
 pub fn layout_facts() -> Vec<(String, usize)> {
+    use super::fused::*;
     use crate::ring::layout::*;
     use std::mem::{offset_of, size_of};
     let mut v: Vec<(String, usize)> = vec![
@@ -129,6 +134,10 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ("sizeof(LoopControl)".into(), size_of::<LoopControl>()),
         ("sizeof(DeviceLoopState)".into(), size_of::<DeviceLoopState>()),
         ("sizeof(LoopParams)".into(), size_of::<LoopParams>()),
+        ("sizeof(FusedStep)".into(), size_of::<FusedStep>()),
+        ("sizeof(FusedProgram)".into(), size_of::<FusedProgram>()),
+        ("FL_FUSED_MAX_STEPS".into(), FUSED_MAX_STEPS),
+        ("FL_FUSED_COEFFS".into(), FUSED_COEFFS),
         ("FL_SLOTS_OFFSET".into(), SLOTS_OFFSET),
         ("FL_SLOT_PAYLOAD_OFFSET".into(), SLOT_PAYLOAD_OFFSET),
         ("FL_SLOT_ALIGN".into(), SLOT_ALIGN),
@@ -161,7 +170,9 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
     offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns);
-    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers);
+    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program);
+    offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
+    offsets!(FusedProgram: step_count, capacity, buffers, steps);
     v
 }
 

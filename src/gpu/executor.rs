@@ -8,12 +8,13 @@
 use super::clock::ClockCalibration;
 use super::control::*;
 use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphExec, GraphRef, LaunchDims, Node};
+use super::fused::{FUSED_THREADS, FusedChain, FusedProgram, plan_fusion};
 use super::library::KernelLibrary;
 use super::mapped::MappedMemory;
 use super::nvrtc::CacheDir;
 use super::{GpuError, GpuInfo};
 use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
-use crate::config::LoopConfig;
+use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
     Plan,
@@ -111,6 +112,10 @@ pub struct ExecutorOptions {
     pub programmatic_edges: bool,
     /// How long `tear_down` waits for the graph to stop.
     pub tear_down_wait: Duration,
+    /// Run this fused chain inside the handler's kernel (`WHILE {
+    /// fl_fused_chain }`, resident style only); the workload fragment must
+    /// then be empty.
+    pub fused: Option<FusedChain>,
 }
 
 impl ExecutorOptions {
@@ -124,28 +129,77 @@ impl ExecutorOptions {
             tear_down_wait: Duration::from_secs(5),
             publish_from_last_kernel: true,
             programmatic_edges: true,
+            fused: None,
         }
     }
 }
 
-/// The built-in data-ready handler as a GPU-resident operator: launches
-/// `fl_ring_ready` with the loop parameters the executor fills in before capture.
-pub struct RingReadyHandler {
+/// A built-in data-ready handler as a GPU-resident operator: launches its
+/// kernel, whose one argument is the loop parameters the executor fills in
+/// before capture.
+pub struct BuiltinHandler {
+    /// Kernel taking `(LoopParams)`: `fl_ring_ready` or `fl_fused_chain`.
+    kernel: &'static str,
+    dims: LaunchDims,
     params: Arc<Mutex<LoopParams>>,
 }
 
-impl GpuResidentOperator for RingReadyHandler {
+impl BuiltinHandler {
+    /// `fl_ring_ready`: one thread polls, claims and sets the IF value.
+    fn ring_ready(params: Arc<Mutex<LoopParams>>) -> Self {
+        Self { kernel: "fl_ring_ready", dims: LaunchDims::SINGLE, params }
+    }
+
+    /// `fl_fused_chain` (one block of [`FUSED_THREADS`]): claims the frame,
+    /// runs every step of the fused chain and publishes the result.
+    fn fused_chain(params: Arc<Mutex<LoopParams>>) -> Self {
+        let dims = LaunchDims { grid: (1, 1, 1), block: (FUSED_THREADS, 1, 1), shared_bytes: 0 };
+        Self { kernel: "fl_fused_chain", dims, params }
+    }
+}
+
+impl GpuResidentOperator for BuiltinHandler {
     fn name(&self) -> &str {
-        "ring_ready"
+        self.kernel.trim_start_matches("fl_")
     }
     fn setup(&mut self, _spec: &mut OperatorSpec) {}
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
         let mut p = *self.params.lock().unwrap_or_else(|e| e.into_inner());
-        let f = ctx.kernel("fl_ring_ready")?;
+        let f = ctx.kernel(self.kernel)?;
         let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
-        // SAFETY: one argument of type LoopParams, matching the kernel.
-        unsafe { driver::launch_raw(ctx.stream(), f, LaunchDims::SINGLE, &mut args) }
-            .map_err(|e| FragmentError::Operator { operator: "ring_ready".into(), problem: e.to_string() })
+        // SAFETY: both kernels take one argument of type LoopParams; the
+        // dimensions are the ones their __launch_bounds__ allow.
+        unsafe { driver::launch_raw(ctx.stream(), f, self.dims, &mut args) }.map_err(|e| {
+            FragmentError::Operator { operator: self.name().to_string(), problem: e.to_string() }
+        })
+    }
+}
+
+/// Device memory of a fused chain: the program and its two sample buffers.
+struct FusedBuffers {
+    program: DeviceBuffer,
+    _samples: [DeviceBuffer; 2],
+}
+
+impl FusedBuffers {
+    /// Allocates the buffers, binds them into `chain`'s program and copies it to the device.
+    fn upload(ctx: &Arc<CudaContext>, chain: &FusedChain) -> Result<Self, GpuError> {
+        let samples = [
+            DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
+            DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
+        ];
+        let mut program: FusedProgram = *chain.program;
+        program.buffers = [samples[0].dptr(), samples[1].dptr()];
+        let dev = DeviceBuffer::new(ctx, std::mem::size_of::<FusedProgram>(), 0)?;
+        // SAFETY: FusedProgram is plain old data (integers and floats, no padding).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&program as *const FusedProgram).cast::<u8>(),
+                std::mem::size_of::<FusedProgram>(),
+            )
+        };
+        dev.write(0, bytes)?;
+        Ok(Self { program: dev, _samples: samples })
     }
 }
 
@@ -193,6 +247,8 @@ pub struct ResidentExecutor {
     programmatic_edges: usize,
     /// Whether the workload's last kernel publishes the result (no end marker).
     publishes_in_last_kernel: bool,
+    /// The fused chain's device memory, when the handler runs the chain.
+    fused: Option<FusedBuffers>,
     /// The main fragment (it also holds a custom data-ready handler, if registered).
     workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
@@ -241,11 +297,30 @@ impl ResidentExecutor {
         let params_dev = DeviceBuffer::new(&ctx, std::mem::size_of::<LoopParams>(), 0)?;
         let handler_params = Arc::new(Mutex::new(LoopParams::default()));
         let custom_handler = workload.data_ready_handler().is_some();
-        let builtin_handler = if custom_handler {
+        let fused = match &opts.fused {
+            None => None,
+            Some(_) if custom_handler || !workload.is_empty() => {
+                return Err(GpuError::Setup(
+                    "a fused chain replaces the workload and the handler; pass an empty main fragment".into(),
+                ));
+            }
+            Some(_) if opts.style != LaunchStyle::Resident || opts.stage_markers => {
+                return Err(GpuError::Setup(
+                    "a fused chain runs resident and without stage markers only".into(),
+                ));
+            }
+            Some(chain) => Some(FusedBuffers::upload(&ctx, chain)?),
+        };
+        let builtin_handler = if fused.is_some() {
+            let mut h = Fragment::new("data_ready");
+            h.add_operator(BuiltinHandler::fused_chain(Arc::clone(&handler_params)))
+                .map_err(|e| GpuError::Setup(e.to_string()))?;
+            Some(h)
+        } else if custom_handler {
             None
         } else {
             let mut h = Fragment::new("data_ready");
-            h.add_operator(RingReadyHandler { params: Arc::clone(&handler_params) })
+            h.add_operator(BuiltinHandler::ring_ready(Arc::clone(&handler_params)))
                 .map_err(|e| GpuError::Setup(e.to_string()))?;
             Some(h)
         };
@@ -281,20 +356,22 @@ impl ResidentExecutor {
             chain_flags,
             handler_sets_if: u32::from(placement == ControllerPlacement::InHandler),
             stage_markers: u32::from(opts.stage_markers),
+            program: fused.as_ref().map_or(0, |f| f.program.dptr()),
         };
         let handler = match (&builtin_handler, workload.data_ready_handler()) {
             (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
             (None, None) => unreachable!("a handler is registered or built in"),
         };
         let workload_plan = if workload.is_empty() { None } else { Some(plan_fragment(&ctx, &workload)?) };
-        let stage_names = match &workload_plan {
-            Some(p) => p
+        let stage_names = match (&workload_plan, &opts.fused) {
+            (_, Some(chain)) => vec![format!("fused chain ({})", chain.describe())],
+            (Some(p), None) => p
                 .plan
                 .order()
                 .iter()
                 .filter_map(|&id| workload.operator_name(id).map(str::to_string))
                 .collect(),
-            None => Vec::new(),
+            (None, None) => Vec::new(),
         };
         let capture_stream = ctx.new_stream()?;
         let run_stream = ctx.new_stream()?;
@@ -307,6 +384,7 @@ impl ResidentExecutor {
             params_dev,
             programmatic_edges: 0,
             publishes_in_last_kernel: false,
+            fused,
             workload,
             workload_plan,
             builtin_handler,
@@ -367,6 +445,7 @@ impl ResidentExecutor {
         let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
         names
             .chain(&["fl_end_marker"])
+            .filter(|n| **n != "fl_fused_chain")
             .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
     }
 
@@ -376,6 +455,17 @@ impl ResidentExecutor {
         let root = graph.root();
         let while_handle = root.conditional_handle(&ctx, 1, true)?;
         let (_, body) = root.add_conditional(&ctx, &[], while_handle, Conditional::While)?;
+        if self.fused.is_some() {
+            // The handler runs the chain and publishes: the body is that one kernel.
+            self.params.while_handle = while_handle.0;
+            self.params.if_handle = 0;
+            *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
+            self.capture_handler(body)?;
+            self.programmatic_edges = 0;
+            self.exec = Some(graph.instantiate()?);
+            self._graph = Some(graph);
+            return Ok(());
+        }
         let if_handle = body.conditional_handle(&ctx, 0, false)?;
         self.params.while_handle = while_handle.0;
         self.params.if_handle = if_handle.0;
@@ -699,6 +789,11 @@ impl ResidentExecutor {
                     .cloned()
                     .unwrap_or_else(|| format!("unknown stage marker {s}")),
             }
+        } else if self.fused.is_some() {
+            format!(
+                "{} (set loop.fused_chain = \"off\" and enable stage markers to pinpoint the operator)",
+                self.stage_names.join(", ")
+            )
         } else if c.frames.load() > c.results.load() || self.opts.style != LaunchStyle::Resident {
             format!("workload (one of {}; enable stage markers to pinpoint)", self.stage_names.join(", "))
         } else {
@@ -800,15 +895,25 @@ impl CudaLoop {
         if !frame_ring.take_reader_for_device() {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
-        let fragment = chain_fragment(chain, frame_ring.payload_capacity())?;
-        let exec = ResidentExecutor::new(
-            rt,
-            fragment,
-            frame_ring,
-            result_ring,
-            chain_flags(chain),
-            ExecutorOptions::new(cfg),
-        )?;
+        let mut opts = ExecutorOptions::new(cfg);
+        let fragment =
+            match plan_fusion(chain, frame_ring.payload_capacity(), opts.loop_cfg.fused_chain, false) {
+                Ok(fused) => {
+                    tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
+                    opts.fused = Some(fused);
+                    Fragment::new("main")
+                }
+                Err(why) if opts.loop_cfg.fused_chain == FusedChainMode::On => {
+                    return Err(GpuError::Setup(format!(
+                        "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
+                    )));
+                }
+                Err(why) => {
+                    tracing::info!("one kernel per operator in the graph's IF body: {why}");
+                    chain_fragment(chain, frame_ring.payload_capacity())?
+                }
+            };
+        let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
         Ok(Self { exec })
     }
 

@@ -4,8 +4,13 @@
 //! `ring.cuh` (with its `prelude.cuh`) from `handlers/`.
 
 /// Headers the kernel sources include by name, besides `ring.cuh`/`prelude.cuh`.
-pub const KERNEL_HEADERS: &[(&str, &str)] =
-    &[("ops_common.cuh", include_str!("../../kernels/ops_common.cuh"))];
+pub const KERNEL_HEADERS: &[(&str, &str)] = &[
+    ("ops_common.cuh", include_str!("../../kernels/ops_common.cuh")),
+    ("unpack.cuh", include_str!("../../kernels/unpack.cuh")),
+    ("fir.cuh", include_str!("../../kernels/fir.cuh")),
+    ("filter2d.cuh", include_str!("../../kernels/filter2d.cuh")),
+    ("reduce.cuh", include_str!("../../kernels/reduce.cuh")),
+];
 
 /// Every `.cu` file of `kernels/`: (file name, source).
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
@@ -15,6 +20,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("reduce.cu", include_str!("../../kernels/reduce.cu")),
     ("delay.cu", include_str!("../../kernels/delay.cu")),
     ("stage.cu", include_str!("../../kernels/stage.cu")),
+    ("fused.cu", include_str!("../../kernels/fused.cu")),
 ];
 
 /// The `extern "C"` kernels the built-in operators launch, by source file.
@@ -25,6 +31,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("reduce.cu", &["fl_stats", "fl_threshold", "fl_stats_threshold"]),
     ("delay.cu", &["fl_delay"]),
     ("stage.cu", &["fl_stage_payload"]),
+    ("fused.cu", &["fl_fused_chain"]),
 ];
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 pub const LOOP_HEADERS: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../../handlers/prelude.cuh")),
     ("ring.cuh", include_str!("../../handlers/ring.cuh")),
+    ("ring_ready.cuh", include_str!("../../handlers/ring_ready.cuh")),
 ];
 
 /// The resident loop's kernels: data-ready handler, controller, end and stage

@@ -1,0 +1,147 @@
+// The data-ready handler's steps, shared by the built-in handler kernel
+// (ring_ready.cu) and the fused chain (kernels/fused.cu): wait for the next
+// frame of the ring, claim it, and keep the loop's counters and conditional
+// values.
+#pragma once
+#include "ring.cuh"
+
+// Resets the reduction values for a newly claimed frame.
+FL_DEVICE void fl_reset_chain_result(ChainResult* c) {
+  c->sum = 0.0f;
+  c->min = fl_pos_inf();
+  c->max = fl_neg_inf();
+  c->mean = 0.0f;
+  c->detect_count = 0;
+  c->first_detect_index = -1;
+}
+
+FL_DEVICE void fl_mark_stage(const LoopParams& p, uint64_t stage, uint64_t seq) {
+  fl_store_relaxed_sys(&p.ctl->stage_seq.v, seq);
+  fl_store_relaxed_sys(&p.ctl->stage.v, stage);
+  __threadfence_system();
+}
+
+// Sleeps about `ns` nanoseconds, waking early when the host asks for tear-down.
+FL_DEVICE void fl_sleep_interruptible(const LoopParams& p, uint64_t ns) {
+  const uint64_t start = fl_globaltimer();
+  for (;;) {
+    const uint64_t elapsed = fl_globaltimer() - start;
+    if (elapsed >= ns || fl_load_relaxed_sys(&p.ctl->tear_down.v)) return;
+    const uint64_t left = ns - elapsed;
+    __nanosleep((unsigned)(left < 100000ull ? left : 100000ull));
+  }
+}
+
+// Publishes the loop's idle-time counters to the control block: posted
+// stores, no fence.
+FL_DEVICE void fl_publish_counters(const LoopParams& p, DeviceLoopState* st, uint64_t now) {
+  LoopControl* ctl = p.ctl;
+  fl_store_relaxed_sys(&ctl->iterations.v, st->iterations);
+  fl_store_relaxed_sys(&ctl->idle_iterations.v, st->idle_iterations);
+  fl_store_relaxed_sys(&ctl->handler_ns.v, st->handler_ns);
+  fl_store_relaxed_sys(&ctl->heartbeat_ns.v, now);
+  st->counters_ns = now;
+}
+
+// Polls the frame ring for up to poll_budget_ns (one thread) and claims the
+// next frame under the ring's policy (every: the next sequence; latest: the
+// newest, counting the skipped ones): stores claimed_seq, copies the slot
+// header into device memory and fills the FrameDesc. With no frame it sleeps
+// sleep_ns (Holoscan style) if asked. From seeing the new head to returning
+// it does one PCIe round trip (the slot header). Returns the verdict.
+FL_DEVICE uint32_t fl_poll_and_claim(const LoopParams& p, uint64_t t0) {
+  DeviceLoopState* st = p.st;
+  if (st->last_frame_ns == 0) st->last_frame_ns = t0;
+  const uint64_t last = st->last_claimed;
+  uint32_t verdict = FL_VERDICT_NONE;
+  uint64_t head = last;
+  uint64_t now = t0;
+  for (;;) {
+    // Both loads are in flight together (neither result is used before the
+    // second is issued), so a poll costs one PCIe round trip, not two.
+    const uint64_t stop = fl_load_relaxed_sys(&p.ctl->tear_down.v);
+    if (!p.host_driven) head = fl_load_acquire_sys(&p.ring->head_seq);
+    if (stop) {
+      verdict = FL_VERDICT_STOP;
+      st->stop_state = (uint32_t)FL_STATE_TORN_DOWN;
+      break;
+    }
+    if (p.host_driven && fl_load_relaxed_sys(&p.ctl->data_ready.v) != 0 && fl_take_flag_sys(&p.ctl->data_ready.v) != 0)
+      head = fl_load_acquire_sys(&p.ring->head_seq);
+    if (head != last) {
+      verdict = FL_VERDICT_READY;
+      break;
+    }
+    now = fl_globaltimer();
+    if (p.timeout_ns != 0 && now - st->last_frame_ns >= p.timeout_ns) {
+      verdict = FL_VERDICT_STOP;
+      st->stop_state = (uint32_t)FL_STATE_TIMED_OUT;
+      break;
+    }
+    if (now - t0 >= p.poll_budget_ns) break;
+    if (p.poll_interval_ns != 0) __nanosleep((unsigned)p.poll_interval_ns);
+  }
+
+  if (verdict == FL_VERDICT_READY) {
+    const uint64_t seq = p.policy == FL_POLICY_LATEST ? head : last + 1;
+    fl_store_relaxed_sys(&p.ring->claimed_seq, seq);
+    const uint64_t slot = fl_slot_dptr(p, seq);
+    // The acquire load of head_seq orders these plain reads after the writer's
+    // stores. All eight 16-byte loads are issued before the first is used, so
+    // the header costs one PCIe round trip (volatile 4-byte loads would cost 32).
+    const uint4* src = (const uint4*)slot;
+    uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
+    uint4* dst = (uint4*)&st->slot;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
+    FrameDesc* d = &st->desc;
+    d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
+    d->slot_dptr = slot;
+    d->ring_seq = seq;
+    const uint32_t len = st->slot.payload_len;
+    d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
+    d->n_samples = 0;
+    d->skipped = seq - last - 1;
+    d->detect_ns = fl_globaltimer();
+    fl_reset_chain_result(&st->chain);
+    st->last_claimed = seq;
+    st->last_frame_ns = d->detect_ns;
+    st->skipped += d->skipped;
+  } else if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) {
+    fl_sleep_interruptible(p, p.sleep_ns);
+  }
+  st->verdict = verdict;
+  return verdict;
+}
+
+// The controller's work, done by a handler that does it itself (one
+// thread): counts the iteration, sets the IF value when the loop has an IF
+// node (`set_if`), publishes the counters (those of idle iterations at most
+// every FL_COUNTER_PUBLISH_NS) and, on a stop verdict, ends the WHILE loop
+// and publishes the final state. `t0`: when the handler started.
+FL_DEVICE void fl_end_iteration(const LoopParams& p, uint32_t verdict, uint64_t t0, bool set_if) {
+  DeviceLoopState* st = p.st;
+  const uint64_t end = fl_globaltimer();
+  st->handler_ns += end - t0;
+  st->iterations += 1;
+  if (verdict == FL_VERDICT_READY) {
+    if (set_if) cudaGraphSetConditional(p.if_handle, 1u);
+    st->frames += 1;
+    // Posted stores after the IF value: the host reads them to tell a fault
+    // inside the workload from one between frames.
+    fl_store_relaxed_sys(&p.ctl->frames.v, st->frames);
+    fl_store_relaxed_sys(&p.ctl->skipped.v, st->skipped);
+    return;
+  }
+  if (set_if) cudaGraphSetConditional(p.if_handle, 0u);
+  if (verdict == FL_VERDICT_NONE) {
+    st->idle_iterations += 1;
+    if (end - st->counters_ns >= FL_COUNTER_PUBLISH_NS) fl_publish_counters(p, st, end);
+  } else {
+    fl_publish_counters(p, st, end);
+    cudaGraphSetConditional(p.while_handle, 0u);
+    fl_store_release_sys(&p.ctl->state.v, (uint64_t)st->stop_state);
+  }
+}

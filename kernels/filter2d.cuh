@@ -1,0 +1,33 @@
+// filter2d: 3x3 filter over rows of `width` samples with a zero border; the
+// samples after the last whole row pass through (src/ops/cpu.rs `filter2d`).
+// Shared by the filter2d kernel (filter2d.cu) and the fused chain (fused.cu).
+#pragma once
+#include "ops_common.cuh"
+
+// Worker `worker` of `workers` takes every workers-th output. `k`: the 3x3
+// kernel row-major, k[dr * 3 + dc] weighs x[r + dr - 1][c + dc - 1].
+FL_DEVICE void fl_filter2d_range(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t w,
+                                 const float* k, uint64_t worker, uint64_t workers) {
+  uint32_t n = fl_frame_samples(fd, capacity);
+  uint32_t rows = w ? n / w : 0;
+  uint32_t full = rows * w;
+  for (uint64_t j = worker; j < n; j += workers) {
+    uint32_t i = (uint32_t)j;
+    if (i >= full) {
+      y[i] = x[i];
+      continue;
+    }
+    uint32_t r = i / w, c = i - r * w;
+    float acc = 0.0f;
+#pragma unroll
+    for (uint32_t dr = 0; dr < 3; ++dr) {
+      if (r + dr < 1 || r + dr - 1 >= rows) continue;
+#pragma unroll
+      for (uint32_t dc = 0; dc < 3; ++dc) {
+        if (c + dc < 1 || c + dc - 1 >= w) continue;
+        acc = fl_mul_add(k[dr * 3 + dc], x[(r + dr - 1) * w + (c + dc - 1)], acc);
+      }
+    }
+    y[i] = acc;
+  }
+}
