@@ -12,6 +12,10 @@ use crate::config::{BackendChoice, Config};
 use crate::host::HostLoop;
 use crate::ingest::{FrameAssembler, IngestCounters, IngestSnapshot, Reassembler, UdpReceiver};
 use crate::metrics::{ResultCallback, ResultSink, ResultThread, Summary, create_interval_log};
+use crate::rdma::{
+    self, ConsumerBackend, GpuFrameRing, IngestPlan, RingPlacement, Transport, final_placement,
+    first_placement,
+};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, HostMemory, ResultReader, ResultRing, RingMemory};
 use crate::rtp::{RtpAssembler, RtpCounters};
@@ -83,6 +87,8 @@ pub struct Appliance {
     /// Where the recording tap reports once the receiver has dropped it.
     recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     frame_ring: Arc<FrameRing>,
+    /// Where the frame ring's bytes live.
+    placement: RingPlacement,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
@@ -147,43 +153,47 @@ impl Appliance {
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes);
         let result_bytes = result_ring_bytes(cfg.ring.results);
 
-        let (frame_ring, result_ring, mut resident): (_, _, Box<dyn ResidentLoop>) = match pick.name {
-            "cuda" => {
-                let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
-                    .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
-                let mem = |len| -> Result<Box<dyn RingMemory>, AppError> {
-                    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
-                };
-                let (fr, rr) = make_rings(cfg, mem(frame_bytes)?, mem(result_bytes)?)?;
-                let lp = crate::gpu::CudaLoop::new(
-                    Arc::clone(&rt),
-                    Arc::clone(&fr),
-                    Arc::clone(&rr),
-                    &cfg.chain,
-                    cfg.loop_.clone(),
-                )
-                .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
-                (fr, rr, Box::new(lp))
-            }
-            _ => {
-                let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
-                    Ok(Box::new(HostMemory::new(len).map_err(|e| {
-                        AppError::Startup(format!("cannot map {len} bytes for a ring: {e}; lower ring.slots"))
-                    })?))
-                };
-                let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
-                let mut lp = HostLoop::new(
-                    Arc::clone(&fr),
-                    Arc::clone(&rr),
-                    cfg.chain.clone(),
-                    cfg.ring.slot_bytes,
-                    cfg.loop_.clone(),
-                )
-                .map_err(|e| AppError::Startup(e.to_string()))?;
-                lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
-                (fr, rr, Box::new(lp))
-            }
-        };
+        let transport = cfg.ingest.transport;
+        let (frame_ring, result_ring, mut resident, plan, placement): (_, _, Box<dyn ResidentLoop>, _, _) =
+            match pick.name {
+                "cuda" => {
+                    let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
+                        .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
+                    let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
+                    let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results);
+                    let lp = crate::gpu::CudaLoop::new(
+                        Arc::clone(&rt),
+                        Arc::clone(&fr),
+                        Arc::clone(&rr),
+                        &cfg.chain,
+                        cfg.loop_.clone(),
+                    )
+                    .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
+                    (fr, rr, Box::new(lp), plan, placement)
+                }
+                _ => {
+                    let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
+                        Ok(Box::new(HostMemory::new(len).map_err(|e| {
+                            AppError::Startup(format!(
+                                "cannot map {len} bytes for a ring: {e}; lower ring.slots"
+                            ))
+                        })?))
+                    };
+                    let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
+                    let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
+                    let mut lp = HostLoop::new(
+                        Arc::clone(&fr),
+                        Arc::clone(&rr),
+                        cfg.chain.clone(),
+                        cfg.ring.slot_bytes,
+                        cfg.loop_.clone(),
+                    )
+                    .map_err(|e| AppError::Startup(e.to_string()))?;
+                    lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
+                    (fr, rr, Box::new(lp), plan, RingPlacement::Host)
+                }
+            };
+        tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
 
         let mut sink =
@@ -212,17 +222,15 @@ impl Appliance {
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
-        let ingest = match crate::rdma::select_ingest(cfg.ingest.transport, &cfg.rdma, &frame_ring)
-            .map_err(|e| AppError::Startup(e.to_string()))?
-        {
-            crate::rdma::IngestPlan::Udp { reason } => {
-                if cfg.ingest.transport != crate::rdma::Transport::Udp {
+        let ingest = match plan {
+            IngestPlan::Udp { reason } => {
+                if transport != Transport::Udp {
                     tracing::info!("{reason}; using UDP");
                 }
                 start_udp(cfg, &frame_ring, &counters, &rx_stop, record)?
             }
             #[cfg(feature = "rdma")]
-            crate::rdma::IngestPlan::Rdma(mut endpoint) => {
+            IngestPlan::Rdma(mut endpoint) => {
                 tracing::info!("{}", endpoint.summary());
                 let local_addr = endpoint.listen_addr();
                 let stop = Arc::clone(&rx_stop);
@@ -242,6 +250,7 @@ impl Appliance {
             rtp_counters: ingest.rtp_counters,
             recording: ingest.recording,
             frame_ring,
+            placement,
             rx_stop,
             rx_thread: Some(ingest.thread),
             resident,
@@ -257,6 +266,11 @@ impl Appliance {
 
     pub fn backend(&self) -> &BackendPick {
         &self.pick
+    }
+
+    /// Where the frame ring's bytes live (GPU memory only with RDMA ingest on the CUDA backend).
+    pub fn ring_placement(&self) -> RingPlacement {
+        self.placement
     }
 
     /// Ingest counters (live).
@@ -371,7 +385,9 @@ impl Appliance {
     pub fn drain(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.frame_ring.consumed() >= self.frame_ring.head() {
+            // One read of both words (a copy for a ring in GPU memory).
+            let seq = self.frame_ring.sequences();
+            if seq.consumed >= seq.head {
                 return true;
             }
             if Instant::now() >= deadline || !self.resident.is_launched() {
@@ -499,6 +515,69 @@ fn start_udp(
 
 fn on_off(b: bool) -> &'static str {
     if b { "on" } else { "off" }
+}
+
+/// Page-locked host memory the GPU maps, for a ring.
+fn mapped(rt: &crate::gpu::executor::GpuRuntime, len: usize) -> Result<Box<dyn RingMemory>, AppError> {
+    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
+}
+
+/// The transport decision, as a start-up error when `rdma` cannot run.
+fn select_ingest(
+    transport: Transport,
+    cfg: &crate::rdma::RdmaConfig,
+    ring: &Arc<FrameRing>,
+    region: &crate::rdma::RingRegion,
+) -> Result<IngestPlan, AppError> {
+    rdma::select_ingest_for(transport, cfg, ring, region).map_err(|e| AppError::Startup(e.to_string()))
+}
+
+/// The CUDA backend's frame ring and ingest: with a transport that may take
+/// RDMA and a GPU that can be its target, the ring goes in GPU memory and is
+/// registered from there (dma-buf, then nvidia-peermem); if RDMA is not
+/// taken after all (`auto` without a usable device), that ring is freed --
+/// before any graph runs -- and the UDP receiver gets a ring in mapped host
+/// memory. Returns the ring, the ingest plan and where the ring lives.
+fn cuda_frame_ring(
+    cfg: &Config,
+    rt: &crate::gpu::executor::GpuRuntime,
+    frame_bytes: usize,
+) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
+    let transport = cfg.ingest.transport;
+    let gpu = match transport {
+        Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
+        _ => rdma::dmabuf::gpu_rdma_support(0).map_err(|e| e.to_string()),
+    };
+    let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
+    if let Some(note) = note {
+        tracing::info!("{note}");
+    }
+    let mapped_ring = || -> Result<Arc<FrameRing>, AppError> {
+        FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
+            .map_err(|e| AppError::Startup(e.to_string()))
+    };
+    if first == RingPlacement::Device {
+        match GpuFrameRing::new(&rt.ctx, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy) {
+            Ok(gpu_ring) => {
+                let plan = select_ingest(transport, &cfg.rdma, gpu_ring.ring(), gpu_ring.region())?;
+                let placement = final_placement(first, plan.is_rdma());
+                if placement == RingPlacement::Device {
+                    return Ok((gpu_ring.into_ring(), plan, placement));
+                }
+                // UDP after all: the CPU receiver writes the ring, so it goes
+                // in mapped host memory; the GPU ring is freed before any
+                // graph runs (freeing synchronises the device).
+                drop(gpu_ring);
+                return Ok((mapped_ring()?, plan, placement));
+            }
+            Err(e) => {
+                tracing::info!("cannot put the frame ring in GPU memory ({e}); it stays in host memory")
+            }
+        }
+    }
+    let ring = mapped_ring()?;
+    let plan = select_ingest(transport, &cfg.rdma, &ring, &rdma::ring_region(&ring))?;
+    Ok((ring, plan, RingPlacement::HostMapped))
 }
 
 fn make_rings(

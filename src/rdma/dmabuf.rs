@@ -1,16 +1,19 @@
 //! GPU memory for an RDMA ring: a `cuMemAlloc` allocation exported as a
-//! dma-buf (`cuMemGetHandleForAddressRange`) for `ibv_reg_dmabuf_mr`, and
+//! dma-buf (`cuMemGetHandleForAddressRange`) for `ibv_reg_dmabuf_mr`, the
+//! device-only [`RingMemory`] a frame ring lives in for GPUDirect RDMA, and
 //! the device attributes that say whether GPUDirect RDMA can work at all.
 //! Every entry point checks for the driver library first (cudarc panics
 //! without it).
 
+use super::device_copy::CopyStream;
 use super::plan::RingRegion;
 use crate::gpu::driver::DeviceBuffer;
 use crate::gpu::{GpuError, check};
+use crate::ring::{CopyError, DeviceCopies, RingMemory};
 use cudarc::driver::CudaContext;
 use cudarc::driver::sys;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// GPU allocations for RDMA are rounded up to this (the GPU's large page:
 /// nvidia-peermem pins and dma-buf exports whole pages).
@@ -60,7 +63,15 @@ pub fn gpu_rdma_support(ordinal: usize) -> Result<GpuRdmaSupport, GpuError> {
 /// Zeroed GPU memory for a ring that a NIC writes: a `cuMemAlloc`
 /// allocation with `SYNC_MEMOPS` set (so CUDA copies touching it are ordered
 /// with respect to RDMA, as GPUDirect RDMA requires), freed on drop.
+///
+/// As [`RingMemory`] it is device-only: the host reaches it through
+/// [`DeviceCopies`] on a non-blocking stream of its own. Dropping it frees
+/// device and page-locked memory, which synchronises the device: drop it
+/// only when no resident graph runs (the loop holds the ring until it is
+/// torn down).
 pub struct DeviceRingMemory {
+    /// Copies into `buffer`; field order drops it first.
+    copies: Mutex<CopyStream>,
     ctx: Arc<CudaContext>,
     /// Invariant: its length is a multiple of [`GPU_PAGE`].
     buffer: DeviceBuffer,
@@ -81,7 +92,14 @@ impl DeviceRingMemory {
             )
         })?;
         debug_assert!(buffer.len().is_multiple_of(GPU_PAGE));
-        Ok(Self { ctx: Arc::clone(ctx), buffer })
+        debug_assert!(buffer.dptr().is_multiple_of(256), "cuMemAlloc aligns to at least 256 bytes");
+        let copies = Mutex::new(CopyStream::new(ctx, buffer.dptr(), buffer.len())?);
+        Ok(Self { copies, ctx: Arc::clone(ctx), buffer })
+    }
+
+    fn copies(&self) -> MutexGuard<'_, CopyStream> {
+        // A panic while copying leaves the stream synchronised or failed; either way usable.
+        self.copies.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn dptr(&self) -> u64 {
@@ -129,6 +147,36 @@ impl DeviceRingMemory {
             len: self.len(),
             dmabuf: export.as_ref().map(|fd| fd.as_raw_fd()).map_err(|e| e.to_string()),
         }
+    }
+}
+
+impl DeviceCopies for DeviceRingMemory {
+    fn write_in_order(&self, writes: &[(usize, &[u8])]) -> Result<(), CopyError> {
+        self.copies().write_in_order(writes)
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), CopyError> {
+        self.copies().read(offset, out)
+    }
+}
+
+// SAFETY: device-only memory: `as_ptr` is null, `device_ptr` addresses the
+// whole zeroed allocation (cuMemAlloc aligns to at least 256 bytes), which
+// never moves and lives until drop; the host reaches it only by the copies.
+unsafe impl RingMemory for DeviceRingMemory {
+    fn as_ptr(&self) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+    fn len(&self) -> usize {
+        self.buffer.len()
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.buffer.dptr())
+    }
+    fn kind(&self) -> &'static str {
+        "cuda-device"
+    }
+    fn device_copies(&self) -> Option<&dyn DeviceCopies> {
+        Some(self)
     }
 }
 

@@ -9,11 +9,17 @@
 //! - [`plan`]: the transport decision through the [`Verbs`] trait.
 //! - `verbs` (feature `rdma`): the sideway implementation of [`Verbs`] and
 //!   the listening [`RdmaEndpoint`].
-//! - [`dmabuf`]: GPU ring memory (`cuMemAlloc`) exported as a dma-buf.
+//! - [`dmabuf`]: GPU ring memory (`cuMemAlloc`) exported as a dma-buf, a
+//!   device-only ring memory whose host access is [`device_copy`]'s copies.
+//! - [`gpu_ring`]: the frame ring in GPU memory with its dma-buf export.
+//! - [`placement`]: which memory the frame ring goes in for a backend and transport.
 //! - `sender` (feature `rdma`): the sensor emulator behind `frameloop send --transport rdma`.
 
 pub mod config;
+pub mod device_copy;
 pub mod dmabuf;
+pub mod gpu_ring;
+pub mod placement;
 pub mod plan;
 pub mod remote;
 #[cfg(feature = "rdma")]
@@ -22,6 +28,8 @@ pub mod sender;
 pub mod verbs;
 
 pub use config::{RdmaConfig, Transport};
+pub use gpu_ring::GpuFrameRing;
+pub use placement::{ConsumerBackend, RingPlacement, final_placement, first_placement};
 pub use plan::{Decision, RdmaUnavailable, RegistrationMethod, RingRegion, Verbs, decide};
 #[cfg(feature = "rdma")]
 pub use verbs::{RdmaEndpoint, SidewayVerbs};
@@ -66,12 +74,32 @@ impl std::fmt::Debug for IngestPlan {
     }
 }
 
-/// The region of a frame ring as registration sees it. Every
-/// [`crate::ring::RingMemory`] has a host address (host memory, or
-/// page-locked memory the GPU maps), so the ring registers as host memory.
+/// The region of a frame ring as registration sees it: host-addressable
+/// rings (host memory, or page-locked memory the GPU maps) register as host
+/// memory. A device-only ring registers as GPU memory; this view has no
+/// dma-buf for it (build GPU rings with [`GpuFrameRing`] and pass its
+/// region to [`select_ingest_for`]), so registration would go straight to
+/// nvidia-peermem.
 pub fn ring_region(ring: &FrameRing) -> RingRegion {
     let mem = ring.memory();
-    RingRegion::Host { addr: mem.as_ptr() as u64, len: mem.len() }
+    match (mem.is_host_addressable(), mem.device_ptr()) {
+        (false, Some(dptr)) => RingRegion::Device {
+            dptr,
+            len: mem.len(),
+            dmabuf: Err("the ring memory was not exported as a dma-buf".into()),
+        },
+        _ => RingRegion::Host { addr: mem.as_ptr() as u64, len: mem.len() },
+    }
+}
+
+/// The address a remote writer uses for ring byte 0: the host address of a
+/// host-addressable ring, the device address of a GPU ring (the dma-buf
+/// region's iova, and the address nvidia-peermem registers).
+pub fn remote_ring_addr(ring: &FrameRing) -> u64 {
+    match ring_region(ring) {
+        RingRegion::Host { addr, .. } => addr,
+        RingRegion::Device { dptr, .. } => dptr,
+    }
 }
 
 /// Chooses the ingest for `ring`: with `udp` UDP; with `rdma` the RDMA
@@ -82,9 +110,20 @@ pub fn select_ingest(
     cfg: &RdmaConfig,
     ring: &Arc<FrameRing>,
 ) -> Result<IngestPlan, RdmaError> {
+    select_ingest_for(transport, cfg, ring, &ring_region(ring))
+}
+
+/// As [`select_ingest`], registering `region` (for a GPU ring, the one
+/// [`GpuFrameRing::region`] gives, with its dma-buf).
+pub fn select_ingest_for(
+    transport: Transport,
+    cfg: &RdmaConfig,
+    ring: &Arc<FrameRing>,
+    region: &RingRegion,
+) -> Result<IngestPlan, RdmaError> {
     #[cfg(feature = "rdma")]
     {
-        match decide(&SidewayVerbs, transport, cfg, &ring_region(ring))? {
+        match decide(&SidewayVerbs, transport, cfg, region)? {
             Decision::Udp { reason } => Ok(IngestPlan::Udp { reason }),
             Decision::Rdma { device, region, method } => {
                 Ok(IngestPlan::Rdma(Box::new(RdmaEndpoint::new(device, region, method, ring)?)))
@@ -93,7 +132,7 @@ pub fn select_ingest(
     }
     #[cfg(not(feature = "rdma"))]
     {
-        let _ = (cfg, ring);
+        let _ = (cfg, ring, region);
         match transport {
             Transport::Udp => Ok(IngestPlan::Udp { reason: "ingest.transport = \"udp\"".into() }),
             Transport::Auto => {
@@ -101,5 +140,49 @@ pub fn select_ingest(
             }
             Transport::Rdma => Err(RdmaUnavailable::NotBuilt.into()),
         }
+    }
+}
+
+impl IngestPlan {
+    /// True when the plan runs RDMA (the sensor writes the ring).
+    pub fn is_rdma(&self) -> bool {
+        !matches!(self, IngestPlan::Udp { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::layout::ring_bytes;
+    use crate::ring::memory::FakeDeviceMemory;
+    use crate::ring::{HostMemory, OverrunPolicy, RingMemory};
+
+    #[test]
+    fn host_rings_register_as_host_memory_at_their_host_address() {
+        let mem = HostMemory::new(ring_bytes(4, 64)).unwrap();
+        let addr = mem.as_ptr() as u64;
+        let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
+        assert!(matches!(ring_region(&ring), RingRegion::Host { addr: a, .. } if a == addr));
+        assert_eq!(remote_ring_addr(&ring), addr);
+    }
+
+    #[test]
+    fn device_rings_register_as_gpu_memory_at_their_device_address() {
+        let len = ring_bytes(4, 64);
+        let mem = FakeDeviceMemory::new(len, 0x7f00_0040_0000);
+        let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
+        match ring_region(&ring) {
+            RingRegion::Device { dptr, len: l, dmabuf } => {
+                assert_eq!((dptr, l), (0x7f00_0040_0000, len));
+                assert!(dmabuf.is_err(), "no export behind a plain ring");
+            }
+            other => panic!("a device-only ring registered as {other:?}"),
+        }
+        assert_eq!(remote_ring_addr(&ring), 0x7f00_0040_0000, "the sensor writes device addresses");
+    }
+
+    #[test]
+    fn udp_plan_is_not_rdma() {
+        assert!(!IngestPlan::Udp { reason: String::new() }.is_rdma());
     }
 }

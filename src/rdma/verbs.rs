@@ -8,7 +8,7 @@ use super::RdmaError;
 use super::config::RdmaConfig;
 use super::plan::{RdmaUnavailable, RegistrationMethod, Verbs};
 use super::remote::{DESCRIPTOR_BYTES, RingDescriptor};
-use crate::ring::{FrameRing, RingWriter};
+use crate::ring::FrameRing;
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::GidType;
 use sideway::ibverbs::completion::GenericCompletionQueue;
@@ -339,8 +339,8 @@ impl StagingBuffer {
 }
 
 /// The appliance side of RDMA ingest: the registered ring, the rdma_cm
-/// listener, and the ring's writer (held so that nothing else writes the
-/// ring; the connected sensor is its writer).
+/// listener, and the ring's writer side (taken so that nothing else writes
+/// the ring; the connected sensor is its writer).
 pub struct RdmaEndpoint {
     /// Field order is drop order: connection, then regions, then the device
     /// and finally the ring memory the region covers.
@@ -350,22 +350,24 @@ pub struct RdmaEndpoint {
     device: SidewayDevice,
     method: RegistrationMethod,
     descriptor: RingDescriptor,
-    _writer: RingWriter,
     ring: Arc<FrameRing>,
     connections: u64,
 }
 
 impl RdmaEndpoint {
-    /// Takes the ring's writer and prepares the descriptor sensors receive.
+    /// Takes the ring's writer side and prepares the descriptor sensors
+    /// receive (for a GPU ring, with the device address the region covers).
     pub fn new(
         device: SidewayDevice,
         region: Arc<MemoryRegion>,
         method: RegistrationMethod,
         ring: &Arc<FrameRing>,
     ) -> Result<Self, RdmaError> {
-        let writer = ring.writer().ok_or(RdmaError::WriterTaken)?;
+        if !ring.take_writer_for_remote() {
+            return Err(RdmaError::WriterTaken);
+        }
         let descriptor = RingDescriptor {
-            ring_addr: ring.memory().as_ptr() as u64,
+            ring_addr: super::remote_ring_addr(ring),
             ring_len: ring.memory().len() as u64,
             rkey: region.rkey(),
             slot_count: ring.slot_count() as u32,
@@ -382,7 +384,6 @@ impl RdmaEndpoint {
             device,
             method,
             descriptor,
-            _writer: writer,
             ring: Arc::clone(ring),
             connections: 0,
         })

@@ -10,11 +10,18 @@
 //! consumer has consumed it or claimed something newer, so it never writes a
 //! slot the consumer may still be reading; otherwise `reserve` fails and the
 //! caller counts an overrun.
+//!
+//! A ring in device-only memory (GPU memory a NIC writes) follows the same
+//! protocol, but neither end is on the host: the remote sensor writes, the
+//! GPU handler consumes. The host writes the header once with a copy and
+//! reads the sequence words back with copies ([`FrameRing::sequences`]);
+//! it has no [`RingWriter`] or [`RingReader`] for such a ring.
 
 use super::layout::*;
-use super::memory::RingMemory;
+use super::memory::{CopyError, RingMemory};
+use std::mem::{offset_of, size_of};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 /// Overrun policy: what happens when the consumer falls behind.
@@ -49,6 +56,10 @@ pub enum RingError {
     TooFewSlots(usize),
     #[error("payload capacity must be between 1 byte and 1 GiB (got {0}); set ring.slot_bytes")]
     BadCapacity(usize),
+    #[error("device-only ring memory ({0}) has no device address; it cannot hold a ring")]
+    NoDeviceAddress(&'static str),
+    #[error("cannot write the header of the GPU ring: {0}")]
+    HeaderCopy(#[from] CopyError),
 }
 
 /// Reserving a slot failed: the consumer still owns the slot that would be reused.
@@ -58,11 +69,74 @@ pub struct RingFull {
     pub seq: u64,
 }
 
+/// The three sequence words of a ring's header, read together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingSequences {
+    /// Newest published ring sequence.
+    pub head: u64,
+    /// Ring sequence the consumer is reading (or last read).
+    pub claimed: u64,
+    /// Newest ring sequence the consumer has finished.
+    pub consumed: u64,
+}
+
+/// Byte range of the header that holds the three sequence words.
+const SEQUENCES_OFFSET: usize = offset_of!(RingHeader, head_seq);
+const SEQUENCES_LEN: usize = offset_of!(RingHeader, consumed_seq) + 8 - SEQUENCES_OFFSET;
+
+/// A header with the given geometry and all sequences 0.
+fn initial_header(
+    slot_count: usize,
+    stride: usize,
+    payload_capacity: usize,
+    policy: OverrunPolicy,
+) -> RingHeader {
+    RingHeader {
+        magic: RING_MAGIC,
+        version: RING_LAYOUT_VERSION,
+        slot_count: slot_count as u32,
+        slot_stride: stride as u32,
+        payload_capacity: payload_capacity as u32,
+        policy: policy.code(),
+        slots_offset: SLOTS_OFFSET as u32,
+        _reserved0: [0; 9],
+        head_seq: AtomicU64::new(0),
+        _pad1: [0; 7],
+        claimed_seq: AtomicU64::new(0),
+        _pad2: [0; 7],
+        consumed_seq: AtomicU64::new(0),
+        _pad3: [0; 7],
+    }
+}
+
+/// The header's bytes as the ring layout stores them.
+fn header_bytes(h: &RingHeader) -> &[u8] {
+    // SAFETY: RingHeader is repr(C) plain integers and atomics with no padding
+    // (its size is exactly the sum of its fields, checked in layout.rs); the
+    // slice borrows `h` and covers exactly its bytes.
+    unsafe { std::slice::from_raw_parts((h as *const RingHeader).cast::<u8>(), size_of::<RingHeader>()) }
+}
+
+/// The sequence words of a header, each loaded with acquire.
+fn load_sequences(h: &RingHeader) -> RingSequences {
+    RingSequences {
+        head: h.head_seq.load(Ordering::Acquire),
+        claimed: h.claimed_seq.load(Ordering::Acquire),
+        consumed: h.consumed_seq.load(Ordering::Acquire),
+    }
+}
+
 /// A frame ring over some [`RingMemory`].
 pub struct FrameRing {
     /// Invariant: `mem.len() >= ring_bytes(slot_count, payload_capacity)` and
     /// the header at offset 0 was initialised by [`FrameRing::new`].
     mem: Box<dyn RingMemory>,
+    /// For device-only memory, the host's copy of the header: the geometry
+    /// written at creation and the sequence words as last read back (they
+    /// only grow). Invariant: `Some` exactly when `mem` is device-only.
+    device_header: Option<Box<RingHeader>>,
+    /// Set once a failed read-back of a device-only header has been logged.
+    copy_failure_logged: AtomicBool,
     slot_count: usize,
     stride: usize,
     payload_capacity: usize,
@@ -72,7 +146,9 @@ pub struct FrameRing {
 }
 
 impl FrameRing {
-    /// Lays a ring out in `mem` (which must be zeroed) and writes its header.
+    /// Lays a ring out in `mem` (which must be zeroed) and writes its header:
+    /// in place for host-addressable memory, with one copy for device-only
+    /// memory.
     pub fn new(
         mem: Box<dyn RingMemory>,
         slot_count: usize,
@@ -89,37 +165,62 @@ impl FrameRing {
         if mem.len() < needed {
             return Err(RingError::TooSmall { needed, available: mem.len() });
         }
-        if !(mem.as_ptr() as usize).is_multiple_of(256) {
-            return Err(RingError::Misaligned);
-        }
-        let ring = FrameRing {
-            stride: slot_stride(payload_capacity),
+        let stride = slot_stride(payload_capacity);
+        let header = initial_header(slot_count, stride, payload_capacity, policy);
+        let device_header = match mem.device_copies() {
+            None => {
+                if !(mem.as_ptr() as usize).is_multiple_of(256) {
+                    return Err(RingError::Misaligned);
+                }
+                // SAFETY: host-addressable memory of at least `needed` bytes,
+                // 256-byte aligned (checked above), that nobody else references
+                // yet; RingHeader is plain integers and atomics.
+                unsafe { std::ptr::write(mem.as_ptr().cast::<RingHeader>(), header) };
+                None
+            }
+            Some(copies) => {
+                let dptr = mem.device_ptr().ok_or(RingError::NoDeviceAddress(mem.kind()))?;
+                if !dptr.is_multiple_of(256) {
+                    return Err(RingError::Misaligned);
+                }
+                copies.write_in_order(&[(0, header_bytes(&header))])?;
+                Some(Box::new(header))
+            }
+        };
+        debug_assert_eq!(device_header.is_some(), !mem.is_host_addressable());
+        Ok(Arc::new(FrameRing {
+            stride,
             mem,
+            device_header,
+            copy_failure_logged: AtomicBool::new(false),
             slot_count,
             payload_capacity,
             policy,
             writer_taken: AtomicBool::new(false),
             reader_taken: AtomicBool::new(false),
-        };
-        // SAFETY: the memory is at least `needed` bytes, aligned, and nobody
-        // else holds a reference yet; the header is plain integers and atomics.
-        unsafe {
-            let h = ring.mem.as_ptr() as *mut RingHeader;
-            (*h).magic = RING_MAGIC;
-            (*h).version = RING_LAYOUT_VERSION;
-            (*h).slot_count = slot_count as u32;
-            (*h).slot_stride = ring.stride as u32;
-            (*h).payload_capacity = payload_capacity as u32;
-            (*h).policy = policy.code();
-            (*h).slots_offset = SLOTS_OFFSET as u32;
-        }
-        Ok(Arc::new(ring))
+        }))
     }
 
-    /// The shared header.
+    /// The shared header. For a device-only ring this is the host's copy,
+    /// its sequence words refreshed from the device by this call (or left
+    /// as last read if the copy fails); storing into it changes nothing on
+    /// the device.
     pub fn header(&self) -> &RingHeader {
-        // SAFETY: initialised in `new`; fields mutated after that are atomics.
-        unsafe { &*(self.mem.as_ptr() as *const RingHeader) }
+        match &self.device_header {
+            Some(h) => {
+                self.refresh_sequences();
+                h
+            }
+            // SAFETY: host-addressable memory initialised in `new`; fields
+            // mutated after that are atomics.
+            None => unsafe { &*(self.mem.as_ptr() as *const RingHeader) },
+        }
+    }
+
+    /// True when the ring lives in memory only a device addresses (the host
+    /// reads its sequence words with copies and has no writer or reader).
+    pub fn is_device_only(&self) -> bool {
+        self.device_header.is_some()
     }
 
     pub fn slot_count(&self) -> usize {
@@ -139,35 +240,95 @@ impl FrameRing {
         &*self.mem
     }
 
-    /// Newest published ring sequence (acquire).
+    /// Head, claimed and consumed sequences now: acquire loads on the host,
+    /// one device-to-host copy of the three words for a device-only ring.
+    pub fn try_sequences(&self) -> Result<RingSequences, CopyError> {
+        let Some(copies) = self.mem.device_copies() else {
+            return Ok(load_sequences(self.header()));
+        };
+        let mut bytes = [0u8; SEQUENCES_LEN];
+        copies.read(SEQUENCES_OFFSET, &mut bytes)?;
+        let word = |field: usize| {
+            let at = field - SEQUENCES_OFFSET;
+            u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+        };
+        Ok(RingSequences {
+            head: word(offset_of!(RingHeader, head_seq)),
+            claimed: word(offset_of!(RingHeader, claimed_seq)),
+            consumed: word(offset_of!(RingHeader, consumed_seq)),
+        })
+    }
+
+    /// As [`FrameRing::try_sequences`]; for a device-only ring whose copy
+    /// fails (a faulted context), the values last read (the failure is logged once).
+    pub fn sequences(&self) -> RingSequences {
+        load_sequences(self.header())
+    }
+
+    /// Reads a device-only ring's sequence words into the host copy of its header.
+    fn refresh_sequences(&self) {
+        let Some(h) = &self.device_header else { return };
+        match self.try_sequences() {
+            Ok(s) => {
+                // Several threads may refresh at once; sequences never go
+                // back, so the newest read wins.
+                h.head_seq.fetch_max(s.head, Ordering::AcqRel);
+                h.claimed_seq.fetch_max(s.claimed, Ordering::AcqRel);
+                h.consumed_seq.fetch_max(s.consumed, Ordering::AcqRel);
+            }
+            Err(e) => {
+                if !self.copy_failure_logged.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        "reading the GPU ring's sequences failed ({e}); reporting the last values read"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Newest published ring sequence (acquire; a copy for a device-only ring).
     pub fn head(&self) -> u64 {
         self.header().head_seq.load(Ordering::Acquire)
     }
-    /// Newest ring sequence the consumer has finished (acquire).
+    /// Ring sequence the consumer claimed last (acquire; a copy for a device-only ring).
+    pub fn claimed(&self) -> u64 {
+        self.header().claimed_seq.load(Ordering::Acquire)
+    }
+    /// Newest ring sequence the consumer has finished (acquire; a copy for a device-only ring).
     pub fn consumed(&self) -> u64 {
         self.header().consumed_seq.load(Ordering::Acquire)
     }
 
     fn slot_base(&self, seq: u64) -> *mut u8 {
         debug_assert!(seq > 0);
+        debug_assert!(!self.is_device_only(), "slots of a device-only ring have no host address");
         let index = ((seq - 1) % self.slot_count as u64) as usize;
         // SAFETY: index < slot_count, so the slot lies inside the allocation.
         unsafe { self.mem.as_ptr().add(SLOTS_OFFSET + index * self.stride) }
     }
 
-    /// Takes the single writer handle; `None` if it was taken before.
+    /// Takes the single writer handle; `None` if it was taken before, or if
+    /// the ring is device-only (its writer is remote: see
+    /// [`FrameRing::take_writer_for_remote`]).
     pub fn writer(self: &Arc<Self>) -> Option<RingWriter> {
-        if self.writer_taken.swap(true, Ordering::AcqRel) {
+        if self.is_device_only() || self.writer_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
         let head = self.head();
         Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1 })
     }
 
+    /// Marks the writer side as taken by a remote writer (an RDMA sensor
+    /// writes the slots and the head sequence itself); false if it was taken.
+    pub fn take_writer_for_remote(&self) -> bool {
+        !self.writer_taken.swap(true, Ordering::AcqRel)
+    }
+
     /// Takes the single consumer handle; `None` if it was taken before (or the
-    /// consumer is a GPU handler that reads the ring itself).
+    /// consumer is a GPU handler that reads the ring itself), or if the ring is
+    /// device-only (only a GPU handler can consume it).
     pub fn reader(self: &Arc<Self>) -> Option<RingReader> {
-        if self.reader_taken.swap(true, Ordering::AcqRel) {
+        if self.is_device_only() || self.reader_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
         let last = self.consumed();
@@ -320,6 +481,7 @@ impl RingReader {
 mod tests {
     use super::*;
     use crate::ring::HostMemory;
+    use crate::ring::memory::FakeDeviceMemory;
 
     fn ring(slots: usize, cap: usize, policy: OverrunPolicy) -> Arc<FrameRing> {
         let mem = HostMemory::new(ring_bytes(slots, cap)).unwrap();
@@ -370,6 +532,129 @@ mod tests {
         assert_eq!(w.reserve(), Err(RingFull { seq: 8 }));
         rd.finish(4);
         assert_eq!(w.reserve(), Ok(8));
+    }
+
+    /// A ring in (emulated) device-only memory and a handle on that memory.
+    fn device_ring(
+        slots: usize,
+        cap: usize,
+        policy: OverrunPolicy,
+    ) -> (Arc<FrameRing>, Arc<FakeDeviceMemory>) {
+        let mem = Arc::new(FakeDeviceMemory::new(ring_bytes(slots, cap), 0x7f00_0020_0000));
+        let ring = FrameRing::new(Box::new(SharedFake(Arc::clone(&mem))), slots, cap, policy).unwrap();
+        (ring, mem)
+    }
+
+    /// Lets a test keep a handle on the fake memory the ring owns.
+    struct SharedFake(Arc<FakeDeviceMemory>);
+    // SAFETY: delegates to FakeDeviceMemory, which is device-only.
+    unsafe impl RingMemory for SharedFake {
+        fn as_ptr(&self) -> *mut u8 {
+            self.0.as_ptr()
+        }
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn device_ptr(&self) -> Option<u64> {
+            self.0.device_ptr()
+        }
+        fn kind(&self) -> &'static str {
+            self.0.kind()
+        }
+        fn device_copies(&self) -> Option<&dyn crate::ring::DeviceCopies> {
+            Some(&*self.0)
+        }
+    }
+
+    fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+        u32::from_ne_bytes(bytes[offset..offset + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn device_ring_header_is_written_with_one_copy_as_the_layout_says() {
+        let (ring, mem) = device_ring(6, 1000, OverrunPolicy::Latest);
+        assert!(ring.is_device_only());
+        assert_eq!(*mem.log.lock().unwrap(), [(true, 0, 256)], "one copy of the whole header");
+        let bytes = mem.bytes.lock().unwrap().clone();
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, magic)), RING_MAGIC);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, version)), RING_LAYOUT_VERSION);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slot_count)), 6);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slot_stride)), slot_stride(1000) as u32);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, payload_capacity)), 1000);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, policy)), POLICY_LATEST);
+        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slots_offset)), SLOTS_OFFSET as u32);
+        assert!(bytes[64..].iter().all(|&b| b == 0), "sequences start at 0 and the slots stay untouched");
+        let h = ring.header();
+        assert_eq!((h.magic, h.slot_count, h.payload_capacity), (RING_MAGIC, 6, 1000));
+    }
+
+    #[test]
+    fn device_ring_sequences_are_read_back_with_copies() {
+        let (ring, mem) = device_ring(4, 64, OverrunPolicy::Every);
+        // What the remote writer and the GPU handler store on the device.
+        mem.store_u64(64, 9);
+        mem.store_u64(128, 8);
+        mem.store_u64(192, 7);
+        mem.log.lock().unwrap().clear();
+        assert_eq!(ring.try_sequences(), Ok(RingSequences { head: 9, claimed: 8, consumed: 7 }));
+        assert_eq!((ring.head(), ring.claimed(), ring.consumed()), (9, 8, 7));
+        let h = ring.header();
+        assert_eq!(h.head_seq.load(Ordering::Acquire), 9, "header() refreshes the host copy");
+        let log = mem.log.lock().unwrap();
+        assert!(!log.is_empty() && log.iter().all(|&(write, off, len)| !write && off == 64 && len == 136));
+    }
+
+    #[test]
+    fn device_ring_keeps_the_last_values_when_a_read_back_fails() {
+        let (ring, mem) = device_ring(4, 64, OverrunPolicy::Every);
+        mem.store_u64(64, 5);
+        mem.store_u64(192, 3);
+        assert_eq!(ring.sequences(), RingSequences { head: 5, claimed: 0, consumed: 3 });
+        mem.fail.store(true, Ordering::Relaxed);
+        mem.store_u64(64, 6);
+        assert!(matches!(ring.try_sequences(), Err(CopyError::Device { .. })));
+        assert_eq!((ring.head(), ring.consumed()), (5, 3), "last values read, not garbage");
+        mem.fail.store(false, Ordering::Relaxed);
+        assert_eq!(ring.head(), 6);
+    }
+
+    #[test]
+    fn device_ring_has_no_host_writer_or_reader_but_remote_and_gpu_ends() {
+        let (ring, _mem) = device_ring(4, 64, OverrunPolicy::Every);
+        assert!(ring.writer().is_none(), "the host cannot write device-only slots");
+        assert!(ring.reader().is_none(), "the host cannot read device-only slots");
+        assert!(ring.take_writer_for_remote());
+        assert!(!ring.take_writer_for_remote(), "one remote writer");
+        assert!(ring.take_reader_for_device());
+        assert!(!ring.take_reader_for_device());
+    }
+
+    #[test]
+    fn device_ring_is_refused_without_an_aligned_device_address_or_when_the_header_copy_fails() {
+        let bytes = ring_bytes(4, 64);
+        let misaligned = FakeDeviceMemory::new(bytes, 0x1000_0040);
+        assert!(matches!(
+            FrameRing::new(Box::new(misaligned), 4, 64, OverrunPolicy::Every),
+            Err(RingError::Misaligned)
+        ));
+        let failing = FakeDeviceMemory::new(bytes, 0x1000_0000);
+        failing.fail.store(true, Ordering::Relaxed);
+        let err = FrameRing::new(Box::new(failing), 4, 64, OverrunPolicy::Every).err().unwrap();
+        assert!(matches!(err, RingError::HeaderCopy(CopyError::Device { .. })), "{err}");
+        let small = FakeDeviceMemory::new(bytes - 1, 0x1000_0000);
+        assert!(matches!(
+            FrameRing::new(Box::new(small), 4, 64, OverrunPolicy::Every),
+            Err(RingError::TooSmall { .. })
+        ));
+    }
+
+    #[test]
+    fn host_ring_writer_taken_for_remote_blocks_the_local_writer() {
+        let r = ring(4, 64, OverrunPolicy::Every);
+        assert!(r.take_writer_for_remote());
+        assert!(r.writer().is_none());
+        assert!(!r.is_device_only());
+        assert_eq!(r.try_sequences(), Ok(RingSequences::default()));
     }
 
     #[test]

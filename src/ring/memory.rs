@@ -1,17 +1,24 @@
 //! Memory that backs a ring: a trait for "bytes the consumer can address",
-//! and the plain host implementation (anonymous `memmap2` mapping).
+//! the plain host implementation (anonymous `memmap2` mapping), and the
+//! copy interface of memory only a device can address (a GPU-memory ring
+//! that a NIC writes), whose bytes the host reaches by ordered copies.
 
 use memmap2::MmapMut;
+use thiserror::Error;
 
 /// A zero-initialised, fixed allocation that a ring lives in.
 ///
 /// # Safety
-/// Implementors guarantee that `as_ptr()` is valid for reads and writes of
-/// `len()` bytes for as long as the value lives, is aligned to at least 256
-/// bytes, never moves, and that `device_ptr()` (when `Some`) addresses the very
-/// same bytes from the GPU.
+/// Implementors guarantee that the allocation is `len()` bytes, never moves
+/// while the value lives, and that `device_ptr()` (when `Some`) addresses
+/// the very same bytes from the GPU. When `device_copies()` is `None` the
+/// memory is host-addressable: `as_ptr()` is valid for reads and writes of
+/// `len()` bytes and aligned to at least 256 bytes. When `device_copies()`
+/// is `Some` the memory is device-only: `as_ptr()` is null and must not be
+/// dereferenced, `device_ptr()` is `Some` and aligned to at least 256 bytes,
+/// and the host reaches the bytes only through those copies.
 pub unsafe trait RingMemory: Send + Sync {
-    /// Host address of the first byte.
+    /// Host address of the first byte (null for device-only memory).
     fn as_ptr(&self) -> *mut u8;
     /// Length in bytes.
     fn len(&self) -> usize;
@@ -23,8 +30,48 @@ pub unsafe trait RingMemory: Send + Sync {
     fn device_ptr(&self) -> Option<u64> {
         None
     }
-    /// Short name for logs ("host", "cuda-mapped", ...).
+    /// Short name for logs ("host", "cuda-mapped", "cuda-device", ...).
     fn kind(&self) -> &'static str;
+    /// For device-only memory, the copies through which the host reads and
+    /// writes it; `None` for host-addressable memory.
+    fn device_copies(&self) -> Option<&dyn DeviceCopies> {
+        None
+    }
+    /// True when the host can address the bytes directly.
+    fn is_host_addressable(&self) -> bool {
+        self.device_copies().is_none()
+    }
+}
+
+/// Host access to device-only ring memory: copies that complete before
+/// they return. Implementations must never synchronise the whole device
+/// (a resident graph that never ends runs on it): they copy on a stream of
+/// their own and wait for that stream only.
+pub trait DeviceCopies: Send + Sync {
+    /// Copies each `(offset, bytes)` into the memory, one after the other in
+    /// the given order, and returns once all of them have landed.
+    fn write_in_order(&self, writes: &[(usize, &[u8])]) -> Result<(), CopyError>;
+    /// Copies `out.len()` bytes starting at `offset` into `out`.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), CopyError>;
+}
+
+/// A copy to or from device-only ring memory failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CopyError {
+    #[error("a copy of {len} bytes at offset {offset} lies outside the {capacity}-byte ring memory")]
+    OutOfBounds { offset: usize, len: usize, capacity: usize },
+    #[error(
+        "copying {direction} the GPU ring failed: {why}; the CUDA context is probably unusable after a fault: restart the process"
+    )]
+    Device { direction: &'static str, why: String },
+}
+
+/// Checks that `len` bytes at `offset` lie inside a `capacity`-byte allocation.
+pub fn check_copy_bounds(offset: usize, len: usize, capacity: usize) -> Result<(), CopyError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(CopyError::OutOfBounds { offset, len, capacity }),
+    }
 }
 
 /// Anonymous private mapping: page-aligned, zero-filled host memory.
@@ -61,5 +108,107 @@ unsafe impl RingMemory for HostMemory {
     }
     fn kind(&self) -> &'static str {
         "host"
+    }
+}
+
+/// Device-only memory emulated in host memory for tests: the "device"
+/// bytes sit behind a lock, the host reaches them only by the copies, and
+/// every copy is logged; `fail` makes the copies fail like a faulted context.
+#[cfg(test)]
+pub(crate) struct FakeDeviceMemory {
+    pub(crate) bytes: std::sync::Mutex<Vec<u8>>,
+    pub(crate) dptr: u64,
+    /// `(is_write, offset, len)` of every copy, in order.
+    pub(crate) log: std::sync::Mutex<Vec<(bool, usize, usize)>>,
+    pub(crate) fail: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl FakeDeviceMemory {
+    pub(crate) fn new(len: usize, dptr: u64) -> Self {
+        Self {
+            bytes: std::sync::Mutex::new(vec![0; len]),
+            dptr,
+            log: Default::default(),
+            fail: Default::default(),
+        }
+    }
+
+    fn check(&self, direction: &'static str) -> Result<(), CopyError> {
+        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(CopyError::Device { direction, why: "CUDA_ERROR_ILLEGAL_ADDRESS".into() });
+        }
+        Ok(())
+    }
+
+    /// Stores a native-endian word as the device (the GPU handler) would.
+    pub(crate) fn store_u64(&self, offset: usize, v: u64) {
+        self.bytes.lock().unwrap()[offset..offset + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+#[cfg(test)]
+impl DeviceCopies for FakeDeviceMemory {
+    fn write_in_order(&self, writes: &[(usize, &[u8])]) -> Result<(), CopyError> {
+        self.check("to")?;
+        let mut mem = self.bytes.lock().unwrap();
+        for (offset, data) in writes {
+            check_copy_bounds(*offset, data.len(), mem.len())?;
+            mem[*offset..*offset + data.len()].copy_from_slice(data);
+            self.log.lock().unwrap().push((true, *offset, data.len()));
+        }
+        Ok(())
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), CopyError> {
+        self.check("from")?;
+        let mem = self.bytes.lock().unwrap();
+        check_copy_bounds(offset, out.len(), mem.len())?;
+        out.copy_from_slice(&mem[offset..offset + out.len()]);
+        self.log.lock().unwrap().push((false, offset, out.len()));
+        Ok(())
+    }
+}
+
+// SAFETY: device-only: `as_ptr` is null and never dereferenced by the ring
+// (it uses the copies); the "device" bytes never move while the value lives.
+#[cfg(test)]
+unsafe impl RingMemory for FakeDeviceMemory {
+    fn as_ptr(&self) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+    fn len(&self) -> usize {
+        self.bytes.lock().unwrap().len()
+    }
+    fn device_ptr(&self) -> Option<u64> {
+        Some(self.dptr)
+    }
+    fn kind(&self) -> &'static str {
+        "fake-device"
+    }
+    fn device_copies(&self) -> Option<&dyn DeviceCopies> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_bounds_accept_the_whole_allocation_and_nothing_past_it() {
+        assert_eq!(check_copy_bounds(0, 4096, 4096), Ok(()));
+        assert_eq!(check_copy_bounds(4096, 0, 4096), Ok(()));
+        assert_eq!(
+            check_copy_bounds(4000, 97, 4096),
+            Err(CopyError::OutOfBounds { offset: 4000, len: 97, capacity: 4096 })
+        );
+        assert!(check_copy_bounds(usize::MAX, 2, 4096).is_err(), "overflow is out of bounds");
+    }
+
+    #[test]
+    fn host_memory_is_host_addressable() {
+        let m = HostMemory::new(100).unwrap();
+        assert!(m.is_host_addressable() && m.device_copies().is_none());
+        assert!(m.len() >= 100 && !m.as_ptr().is_null());
     }
 }

@@ -6,7 +6,9 @@ pub mod layout;
 pub mod memory;
 pub mod result_ring;
 
-pub use frame_ring::{ClaimedSlot, FrameRing, OverrunPolicy, RingError, RingFull, RingReader, RingWriter};
+pub use frame_ring::{
+    ClaimedSlot, FrameRing, OverrunPolicy, RingError, RingFull, RingReader, RingSequences, RingWriter,
+};
 pub use layout::{ResultRecord, SlotHeader};
-pub use memory::{HostMemory, RingMemory};
+pub use memory::{CopyError, DeviceCopies, HostMemory, RingMemory};
 pub use result_ring::{ResultReader, ResultRing};

@@ -1,0 +1,205 @@
+//! Host <-> GPU copies that never synchronise the device: a dedicated
+//! non-blocking stream, page-locked staging memory, `cuMemcpy*Async` on that
+//! stream and `cuStreamSynchronize` of that stream only. A persistent graph
+//! that never ends runs on the GPU while the host reads the GPU ring's
+//! sequence words, so nothing here may wait for the whole device (no
+//! `cuCtxSynchronize`, no synchronous `cuMemcpy` on the legacy stream).
+//!
+//! Layering: [`raw`] turns the driver calls into `Result`s, [`CopyStream`]
+//! is the safe owner that bounds every copy to one device allocation.
+
+use crate::gpu::{GpuError, MappedMemory};
+use crate::ring::RingMemory;
+use crate::ring::memory::{CopyError, check_copy_bounds};
+use cudarc::driver::CudaContext;
+use cudarc::driver::sys;
+use std::sync::Arc;
+
+/// Page-locked staging bytes per stream (larger copies go in pieces).
+pub const STAGING_BYTES: usize = 1 << 20;
+
+/// The driver calls, each checked into a `Result`.
+mod raw {
+    use crate::gpu::{GpuError, check};
+    use cudarc::driver::sys;
+
+    /// Creates a stream that does not synchronise with the legacy stream.
+    pub(super) fn stream_create_non_blocking() -> Result<sys::CUstream, GpuError> {
+        let mut stream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: valid out-pointer; callers bind a context first.
+        check("cuStreamCreate(NON_BLOCKING)", unsafe { sys::cuStreamCreate(&mut stream, flags) })?;
+        Ok(stream)
+    }
+
+    /// Destroys a stream (returns at once; queued work finishes first).
+    ///
+    /// # Safety
+    /// `stream` is live and not used after this call.
+    pub(super) unsafe fn stream_destroy(stream: sys::CUstream) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees a live stream that is not used again.
+        check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream) })
+    }
+
+    /// Waits for the work queued on `stream`, and for nothing else.
+    ///
+    /// # Safety
+    /// `stream` is live.
+    pub(super) unsafe fn stream_synchronize(stream: sys::CUstream) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees a live stream.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream) })
+    }
+
+    /// Queues a copy of `len` bytes from host `src` to device `dst`.
+    ///
+    /// # Safety
+    /// `src` is page-locked memory valid for `len` bytes that stays unchanged
+    /// until the stream has been synchronised; `dst..dst+len` lies inside a
+    /// live allocation; `stream` is live.
+    pub(super) unsafe fn memcpy_htod_async(
+        dst: u64,
+        src: *const u8,
+        len: usize,
+        stream: sys::CUstream,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream) })
+    }
+
+    /// Queues a copy of `len` bytes from device `src` to host `dst`.
+    ///
+    /// # Safety
+    /// `dst` is page-locked memory valid for writes of `len` bytes that
+    /// nothing reads until the stream has been synchronised;
+    /// `src..src+len` lies inside a live allocation; `stream` is live.
+    pub(super) unsafe fn memcpy_dtoh_async(
+        dst: *mut u8,
+        src: u64,
+        len: usize,
+        stream: sys::CUstream,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees both ranges and the stream.
+        check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream) })
+    }
+}
+
+/// Ordered copies into and out of one device allocation, on a stream of
+/// their own. Freeing it frees page-locked memory, which synchronises the
+/// device: drop it only when no resident graph runs.
+pub struct CopyStream {
+    ctx: Arc<CudaContext>,
+    /// Invariant: a live non-blocking stream of `ctx`; every copy queued on
+    /// it has finished whenever a method of `&mut self` returns.
+    stream: sys::CUstream,
+    /// Page-locked staging. Invariant: at least [`STAGING_BYTES`] long and
+    /// read or written by no queued copy whenever a method returns.
+    staging: MappedMemory,
+    /// The device allocation the copies may touch: `len` bytes at `dptr`.
+    dptr: u64,
+    len: usize,
+}
+
+// SAFETY: the stream handle may be used from any thread with the context
+// bound; `&mut self` on every method keeps its use exclusive.
+unsafe impl Send for CopyStream {}
+
+impl CopyStream {
+    /// A stream for copies into the `len` bytes at `dptr`, a live
+    /// allocation of `ctx` that must outlive the returned value.
+    pub fn new(ctx: &Arc<CudaContext>, dptr: u64, len: usize) -> Result<Self, GpuError> {
+        let staging = MappedMemory::alloc(ctx, STAGING_BYTES)?;
+        ctx.bind_to_thread()?;
+        let stream = raw::stream_create_non_blocking()?;
+        debug_assert!(staging.len() >= STAGING_BYTES);
+        Ok(Self { ctx: Arc::clone(ctx), stream, staging, dptr, len })
+    }
+
+    fn device_error(direction: &'static str, e: GpuError) -> CopyError {
+        CopyError::Device { direction, why: e.to_string() }
+    }
+
+    fn synchronize(&mut self) -> Result<(), GpuError> {
+        // SAFETY: the stream is live (invariant).
+        unsafe { raw::stream_synchronize(self.stream) }
+    }
+
+    /// Copies each `(offset, bytes)` into the allocation in order and
+    /// returns once the stream has finished all of them.
+    pub fn write_in_order(&mut self, writes: &[(usize, &[u8])]) -> Result<(), CopyError> {
+        for (offset, bytes) in writes {
+            check_copy_bounds(*offset, bytes.len(), self.len)?;
+        }
+        self.ctx.bind_to_thread().map_err(|e| Self::device_error("to", e.into()))?;
+        let queued = self.queue_writes(writes);
+        // Synchronise even after a failed queueing: queued copies may still
+        // read the staging bytes.
+        let synced = self.synchronize();
+        queued.and(synced).map_err(|e| Self::device_error("to", e))
+    }
+
+    fn queue_writes(&mut self, writes: &[(usize, &[u8])]) -> Result<(), GpuError> {
+        let staging = self.staging.host_ptr();
+        let capacity = STAGING_BYTES;
+        let mut used = 0;
+        for &(offset, bytes) in writes {
+            let mut done = 0;
+            while done < bytes.len() {
+                if used == capacity {
+                    self.synchronize()?;
+                    used = 0;
+                }
+                let n = (bytes.len() - done).min(capacity - used);
+                // SAFETY: `used + n <= capacity`, inside the staging; copies
+                // queued since the last synchronisation read only `[0, used)`.
+                unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), staging.add(used), n) };
+                // SAFETY: the staging range is page-locked and stays untouched
+                // until the stream is synchronised (above, or by the caller);
+                // `offset + done + n <= self.len` (bounds checked by the caller).
+                unsafe {
+                    raw::memcpy_htod_async(
+                        self.dptr + (offset + done) as u64,
+                        staging.add(used),
+                        n,
+                        self.stream,
+                    )
+                }?;
+                used += n;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes from `offset` of the allocation into `out`.
+    pub fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<(), CopyError> {
+        check_copy_bounds(offset, out.len(), self.len)?;
+        self.ctx.bind_to_thread().map_err(|e| Self::device_error("from", e.into()))?;
+        let staging = self.staging.host_ptr();
+        for (i, chunk) in out.chunks_mut(STAGING_BYTES).enumerate() {
+            let at = offset + i * STAGING_BYTES;
+            // SAFETY: `chunk.len() <= STAGING_BYTES`, the staging's size; no
+            // other copy uses the staging (invariant); `at + chunk.len()` lies
+            // inside the allocation (bounds checked above).
+            let queued =
+                unsafe { raw::memcpy_dtoh_async(staging, self.dptr + at as u64, chunk.len(), self.stream) };
+            let synced = self.synchronize();
+            queued.and(synced).map_err(|e| Self::device_error("from", e))?;
+            // SAFETY: the copy into the staging finished (stream synchronised).
+            unsafe { std::ptr::copy_nonoverlapping(staging, chunk.as_mut_ptr(), chunk.len()) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CopyStream {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_err() {
+            tracing::warn!("copy stream leaked: the CUDA context could not be bound");
+            return;
+        }
+        // SAFETY: the stream is live and this is its last use.
+        if let Err(e) = unsafe { raw::stream_destroy(self.stream) } {
+            tracing::warn!("destroying the ring's copy stream failed: {e}");
+        }
+    }
+}
