@@ -20,7 +20,7 @@ use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
 use crate::ops::OpSpec;
 use crate::ring::layout::{SlotHeader, result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, OverrunPolicy, ResultRing, RingWriter};
+use crate::ring::{FrameRing, OverrunPolicy, ResultReader, ResultRing, RingWriter};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +83,9 @@ pub struct ModeResult {
     pub programmatic_edges: Option<usize>,
     /// Whether the chain's last kernel published the result (no end-marker node).
     pub publish_in_last_kernel: Option<bool>,
+    /// Median GPU time from the handler's detection to the result's
+    /// publication (`done_ns - detect_ns` of the result records), µs.
+    pub gpu_detect_to_done_p50_us: Option<f64>,
 }
 
 /// One target of the issue and whether this run met it.
@@ -105,6 +108,8 @@ pub struct CompareReport {
     pub targets: Vec<TargetCheck>,
     /// Comparisons that are not targets (zero-copy against one copy, ablations).
     pub comparisons: Vec<String>,
+    /// Registers, local (spill) and static shared memory of the kernels on the frame path.
+    pub kernel_resources: Vec<String>,
 }
 
 impl CompareReport {
@@ -119,7 +124,7 @@ impl CompareReport {
             self.clock_error_ns
         );
         s.push_str(&format!(
-            "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9}  {:>12} {:>9}\n",
+            "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9}  {:>12} {:>9} {:>9}\n",
             "mode (publish → result seen, µs)",
             "p50",
             "p90",
@@ -127,11 +132,12 @@ impl CompareReport {
             "p99.9",
             "max",
             "idle loops/s",
-            "idle busy"
+            "idle busy",
+            "gpu p50"
         ));
         for m in &self.modes {
             s.push_str(&format!(
-                "{:<38} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2}  {:>12} {:>9}\n",
+                "{:<38} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2}  {:>12} {:>9} {:>9}\n",
                 m.mode,
                 m.p50_us,
                 m.p90_us,
@@ -140,6 +146,7 @@ impl CompareReport {
                 m.max_us,
                 m.idle_loop_rate_hz.map_or("-".into(), |r| format!("{r:.0}")),
                 m.idle_handler_busy.map_or("-".into(), |b| format!("{:.1}%", b * 100.0)),
+                m.gpu_detect_to_done_p50_us.map_or("-".into(), |g| format!("{g:.2}")),
             ));
         }
         for t in &self.targets {
@@ -147,6 +154,10 @@ impl CompareReport {
         }
         for c in &self.comparisons {
             s.push_str(&format!("- {c}\n"));
+        }
+        s.push_str("gpu p50: median GPU time from detection to the published result (%globaltimer)\n");
+        for k in &self.kernel_resources {
+            s.push_str(&format!("kernel {k}\n"));
         }
         s
     }
@@ -180,6 +191,7 @@ fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> Mo
         idle_handler_busy: idle.map(|i| i.1),
         programmatic_edges: None,
         publish_in_last_kernel: None,
+        gpu_detect_to_done_p50_us: None,
     }
 }
 
@@ -294,6 +306,8 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     let mut gaps = Rng(o.seed);
     let mut lat = Vec::with_capacity(o.frames);
     let head = Arc::clone(&rings.results);
+    let mut reader = ResultReader::new(Arc::clone(&rings.results));
+    let mut records = Vec::with_capacity(o.warmup + o.frames);
     for f in 0..(o.warmup + o.frames) as u64 {
         let (_, t0) = publish(&mut w, o.seed, f, o.frame_bytes)?;
         let want = f + 1;
@@ -318,6 +332,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         if f >= o.warmup as u64 {
             lat.push(t1 - t0);
         }
+        reader.drain(&mut records);
         busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
     }
     ex.tear_down()?;
@@ -326,6 +341,10 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         r.programmatic_edges = Some(ex.programmatic_edge_count());
     }
     r.publish_in_last_kernel = Some(ex.publishes_in_last_kernel());
+    let mut gpu: Vec<u64> =
+        records.iter().skip(o.warmup).map(|r| r.done_ns.saturating_sub(r.detect_ns)).collect();
+    gpu.sort_unstable();
+    r.gpu_detect_to_done_p50_us = gpu.get(gpu.len() / 2).map(|&ns| ns as f64 / 1000.0);
     Ok(r)
 }
 
@@ -370,6 +389,20 @@ fn run_floor(rt: &Arc<GpuRuntime>, o: &CompareOptions) -> Result<ModeResult, Gpu
         Some(e) => Err(e),
         None => Ok(percentiles("floor: persistent kernel round trip", lat, None)),
     }
+}
+
+/// "name: R registers, L B local, S B shared" for the kernels on the frame path.
+fn kernel_resources(rt: &GpuRuntime) -> Vec<String> {
+    ["fl_ring_ready", "fl_fused_chain", "fl_unpack_u16", "fl_fir", "fl_stats_threshold"]
+        .iter()
+        .map(|name| match rt.library.function(name) {
+            Ok(f) => match (f.num_regs(), f.local_size_bytes(), f.shared_size_bytes()) {
+                (Ok(r), Ok(l), Ok(sh)) => format!("{name}: {r} registers, {l} B local, {sh} B shared"),
+                _ => format!("{name}: attributes unavailable"),
+            },
+            Err(e) => format!("{name}: {e}"),
+        })
+        .collect()
 }
 
 /// Runs every mode and checks the targets.
@@ -503,5 +536,6 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         modes: results,
         targets,
         comparisons,
+        kernel_resources: kernel_resources(&rt),
     })
 }
