@@ -41,7 +41,12 @@ mod raw {
         check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream) })
     }
 
-    /// Waits for the work queued on `stream`, and for nothing else.
+    /// The legacy default stream (the null handle in the driver API).
+    pub(super) const LEGACY_STREAM: sys::CUstream = std::ptr::null_mut();
+
+    /// Waits for the work queued on `stream`, and for nothing else (for the
+    /// legacy stream: its own work, which waits for blocking streams only,
+    /// never for work on non-blocking streams such as the resident graph's).
     ///
     /// # Safety
     /// `stream` is live.
@@ -106,9 +111,15 @@ unsafe impl Send for CopyStream {}
 impl CopyStream {
     /// A stream for copies into the `len` bytes at `dptr`, a live
     /// allocation of `ctx` that must outlive the returned value.
+    ///
+    /// Work already queued on the legacy stream (the allocation's zeroing
+    /// `cuMemsetD8`) is not ordered with a non-blocking stream, so this waits
+    /// for it once, before any copy could land under it.
     pub fn new(ctx: &Arc<CudaContext>, dptr: u64, len: usize) -> Result<Self, GpuError> {
         let staging = MappedMemory::alloc(ctx, STAGING_BYTES)?;
         ctx.bind_to_thread()?;
+        // SAFETY: the legacy stream always exists in a bound context.
+        unsafe { raw::stream_synchronize(raw::LEGACY_STREAM) }?;
         let stream = raw::stream_create_non_blocking()?;
         debug_assert!(staging.len() >= STAGING_BYTES);
         Ok(Self { ctx: Arc::clone(ctx), stream, staging, dptr, len })

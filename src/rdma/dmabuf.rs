@@ -79,6 +79,8 @@ pub struct DeviceRingMemory {
 
 impl DeviceRingMemory {
     /// Allocates at least `len` zeroed bytes, rounded up to [`GPU_PAGE`].
+    /// Allocate before the resident graph is launched (allocation may
+    /// synchronise the device).
     pub fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
         let buffer = DeviceBuffer::new(ctx, len.max(1).next_multiple_of(GPU_PAGE), 0)?;
         let one: u32 = 1;
