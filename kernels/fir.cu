@@ -12,7 +12,14 @@ struct FirParams {
 extern "C" __global__ void __launch_bounds__(FL_OP_THREADS)
     fl_fir(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, FirParams p) {
   __shared__ float tile[FL_OP_THREADS + FL_MAX_FIR_TAPS - 1];
+  __shared__ float taps[FL_MAX_FIR_TAPS];
+  // Constant indices only: a parameter array indexed at run time would be
+  // copied to local memory first.
+#pragma unroll
+  for (uint32_t k = 0; k < FL_MAX_FIR_TAPS; ++k)
+    if (threadIdx.x == k % FL_OP_THREADS) taps[k] = p.taps[k];
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_fir_tiles<FL_OP_THREADS>(fd, x, y, capacity, p.count, p.taps, blockIdx.x, gridDim.x, tile);
+  __syncthreads();
+  fl_fir_tiles<FL_OP_THREADS>(fd, x, y, capacity, p.count, taps, blockIdx.x, gridDim.x, tile);
 }

@@ -5,9 +5,12 @@
 #include "ops_common.cuh"
 
 // Block `block` of `blocks`, THREADS threads each, takes tiles of THREADS
-// outputs in turn; `tile` is the block's shared scratch of THREADS +
-// FL_MAX_FIR_TAPS - 1 floats. Every thread of the block must call it (it
-// synchronises the block). `capacity`: floats that `x` and `y` hold.
+// outputs in turn. `taps`: the block's shared copy of the `count` taps;
+// `tile`: its shared scratch of THREADS + FL_MAX_FIR_TAPS - 1 floats. Every
+// thread of the block must call it (it synchronises the block). `capacity`:
+// floats that `x` and `y` hold. The tap loop runs `count` times, not
+// FL_MAX_FIR_TAPS: a predicated loop over every possible tap cost a
+// 5-tap filter as much as a 63-tap one.
 template <uint32_t THREADS>
 FL_DEVICE void fl_fir_tiles(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t count,
                             const float* taps, uint32_t block, uint32_t blocks, float* tile) {
@@ -23,10 +26,10 @@ FL_DEVICE void fl_fir_tiles(const FrameDesc* fd, const float* x, float* y, uint3
     uint64_t i = base + threadIdx.x;
     if (i < n) {
       // Zero padding contributes +0 products, which leave the CPU's sum unchanged.
+      const float* window = tile + threadIdx.x;
       float acc = 0.0f;
-#pragma unroll
-      for (uint32_t k = 0; k < FL_MAX_FIR_TAPS; ++k)
-        if (k < count) acc = fl_mul_add(taps[k], tile[threadIdx.x + k], acc);
+#pragma unroll 4
+      for (uint32_t k = 0; k < count; ++k) acc = fl_mul_add(taps[k], window[k], acc);
       y[i] = acc;
     }
     __syncthreads();

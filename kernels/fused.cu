@@ -14,9 +14,9 @@
 // The block: FL_REDUCE_THREADS threads, as the reductions need.
 #define FL_FUSED_THREADS FL_REDUCE_THREADS
 
-// Runs one step on the whole block; `tile` is the FIR's shared scratch.
+// Runs one step on the whole block; `taps` and `tile` are the FIR's shared scratch.
 FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDesc* fd, ChainResult* chain,
-                           float* tile) {
+                           float* taps, float* tile) {
   float* in = prog->buffers[s.input & 1u];
   float* out = prog->buffers[s.output & 1u];
   const uint32_t cap = prog->capacity;
@@ -31,7 +31,9 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDe
       fl_unpack_range<FL_FMT_U12>(fd, out, cap, s.a, s.b, threadIdx.x, FL_FUSED_THREADS);
       break;
     case FL_STEP_FIR:
-      fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, s.coeffs, 0, 1, tile);
+      if (threadIdx.x < FL_MAX_FIR_TAPS) taps[threadIdx.x] = s.coeffs[threadIdx.x];
+      __syncthreads();
+      fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, taps, 0, 1, tile);
       break;
     case FL_STEP_FILTER2D:
       fl_filter2d_range(fd, in, out, cap, s.count, s.coeffs, threadIdx.x, FL_FUSED_THREADS);
@@ -62,6 +64,7 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDe
 // FL_FUSED_THREADS; LoopParams::program is set.
 extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(LoopParams p) {
   __shared__ uint32_t verdict;
+  __shared__ float taps[FL_MAX_FIR_TAPS];
   __shared__ float tile[FL_FUSED_THREADS + FL_MAX_FIR_TAPS - 1];
   if (threadIdx.x == 0) {
     const uint64_t t0 = fl_globaltimer();
@@ -75,6 +78,6 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
   const FusedProgram* prog = p.program;
   DeviceLoopState* st = p.st;
   const uint32_t steps = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
-  for (uint32_t i = 0; i < steps; ++i) fl_run_step(prog->steps[i], prog, &st->desc, &st->chain, tile);
+  for (uint32_t i = 0; i < steps; ++i) fl_run_step(prog->steps[i], prog, &st->desc, &st->chain, taps, tile);
   if (threadIdx.x == 0) fl_publish_result(p);
 }

@@ -17,18 +17,12 @@ use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use frameloop::fragment::{
     DevicePtr, DeviceRegion, EnqueueTarget, Fragment, GpuResidentOperator, OperatorId, Plan, PortDirection,
 };
-use frameloop::gpu::kernel_sources::{KERNEL_HEADERS, KERNEL_NAMES, KERNEL_SOURCES};
+use frameloop::gpu::kernel_sources::{KERNEL_NAMES, KERNEL_SOURCES};
 use frameloop::gpu::operators::{
     ChainLayout, DelayOp, Filter2dOp, FirOp, ReduceOp, Reduction, UnpackOp, build_main_fragment,
 };
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, cpu};
 use frameloop::ring::layout::{ChainResult, FrameDesc};
-
-/// Headers from handlers/ that the kernels include (the shared ring layout).
-const LAYOUT_HEADERS: &[(&str, &str)] = &[
-    ("prelude.cuh", include_str!("../handlers/prelude.cuh")),
-    ("ring.cuh", include_str!("../handlers/ring.cuh")),
-];
 
 fn nvrtc_present() -> bool {
     // SAFETY: only tries to dlopen libnvrtc; cudarc panics on any other NVRTC call without it.
@@ -43,7 +37,7 @@ fn driver_present() -> bool {
 /// Writes every header into a fresh directory for NVRTC's include path.
 fn header_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for (name, text) in LAYOUT_HEADERS.iter().chain(KERNEL_HEADERS) {
+    for (name, text) in frameloop::gpu::sources::all_headers() {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
     dir
