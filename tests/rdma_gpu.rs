@@ -7,7 +7,8 @@
 //!   emulated NIC writes the way the RDMA sensor does (slot header and
 //!   payload, then the head-sequence trailer, as ordered host-to-device
 //!   copies), and every result equals the CPU chain's; the host reads the
-//!   ring's sequences back only with copies on the ring's own stream.
+//!   ring's sequences back only with copies on the ring's own stream;
+//! - those host copies keep their order and cross the staging size.
 //!
 //! Run: `cargo test --test rdma_gpu -- --ignored --nocapture --test-threads=1`;
 //! the records are printed as JSON lines starting with `rdma_gpu_record`
@@ -304,5 +305,48 @@ fn resident_loop_consumes_a_gpu_memory_ring_written_like_a_nic_does() {
         println!("rdma_gpu_ring_record {record}");
         drop(lp);
     }
+    let _ = done.send(());
+}
+
+/// The GPU ring's host copies: writes land in the order given (a later
+/// write over an earlier one wins), pieces larger than the page-locked
+/// staging go through in parts both ways, and copies past the allocation
+/// are refused before any byte moves.
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_ring_copies_keep_order_and_cross_the_staging_size() {
+    use frameloop::rdma::device_copy::STAGING_BYTES;
+    use frameloop::ring::{CopyError, DeviceCopies};
+    let done = watchdog(Duration::from_secs(120));
+    let ctx = frameloop::gpu::driver::open_context(0).expect("CUDA context");
+    let mem = DeviceRingMemory::alloc(&ctx, 3 * STAGING_BYTES).expect("cuMemAlloc");
+    let len = mem.len();
+    assert!(len > 2 * STAGING_BYTES);
+    let mut zeros = vec![0xffu8; len];
+    mem.read(0, &mut zeros).unwrap();
+    assert!(zeros.iter().all(|&b| b == 0), "the allocation starts zeroed");
+
+    let mut model = vec![0u8; len];
+    let seed = frameloop::clock::realtime_ns();
+    let mut first = vec![0u8; STAGING_BYTES + STAGING_BYTES / 2];
+    fill_frame(seed, 1, &mut first);
+    let mut second = vec![0u8; len - first.len() - 4096];
+    fill_frame(seed, 2, &mut second);
+    let patch = [0xeeu8; 100];
+    let writes: [(usize, &[u8]); 3] = [(0, &first), (first.len() + 4096, &second), (1000, &patch)];
+    for (offset, bytes) in writes {
+        model[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+    mem.write_in_order(&writes).expect("ordered writes");
+    let mut back = vec![0u8; len];
+    mem.read(0, &mut back).expect("read back across the staging size");
+    let first_diff = back.iter().zip(&model).position(|(a, b)| a != b);
+    assert_eq!(first_diff, None, "device bytes differ from the ordered writes");
+
+    let past = mem.write_in_order(&[(0, &patch), (len - 10, &patch)]);
+    assert_eq!(past, Err(CopyError::OutOfBounds { offset: len - 10, len: 100, capacity: len }));
+    mem.read(0, &mut back[..100]).unwrap();
+    assert_eq!(&back[..100], &model[..100], "a refused batch writes nothing");
+    assert!(matches!(mem.read(len, &mut back[..1]), Err(CopyError::OutOfBounds { .. })));
     let _ = done.send(());
 }
