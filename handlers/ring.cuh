@@ -203,9 +203,11 @@ struct FusedStep {
 };
 
 struct FusedProgram {
-  uint32_t step_count;  // <= FL_FUSED_MAX_STEPS
-  uint32_t capacity;    // floats each buffer holds
-  float* buffers[2];    // device memory
+  uint32_t step_count;      // <= FL_FUSED_MAX_STEPS
+  uint32_t capacity;        // floats each buffer holds
+  uint32_t stage_bytes;     // 0, or copy this much of the slot payload into shared memory first
+  uint32_t shared_buffers;  // 1: the two buffers live in dynamic shared memory, after the staged payload
+  float* buffers[2];        // device memory (when not shared)
   FusedStep steps[FL_FUSED_MAX_STEPS];
 };
 

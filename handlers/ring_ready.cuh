@@ -43,13 +43,10 @@ FL_DEVICE void fl_publish_counters(const LoopParams& p, DeviceLoopState* st, uin
   st->counters_ns = now;
 }
 
-// Polls the frame ring for up to poll_budget_ns (one thread) and claims the
-// next frame under the ring's policy (every: the next sequence; latest: the
-// newest, counting the skipped ones): stores claimed_seq, copies the slot
-// header into device memory and fills the FrameDesc. With no frame it sleeps
-// sleep_ns (Holoscan style) if asked. From seeing the new head to returning
-// it does one PCIe round trip (the slot header). Returns the verdict.
-FL_DEVICE uint32_t fl_poll_and_claim(const LoopParams& p, uint64_t t0) {
+// Polls the frame ring for up to poll_budget_ns (one thread). Returns the
+// verdict; on FL_VERDICT_READY `*head` is the head sequence seen. With no
+// frame it sleeps sleep_ns (Holoscan style) if asked.
+FL_DEVICE uint32_t fl_poll(const LoopParams& p, uint64_t t0, uint64_t* head_out) {
   DeviceLoopState* st = p.st;
   if (st->last_frame_ns == 0) st->last_frame_ns = t0;
   const uint64_t last = st->last_claimed;
@@ -81,38 +78,58 @@ FL_DEVICE uint32_t fl_poll_and_claim(const LoopParams& p, uint64_t t0) {
     if (now - t0 >= p.poll_budget_ns) break;
     if (p.poll_interval_ns != 0) __nanosleep((unsigned)p.poll_interval_ns);
   }
-
-  if (verdict == FL_VERDICT_READY) {
-    const uint64_t seq = p.policy == FL_POLICY_LATEST ? head : last + 1;
-    fl_store_relaxed_sys(&p.ring->claimed_seq, seq);
-    const uint64_t slot = fl_slot_dptr(p, seq);
-    // The acquire load of head_seq orders these plain reads after the writer's
-    // stores. All eight 16-byte loads are issued before the first is used, so
-    // the header costs one PCIe round trip (volatile 4-byte loads would cost 32).
-    const uint4* src = (const uint4*)slot;
-    uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
-    uint4* dst = (uint4*)&st->slot;
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
-    FrameDesc* d = &st->desc;
-    d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
-    d->slot_dptr = slot;
-    d->ring_seq = seq;
-    const uint32_t len = st->slot.payload_len;
-    d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
-    d->n_samples = 0;
-    d->skipped = seq - last - 1;
-    d->detect_ns = fl_globaltimer();
-    fl_reset_chain_result(&st->chain);
-    st->last_claimed = seq;
-    st->last_frame_ns = d->detect_ns;
-    st->skipped += d->skipped;
-  } else if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) {
-    fl_sleep_interruptible(p, p.sleep_ns);
-  }
+  if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) fl_sleep_interruptible(p, p.sleep_ns);
   st->verdict = verdict;
+  *head_out = head;
+  return verdict;
+}
+
+// The sequence to claim when the head is `head` under the ring's policy
+// (every: the next one; latest: the newest); tells the writer it is claimed.
+FL_DEVICE uint64_t fl_claim_seq(const LoopParams& p, uint64_t head) {
+  const uint64_t seq = p.policy == FL_POLICY_LATEST ? head : p.st->last_claimed + 1;
+  fl_store_relaxed_sys(&p.ring->claimed_seq, seq);
+  return seq;
+}
+
+// Claims `seq` (one thread): copies the slot header into device memory,
+// fills the FrameDesc (payload read in place from the slot), resets the
+// ChainResult and counts the frames skipped to reach it. One PCIe round
+// trip: all eight 16-byte loads of the header are issued before the first
+// is used (volatile 4-byte loads would cost 32). The acquire load of the
+// head in fl_poll orders them after the writer's stores.
+FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq) {
+  DeviceLoopState* st = p.st;
+  const uint64_t last = st->last_claimed;
+  const uint64_t slot = fl_slot_dptr(p, seq);
+  const uint4* src = (const uint4*)slot;
+  uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
+  uint4* dst = (uint4*)&st->slot;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
+  FrameDesc* d = &st->desc;
+  d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
+  d->slot_dptr = slot;
+  d->ring_seq = seq;
+  const uint32_t len = st->slot.payload_len;
+  d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
+  d->n_samples = 0;
+  d->skipped = seq - last - 1;
+  d->detect_ns = fl_globaltimer();
+  fl_reset_chain_result(&st->chain);
+  st->last_claimed = seq;
+  st->last_frame_ns = d->detect_ns;
+  st->skipped += d->skipped;
+}
+
+// fl_poll, then on a frame fl_claim_seq and fl_claim_slot: the built-in
+// handler's whole look at the ring. Returns the verdict.
+FL_DEVICE uint32_t fl_poll_and_claim(const LoopParams& p, uint64_t t0) {
+  uint64_t head = 0;
+  const uint32_t verdict = fl_poll(p, t0, &head);
+  if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head));
   return verdict;
 }
 

@@ -35,3 +35,22 @@ FL_DEVICE void fl_fir_tiles(const FrameDesc* fd, const float* x, float* y, uint3
     __syncthreads();
   }
 }
+
+// The same FIR without tiles, for input in shared memory: worker `worker` of
+// `workers` computes every workers-th output straight from `x`. Same sums in
+// the same order as fl_fir_tiles.
+FL_DEVICE void fl_fir_direct(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t count,
+                             const float* taps, uint32_t worker, uint32_t workers) {
+  const int64_t n = fl_frame_samples(fd, capacity);
+  count = count <= FL_MAX_FIR_TAPS ? count : FL_MAX_FIR_TAPS;
+  const int64_t half = count / 2;
+  for (int64_t i = worker; i < n; i += workers) {
+    float acc = 0.0f;
+#pragma unroll 4
+    for (uint32_t k = 0; k < count; ++k) {
+      const int64_t src = i + k - half;
+      acc = fl_mul_add(taps[k], (src >= 0 && src < n) ? x[src] : 0.0f, acc);
+    }
+    y[i] = acc;
+  }
+}

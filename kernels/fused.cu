@@ -1,10 +1,12 @@
 // fused chain: the data-ready handler and a whole chain of built-in
 // operators in one kernel of one block (src/gpu/fused.rs encodes the chain).
-// Thread 0 polls the ring and claims a frame exactly as fl_ring_ready does;
-// then every thread runs the steps in order, with a block barrier between
-// two steps, and thread 0 publishes the result. A frame costs one kernel,
-// where the graph path costs the handler, the IF body's launch and one
-// kernel per operator.
+// Thread 0 polls the ring as fl_ring_ready does. When a frame arrives it
+// reads the slot header while the other warps copy the payload into shared
+// memory (both in one PCIe round trip, when the program stages it); then
+// every thread runs the steps in order, with a block barrier between two
+// steps, on sample buffers in shared memory when they fit, and thread 0
+// publishes the result. A frame costs one kernel, where the graph path
+// costs the handler, the IF body's launch and one kernel per operator.
 #include "fir.cuh"
 #include "filter2d.cuh"
 #include "reduce.cuh"
@@ -14,11 +16,14 @@
 // The block: FL_REDUCE_THREADS threads, as the reductions need.
 #define FL_FUSED_THREADS FL_REDUCE_THREADS
 
+// Dynamic shared memory: [staged payload, stage_bytes][buffer 0][buffer 1].
+extern __shared__ uint4 fl_fused_smem[];
+
 // Runs one step on the whole block; `taps` and `tile` are the FIR's shared scratch.
-FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDesc* fd, ChainResult* chain,
-                           float* taps, float* tile) {
-  float* in = prog->buffers[s.input & 1u];
-  float* out = prog->buffers[s.output & 1u];
+FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, float* const* buffers, FrameDesc* fd,
+                           ChainResult* chain, float* taps, float* tile) {
+  float* in = buffers[s.input & 1u];
+  float* out = buffers[s.output & 1u];
   const uint32_t cap = prog->capacity;
   switch (s.kind) {
     case FL_STEP_UNPACK_U8:
@@ -33,7 +38,10 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDe
     case FL_STEP_FIR:
       if (threadIdx.x < FL_MAX_FIR_TAPS) taps[threadIdx.x] = s.coeffs[threadIdx.x];
       __syncthreads();
-      fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, taps, 0, 1, tile);
+      if (prog->shared_buffers)
+        fl_fir_direct(fd, in, out, cap, s.count, taps, threadIdx.x, FL_FUSED_THREADS);
+      else
+        fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, taps, 0, 1, tile);
       break;
     case FL_STEP_FILTER2D:
       fl_filter2d_range(fd, in, out, cap, s.count, s.coeffs, threadIdx.x, FL_FUSED_THREADS);
@@ -60,24 +68,71 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, FrameDe
   __syncthreads();
 }
 
+// Copies the first `bytes` (a multiple of 16) of the slot's payload into
+// shared memory, by every warp but the first (whose lane 0 reads the slot
+// header meanwhile); four 16-byte loads in flight per thread.
+FL_DEVICE void fl_stage_payload_shared(const uint4* src, uint4* dst, uint32_t bytes) {
+  const uint32_t words = bytes / 16u;
+  const uint32_t copiers = FL_FUSED_THREADS - 32u;
+  for (uint32_t base = threadIdx.x - 32u; base < words; base += 4u * copiers) {
+    uint4 v[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * copiers;
+      if (i < words) v[k] = src[i];
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * copiers;
+      if (i < words) dst[i] = v[k];
+    }
+  }
+}
+
 // The loop body of a fused loop: WHILE { fl_fused_chain }. One block of
-// FL_FUSED_THREADS; LoopParams::program is set.
+// FL_FUSED_THREADS with the dynamic shared memory the program asks for;
+// LoopParams::program is set.
 extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(LoopParams p) {
   __shared__ uint32_t verdict;
+  __shared__ uint64_t claimed;
+  __shared__ uint64_t t0;
   __shared__ float taps[FL_MAX_FIR_TAPS];
   __shared__ float tile[FL_FUSED_THREADS + FL_MAX_FIR_TAPS - 1];
   if (threadIdx.x == 0) {
-    const uint64_t t0 = fl_globaltimer();
-    verdict = fl_poll_and_claim(p, t0);
-    fl_end_iteration(p, verdict, t0, false);
+    t0 = fl_globaltimer();
+    uint64_t head = 0;
+    verdict = fl_poll(p, t0, &head);
+    if (verdict == FL_VERDICT_READY) {
+      claimed = fl_claim_seq(p, head);
+    } else {
+      fl_end_iteration(p, verdict, t0, false);
+    }
   }
-  // The other threads wait here while thread 0 polls; the claim (FrameDesc,
-  // ChainResult reset, slot header copy) is visible to them after it.
+  // The other threads wait here while thread 0 polls.
   __syncthreads();
   if (verdict != FL_VERDICT_READY) return;
   const FusedProgram* prog = p.program;
   DeviceLoopState* st = p.st;
+  const uint32_t stage_bytes = prog->stage_bytes;
+  uint8_t* smem = (uint8_t*)fl_fused_smem;
+  if (threadIdx.x == 0) {
+    fl_claim_slot(p, claimed);
+    // Staged: the operators read the payload from shared memory (a generic address).
+    if (stage_bytes != 0) st->desc.payload_dptr = (uint64_t)smem;
+    fl_end_iteration(p, FL_VERDICT_READY, t0, false);
+  } else if (threadIdx.x >= 32 && stage_bytes != 0) {
+    fl_stage_payload_shared((const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), fl_fused_smem,
+                            stage_bytes);
+  }
+  // The claim (FrameDesc, ChainResult reset, slot header) and the staged
+  // payload are visible to every thread after this.
+  __syncthreads();
+  float* buffers[2] = {prog->buffers[0], prog->buffers[1]};
+  if (prog->shared_buffers) {
+    buffers[0] = (float*)(smem + stage_bytes);
+    buffers[1] = buffers[0] + prog->capacity;
+  }
   const uint32_t steps = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
-  for (uint32_t i = 0; i < steps; ++i) fl_run_step(prog->steps[i], prog, &st->desc, &st->chain, taps, tile);
+  for (uint32_t i = 0; i < steps; ++i) fl_run_step(prog->steps[i], prog, buffers, &st->desc, &st->chain, taps, tile);
   if (threadIdx.x == 0) fl_publish_result(p);
 }

@@ -172,7 +172,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns);
     offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program);
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
-    offsets!(FusedProgram: step_count, capacity, buffers, steps);
+    offsets!(FusedProgram: step_count, capacity, stage_bytes, shared_buffers, buffers, steps);
     v
 }
 

@@ -150,10 +150,11 @@ impl BuiltinHandler {
         Self { kernel: "fl_ring_ready", dims: LaunchDims::SINGLE, params }
     }
 
-    /// `fl_fused_chain` (one block of [`FUSED_THREADS`]): claims the frame,
-    /// runs every step of the fused chain and publishes the result.
-    fn fused_chain(params: Arc<Mutex<LoopParams>>) -> Self {
-        let dims = LaunchDims { grid: (1, 1, 1), block: (FUSED_THREADS, 1, 1), shared_bytes: 0 };
+    /// `fl_fused_chain` (one block of [`FUSED_THREADS`] with `shared_bytes`
+    /// of dynamic shared memory): claims the frame, runs every step of the
+    /// fused chain and publishes the result.
+    fn fused_chain(params: Arc<Mutex<LoopParams>>, shared_bytes: u32) -> Self {
+        let dims = LaunchDims { grid: (1, 1, 1), block: (FUSED_THREADS, 1, 1), shared_bytes };
         Self { kernel: "fl_fused_chain", dims, params }
     }
 }
@@ -179,11 +180,40 @@ impl GpuResidentOperator for BuiltinHandler {
 struct FusedBuffers {
     program: DeviceBuffer,
     _samples: [DeviceBuffer; 2],
+    /// Dynamic shared memory of each launch.
+    shared_bytes: u32,
 }
 
 impl FusedBuffers {
-    /// Allocates the buffers, binds them into `chain`'s program and copies it to the device.
-    fn upload(ctx: &Arc<CudaContext>, chain: &FusedChain) -> Result<Self, GpuError> {
+    /// Places what fits in shared memory, allows the kernel that much,
+    /// allocates the buffers, binds them into the program and copies it to the device.
+    fn upload(rt: &GpuRuntime, chain: &FusedChain, payload_capacity: usize) -> Result<Self, GpuError> {
+        use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+        let ctx = &rt.ctx;
+        let kernel = rt.library.function("fl_fused_chain")?;
+        let optin = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| GpuError::Setup(format!("reading the shared memory limit: {e}")))?;
+        let static_bytes = kernel
+            .shared_size_bytes()
+            .map_err(|e| GpuError::Setup(format!("reading fl_fused_chain's shared memory: {e}")))?;
+        let limit = usize::try_from(optin - static_bytes).unwrap_or(0);
+        let mut chain = chain.clone();
+        let shared_bytes = chain.place_in_shared(payload_capacity, limit);
+        kernel
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes as i32,
+            )
+            .map_err(|e| {
+                GpuError::Setup(format!("allowing fl_fused_chain {shared_bytes} B of shared memory: {e}"))
+            })?;
+        tracing::debug!(
+            "fused chain: {} B of shared memory (payload staged: {} B, buffers shared: {})",
+            shared_bytes,
+            chain.program.stage_bytes,
+            chain.program.shared_buffers != 0
+        );
         let samples = [
             DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
             DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
@@ -199,7 +229,7 @@ impl FusedBuffers {
             )
         };
         dev.write(0, bytes)?;
-        Ok(Self { program: dev, _samples: samples })
+        Ok(Self { program: dev, _samples: samples, shared_bytes: shared_bytes as u32 })
     }
 }
 
@@ -309,11 +339,11 @@ impl ResidentExecutor {
                     "a fused chain runs resident and without stage markers only".into(),
                 ));
             }
-            Some(chain) => Some(FusedBuffers::upload(&ctx, chain)?),
+            Some(chain) => Some(FusedBuffers::upload(&rt, chain, frame_ring.payload_capacity())?),
         };
-        let builtin_handler = if fused.is_some() {
+        let builtin_handler = if let Some(f) = &fused {
             let mut h = Fragment::new("data_ready");
-            h.add_operator(BuiltinHandler::fused_chain(Arc::clone(&handler_params)))
+            h.add_operator(BuiltinHandler::fused_chain(Arc::clone(&handler_params), f.shared_bytes))
                 .map_err(|e| GpuError::Setup(e.to_string()))?;
             Some(h)
         } else if custom_handler {

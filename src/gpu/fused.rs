@@ -66,6 +66,11 @@ pub struct FusedProgram {
     pub step_count: u32,
     /// Floats each of the two buffers holds.
     pub capacity: u32,
+    /// 0, or bytes of the slot payload the kernel first copies into shared
+    /// memory (while thread 0 reads the slot header: one PCIe round trip for both).
+    pub stage_bytes: u32,
+    /// 1: the two buffers live in dynamic shared memory after the staged payload.
+    pub shared_buffers: u32,
     /// Device addresses of the two ping-pong sample buffers (0 until bound).
     pub buffers: [u64; 2],
     pub steps: [FusedStep; FUSED_MAX_STEPS],
@@ -73,7 +78,7 @@ pub struct FusedProgram {
 
 const _: () = {
     assert!(std::mem::size_of::<FusedStep>() == 288);
-    assert!(std::mem::size_of::<FusedProgram>() == 24 + FUSED_MAX_STEPS * 288);
+    assert!(std::mem::size_of::<FusedProgram>() == 32 + FUSED_MAX_STEPS * 288);
 };
 
 /// Why a chain runs as a graph of kernels rather than fused.
@@ -184,6 +189,8 @@ impl FusedChain {
         let mut program = Box::new(FusedProgram {
             step_count: steps.len() as u32,
             capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
+            stage_bytes: 0,
+            shared_buffers: 0,
             buffers: [0; 2],
             steps: [FusedStep::new(0); FUSED_MAX_STEPS],
         });
@@ -195,6 +202,35 @@ impl FusedChain {
     /// Bytes of each of the two sample buffers.
     pub fn buffer_bytes(&self) -> usize {
         self.program.capacity as usize * std::mem::size_of::<f32>()
+    }
+
+    /// Places the two sample buffers, and a staged copy of slots of
+    /// `payload_capacity` bytes, in shared memory where they fit in
+    /// `shared_limit` bytes (the device's opt-in maximum per block less the
+    /// kernel's static shared memory): both if they fit, else the buffers,
+    /// else the staged payload, else neither. Returns the dynamic shared
+    /// memory the kernel then needs.
+    pub fn place_in_shared(&mut self, payload_capacity: usize, shared_limit: usize) -> usize {
+        let stage = if self.program.step_count == 0 { 0 } else { payload_capacity.next_multiple_of(16) };
+        let buffers = 2 * self.buffer_bytes();
+        let (stage, shared) = if stage + buffers <= shared_limit {
+            (stage, true)
+        } else if buffers <= shared_limit {
+            (0, true)
+        } else if stage <= shared_limit {
+            (stage, false)
+        } else {
+            (0, false)
+        };
+        self.program.stage_bytes = u32::try_from(stage).unwrap_or(0);
+        self.program.shared_buffers = u32::from(shared);
+        self.dynamic_shared_bytes()
+    }
+
+    /// Dynamic shared memory the kernel needs for this program.
+    pub fn dynamic_shared_bytes(&self) -> usize {
+        let buffers = if self.program.shared_buffers != 0 { 2 * self.buffer_bytes() } else { 0 };
+        self.program.stage_bytes as usize + buffers
     }
 
     /// `"unpack → fir → stats+threshold"`, for logs.
@@ -297,6 +333,28 @@ mod tests {
         let c = FusedChain::encode(&chain, 100).unwrap();
         assert_eq!(kinds(&c), vec![(step::UNPACK_U8, 0, 0), (step::STATS_THRESHOLD, 0, 0)]);
         assert_eq!(c.program.steps[1].a, 3.0);
+    }
+
+    #[test]
+    fn shared_memory_takes_what_fits_buffers_first() {
+        let mut c = FusedChain::encode(&default_chain(), 8192).unwrap();
+        assert_eq!(c.dynamic_shared_bytes(), 0);
+        // 8 KiB staged + two 16 KiB buffers.
+        assert_eq!(c.place_in_shared(8192, 220 * 1024), 40960);
+        assert_eq!((c.program.stage_bytes, c.program.shared_buffers), (8192, 1));
+        assert_eq!(c.place_in_shared(8192, 40959), 32768);
+        assert_eq!((c.program.stage_bytes, c.program.shared_buffers), (0, 1));
+        assert_eq!(c.place_in_shared(8192, 32767), 8192);
+        assert_eq!((c.program.stage_bytes, c.program.shared_buffers), (8192, 0));
+        assert_eq!(c.place_in_shared(8192, 100), 0);
+        assert_eq!((c.program.stage_bytes, c.program.shared_buffers), (0, 0));
+        // The stage rounds up to whole 16-byte words; an empty chain stages nothing.
+        let mut odd = FusedChain::encode(&default_chain(), 1001).unwrap();
+        odd.place_in_shared(1001, 1 << 20);
+        assert_eq!(odd.program.stage_bytes, 1008);
+        let mut empty = FusedChain::encode(&[], 8192).unwrap();
+        empty.place_in_shared(8192, 1 << 20);
+        assert_eq!(empty.program.stage_bytes, 0);
     }
 
     #[test]
