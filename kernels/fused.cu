@@ -40,7 +40,9 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, float* 
     case FL_STEP_FIR:
       if (threadIdx.x < FL_MAX_FIR_TAPS) taps[threadIdx.x] = s.coeffs[threadIdx.x];
       __syncthreads();
-      if (prog->shared_buffers)
+      if (prog->shared_buffers && s.count <= FL_FIR_QUAD_MAX_TAPS && ((uint64_t)in | (uint64_t)out) % 16 == 0)
+        fl_fir_quads(fd, in, out, cap, s.count, taps, threadIdx.x, FL_FUSED_THREADS);
+      else if (prog->shared_buffers)
         fl_fir_direct(fd, in, out, cap, s.count, taps, threadIdx.x, FL_FUSED_THREADS);
       else
         fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, taps, 0, 1, tile);
