@@ -19,14 +19,24 @@
 // Dynamic shared memory: [staged payload, stage_bytes][buffer 0][buffer 1].
 extern __shared__ uint4 fl_fused_smem[];
 
-// Runs one step on the whole block over buffers b0 and b1; `taps` and
-// `tile` are the FIR's shared scratch.
-FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, float* b0, float* b1, FrameDesc* fd,
-                           ChainResult* chain, float* taps, float* tile) {
+// Where a launch keeps its samples: the program's buffers resolved once.
+struct FusedBuffers {
+  float* b0;
+  float* b1;
+  uint32_t capacity;  // floats in each
+  bool shared;        // both in shared memory
+};
+
+// Runs one step on the whole block; `taps` and `tile` are the FIR's shared
+// scratch. `s` and `fd` are in shared memory: the poll's system-scope
+// acquire invalidates the L1 cache, so whatever a step reads from global
+// memory costs an L2 round trip per frame.
+FL_DEVICE void fl_run_step(const FusedStep& s, const FusedBuffers& buf, FrameDesc* fd, ChainResult* chain,
+                           float* taps, float* tile) {
   // Selected, not indexed: an indexed pair of pointers would live in local memory.
-  float* in = (s.input & 1u) ? b1 : b0;
-  float* out = (s.output & 1u) ? b1 : b0;
-  const uint32_t cap = prog->capacity;
+  float* in = (s.input & 1u) ? buf.b1 : buf.b0;
+  float* out = (s.output & 1u) ? buf.b1 : buf.b0;
+  const uint32_t cap = buf.capacity;
   switch (s.kind) {
     case FL_STEP_UNPACK_U8:
       fl_unpack_range<FL_FMT_U8>(fd, out, cap, s.a, s.b, threadIdx.x, FL_FUSED_THREADS);
@@ -40,9 +50,9 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedProgram* prog, float* 
     case FL_STEP_FIR:
       if (threadIdx.x < FL_MAX_FIR_TAPS) taps[threadIdx.x] = s.coeffs[threadIdx.x];
       __syncthreads();
-      if (prog->shared_buffers && s.count <= FL_FIR_QUAD_MAX_TAPS && ((uint64_t)in | (uint64_t)out) % 16 == 0)
+      if (buf.shared && s.count <= FL_FIR_QUAD_MAX_TAPS && ((uint64_t)in | (uint64_t)out) % 16 == 0)
         fl_fir_quads(fd, in, out, cap, s.count, taps, threadIdx.x, FL_FUSED_THREADS);
-      else if (prog->shared_buffers)
+      else if (buf.shared)
         fl_fir_direct(fd, in, out, cap, s.count, taps, threadIdx.x, FL_FUSED_THREADS);
       else
         fl_fir_tiles<FL_FUSED_THREADS>(fd, in, out, cap, s.count, taps, 0, 1, tile);
@@ -101,8 +111,8 @@ FL_DEVICE void fl_stage_payload_shared(const uint4* src, uint4* dst, uint32_t by
 // the steps' instructions and parameters are cached on the SM this launch
 // landed on before a frame arrives; a frame otherwise waits while a cold SM
 // fetches them. Costs a few microseconds per launch, before polling starts.
-FL_DEVICE void fl_warm_up(const FusedProgram* prog, float* b0, float* b1, const uint8_t* payload, uint32_t len,
-                          float* taps, float* tile) {
+FL_DEVICE void fl_warm_up(const FusedStep* steps, uint32_t step_count, const FusedBuffers& buf,
+                          const uint8_t* payload, uint32_t len, float* taps, float* tile) {
   __shared__ FrameDesc fd;
   __shared__ ChainResult chain;
   if (threadIdx.x == 0) {
@@ -111,9 +121,8 @@ FL_DEVICE void fl_warm_up(const FusedProgram* prog, float* b0, float* b1, const 
     fd.n_samples = 0;
   }
   __syncthreads();
-  const uint32_t steps = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
-  for (uint32_t i = 0; i < steps; ++i)
-    if (prog->steps[i].kind != FL_STEP_DELAY) fl_run_step(prog->steps[i], prog, b0, b1, &fd, &chain, taps, tile);
+  for (uint32_t i = 0; i < step_count; ++i)
+    if (steps[i].kind != FL_STEP_DELAY) fl_run_step(steps[i], buf, &fd, &chain, taps, tile);
 }
 
 // The loop body of a fused loop: WHILE { fl_fused_chain }. One block of
@@ -126,23 +135,32 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
   __shared__ uint64_t t0;
   __shared__ float taps[FL_MAX_FIR_TAPS];
   __shared__ float tile[FL_FUSED_THREADS + FL_MAX_FIR_TAPS - 1];
+  __shared__ FusedStep steps[FL_FUSED_MAX_STEPS];
+  __shared__ FrameDesc desc;
   const FusedProgram* prog = p.program;
+  const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
   const uint32_t stage_bytes = prog->stage_bytes;
   uint8_t* smem = (uint8_t*)fl_fused_smem;
-  float* b0 = prog->buffers[0];
-  float* b1 = prog->buffers[1];
-  if (prog->shared_buffers) {
-    b0 = (float*)(smem + stage_bytes);
-    b1 = b0 + prog->capacity;
+  FusedBuffers buf = {prog->buffers[0], prog->buffers[1], prog->capacity, prog->shared_buffers != 0};
+  if (buf.shared) {
+    buf.b0 = (float*)(smem + stage_bytes);
+    buf.b1 = buf.b0 + buf.capacity;
   }
   {
+    // The steps into shared memory, once per launch.
+    const uint4* from = (const uint4*)prog->steps;
+    uint4* to = (uint4*)steps;
+    for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += FL_FUSED_THREADS)
+      to[w] = from[w];
+  }
+  __syncthreads();
+  {
     // The dummy payload: the staging area, else buffer 1 (unpack writes buffer 0).
-    const uint32_t room = stage_bytes != 0 ? stage_bytes : prog->capacity * 4u;
-    fl_warm_up(prog, b0, b1, stage_bytes != 0 ? smem : (const uint8_t*)b1,
+    const uint32_t room = stage_bytes != 0 ? stage_bytes : buf.capacity * 4u;
+    fl_warm_up(steps, step_count, buf, stage_bytes != 0 ? smem : (const uint8_t*)buf.b1,
                room < FL_WARM_UP_BYTES ? room : FL_WARM_UP_BYTES, taps, tile);
   }
   DeviceLoopState* st = p.st;
-  const uint32_t steps = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
   // Frames one after another while they keep coming within the poll budget:
   // the block stays on its SM with warm caches instead of relaunching.
   for (;;) {
@@ -161,8 +179,9 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     if (verdict != FL_VERDICT_READY) return;
     if (threadIdx.x == 0) {
       fl_claim_slot(p, claimed);
+      desc = st->desc;
       // Staged: the operators read the payload from shared memory (a generic address).
-      if (stage_bytes != 0) st->desc.payload_dptr = (uint64_t)smem;
+      if (stage_bytes != 0) desc.payload_dptr = (uint64_t)smem;
       fl_end_iteration(p, FL_VERDICT_READY, t0, false);
     } else if (threadIdx.x >= 32 && stage_bytes != 0) {
       fl_stage_payload_shared((const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), fl_fused_smem,
@@ -171,8 +190,11 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     // The claim (FrameDesc, ChainResult reset, slot header) and the staged
     // payload are visible to every thread after this.
     __syncthreads();
-    for (uint32_t i = 0; i < steps; ++i) fl_run_step(prog->steps[i], prog, b0, b1, &st->desc, &st->chain, taps, tile);
-    if (threadIdx.x == 0) fl_publish_result(p);
+    for (uint32_t i = 0; i < step_count; ++i) fl_run_step(steps[i], buf, &desc, &st->chain, taps, tile);
+    if (threadIdx.x == 0) {
+      st->desc.n_samples = desc.n_samples;  // what unpack produced, for the result record
+      fl_publish_result(p);
+    }
     // Thread 0 publishes before it polls again; the others must not reuse
     // the staging area before the next claim, which the barrier after the
     // poll guarantees.

@@ -59,7 +59,8 @@ pub struct LoopConfig {
     pub sync_with_host: bool,
     /// CUDA backend: run a chain of built-in operators inside the data-ready
     /// handler's kernel (one kernel per frame) instead of handler → IF → one
-    /// kernel per operator. `auto` fuses slots up to 64 KiB.
+    /// kernel per operator. `auto` fuses when the samples fit in the shared
+    /// memory of one block (8 and 32 KiB frames of u16 on an H200, not 64).
     pub fused_chain: FusedChainMode,
 }
 
@@ -68,7 +69,7 @@ pub struct LoopConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FusedChainMode {
-    /// Fuse when every operator is built in and slots hold at most 64 KiB.
+    /// Fuse when the chain's samples fit in one block's shared memory.
     #[default]
     Auto,
     /// Fuse whenever the chain can be (fails start-up when it cannot).

@@ -11,7 +11,7 @@ use super::executor::{
     ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
     chain_fragment, chain_fragment_with,
 };
-use super::fused::FusedChain;
+use super::fused::{FusedChain, plan_fusion};
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
 use super::{GpuError, MappedMemory};
@@ -435,8 +435,15 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         fused: false,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
+    // The default mode runs what loop.fused_chain = "auto" picks.
+    let limit = super::executor::fused_shared_limit(&rt)?;
+    let auto = plan_fusion(&o.chain, o.frame_bytes, FusedChainMode::Auto, false, limit);
+    let default_mode = match &auto {
+        Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
+        Err(_) => resident("resident poll budget, auto: graph IF body"),
+    };
     let modes = [
-        ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
+        default_mode,
         resident("resident poll, graph IF body"),
         ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
         ModeSpec { programmatic_edges: false, ..resident("resident poll, plain edges") },
@@ -518,13 +525,16 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             base.p50_us, other.p50_us, base.p999_us, other.p999_us, base.mode, other.mode
         )
     };
-    let comparisons = vec![
+    let mut comparisons = vec![
         versus("chain fused into the handler against one kernel per operator in the IF body", &res, &if_body),
         versus("empty workload, fused handler against handler -> IF -> end marker", &empty, &empty_if_body),
         versus("zero-copy reads of the slot against one copy into device memory", &if_body, &copy),
         versus("programmatic edges against plain edges", &if_body, &plain),
         versus("result published by the last kernel against an end-marker node", &if_body, &marker),
     ];
+    if let Err(why) = auto {
+        comparisons.insert(0, format!("loop.fused_chain = \"auto\" does not fuse this chain: {why}"));
+    }
     let chain = chain_fragment(&o.chain, o.frame_bytes)?;
     let plan = chain.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     Ok(CompareReport {

@@ -188,16 +188,10 @@ impl FusedBuffers {
     /// Places what fits in shared memory, allows the kernel that much,
     /// allocates the buffers, binds them into the program and copies it to the device.
     fn upload(rt: &GpuRuntime, chain: &FusedChain, payload_capacity: usize) -> Result<Self, GpuError> {
-        use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+        use cudarc::driver::sys::CUfunction_attribute;
         let ctx = &rt.ctx;
         let kernel = rt.library.function("fl_fused_chain")?;
-        let optin = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .map_err(|e| GpuError::Setup(format!("reading the shared memory limit: {e}")))?;
-        let static_bytes = kernel
-            .shared_size_bytes()
-            .map_err(|e| GpuError::Setup(format!("reading fl_fused_chain's shared memory: {e}")))?;
-        let limit = usize::try_from(optin - static_bytes).unwrap_or(0);
+        let limit = fused_shared_limit(rt)?;
         let mut chain = chain.clone();
         let shared_bytes = chain.place_in_shared(payload_capacity, limit);
         kernel
@@ -231,6 +225,22 @@ impl FusedBuffers {
         dev.write(0, bytes)?;
         Ok(Self { program: dev, _samples: samples, shared_bytes: shared_bytes as u32 })
     }
+}
+
+/// Dynamic shared memory `fl_fused_chain` may use per block on this device:
+/// the opt-in maximum less the kernel's static shared memory.
+pub fn fused_shared_limit(rt: &GpuRuntime) -> Result<usize, GpuError> {
+    use cudarc::driver::sys::CUdevice_attribute;
+    let optin = rt
+        .ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| GpuError::Setup(format!("reading the shared memory limit: {e}")))?;
+    let static_bytes = rt
+        .library
+        .function("fl_fused_chain")?
+        .shared_size_bytes()
+        .map_err(|e| GpuError::Setup(format!("reading fl_fused_chain's shared memory: {e}")))?;
+    Ok(usize::try_from(optin - static_bytes).unwrap_or(0))
 }
 
 /// The `RESULT_HAS_*` flags of a chain.
@@ -926,23 +936,29 @@ impl CudaLoop {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
         let mut opts = ExecutorOptions::new(cfg);
-        let fragment =
-            match plan_fusion(chain, frame_ring.payload_capacity(), opts.loop_cfg.fused_chain, false) {
-                Ok(fused) => {
-                    tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
-                    opts.fused = Some(fused);
-                    Fragment::new("main")
-                }
-                Err(why) if opts.loop_cfg.fused_chain == FusedChainMode::On => {
-                    return Err(GpuError::Setup(format!(
-                        "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
-                    )));
-                }
-                Err(why) => {
-                    tracing::info!("one kernel per operator in the graph's IF body: {why}");
-                    chain_fragment(chain, frame_ring.payload_capacity())?
-                }
-            };
+        let limit = fused_shared_limit(&rt)?;
+        let fragment = match plan_fusion(
+            chain,
+            frame_ring.payload_capacity(),
+            opts.loop_cfg.fused_chain,
+            false,
+            limit,
+        ) {
+            Ok(fused) => {
+                tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
+                opts.fused = Some(fused);
+                Fragment::new("main")
+            }
+            Err(why) if opts.loop_cfg.fused_chain == FusedChainMode::On => {
+                return Err(GpuError::Setup(format!(
+                    "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
+                )));
+            }
+            Err(why) => {
+                tracing::info!("one kernel per operator in the graph's IF body: {why}");
+                chain_fragment(chain, frame_ring.payload_capacity())?
+            }
+        };
         let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
         Ok(Self { exec })
     }

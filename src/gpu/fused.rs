@@ -14,9 +14,6 @@ pub const FUSED_MAX_STEPS: usize = 16;
 pub const FUSED_COEFFS: usize = 64;
 /// Threads of the fused kernel's one block (`FL_FUSED_THREADS`).
 pub const FUSED_THREADS: u32 = 1024;
-/// Under `loop.fused_chain = "auto"`, the largest slot payload fused: one
-/// block beats a kernel per operator on small frames only (see docs/gpu.md).
-pub const FUSED_AUTO_MAX_FRAME_BYTES: usize = 64 * 1024;
 
 /// `FusedStep::kind` values (`FL_STEP_*`).
 pub mod step {
@@ -91,9 +88,9 @@ pub enum NotFused {
     )]
     TooManySteps(usize),
     #[error(
-        "slots hold {0} bytes, more than the {FUSED_AUTO_MAX_FRAME_BYTES} that loop.fused_chain = \"auto\" fuses; set it to \"on\" to fuse anyway"
+        "the chain's two sample buffers ({buffers} B) do not fit in the {shared_limit} B of shared memory one block may use, and loop.fused_chain = \"auto\" fuses only then (one block is slower than a kernel per operator on frames that large); set it to \"on\" to fuse anyway"
     )]
-    LargeFrames(usize),
+    LargeFrames { buffers: usize, shared_limit: usize },
     #[error("stage markers name each operator's kernel, and a fused chain has only one")]
     StageMarkers,
     #[error("the chain does not start with unpack")]
@@ -241,23 +238,28 @@ impl FusedChain {
 
 /// Decides whether to fuse `chain` under `mode`: `Ok` with the encoded chain,
 /// or why it runs as a graph of kernels (under `on`, an error to report).
+/// `shared_limit`: the shared memory the fused kernel may add per block
+/// (see [`FusedChain::place_in_shared`]); `auto` fuses only chains whose
+/// sample buffers fit there.
 pub fn plan_fusion(
     chain: &[OpSpec],
     payload_capacity: usize,
     mode: FusedChainMode,
     stage_markers: bool,
+    shared_limit: usize,
 ) -> Result<FusedChain, NotFused> {
-    match mode {
-        FusedChainMode::Off => return Err(NotFused::Off),
-        FusedChainMode::Auto if payload_capacity > FUSED_AUTO_MAX_FRAME_BYTES => {
-            return Err(NotFused::LargeFrames(payload_capacity));
-        }
-        _ => {}
+    if mode == FusedChainMode::Off {
+        return Err(NotFused::Off);
     }
     if stage_markers {
         return Err(NotFused::StageMarkers);
     }
-    FusedChain::encode(chain, payload_capacity)
+    let fused = FusedChain::encode(chain, payload_capacity)?;
+    let buffers = 2 * fused.buffer_bytes();
+    if mode == FusedChainMode::Auto && buffers > shared_limit {
+        return Err(NotFused::LargeFrames { buffers, shared_limit });
+    }
+    Ok(fused)
 }
 
 #[cfg(test)]
@@ -360,20 +362,22 @@ mod tests {
     #[test]
     fn fusion_decision_names_each_reason() {
         let chain = default_chain();
-        assert_eq!(plan_fusion(&chain, 8192, FusedChainMode::Off, false).unwrap_err(), NotFused::Off);
-        let big = FUSED_AUTO_MAX_FRAME_BYTES + 1;
-        let err = plan_fusion(&chain, big, FusedChainMode::Auto, false).unwrap_err();
-        assert_eq!(err, NotFused::LargeFrames(big));
+        let limit = 220 * 1024;
+        assert_eq!(plan_fusion(&chain, 8192, FusedChainMode::Off, false, limit).unwrap_err(), NotFused::Off);
+        assert!(plan_fusion(&chain, 8192, FusedChainMode::Auto, false, limit).is_ok());
+        // 64 KiB of u16 samples: two buffers of 32,768 floats.
+        let err = plan_fusion(&chain, 65536, FusedChainMode::Auto, false, limit).unwrap_err();
+        assert_eq!(err, NotFused::LargeFrames { buffers: 262_144, shared_limit: limit });
         assert!(err.to_string().contains("\"on\""), "{err}");
-        assert!(plan_fusion(&chain, big, FusedChainMode::On, false).is_ok());
+        assert!(plan_fusion(&chain, 65536, FusedChainMode::On, false, limit).is_ok());
         assert_eq!(
-            plan_fusion(&chain, 8192, FusedChainMode::Auto, true).unwrap_err(),
+            plan_fusion(&chain, 8192, FusedChainMode::Auto, true, limit).unwrap_err(),
             NotFused::StageMarkers
         );
         let mut long = vec![chain[0].clone()];
         long.extend(std::iter::repeat_n(OpSpec::Fir { taps: vec![1.0] }, FUSED_MAX_STEPS));
         assert_eq!(
-            plan_fusion(&long, 8192, FusedChainMode::On, false).unwrap_err(),
+            plan_fusion(&long, 8192, FusedChainMode::On, false, limit).unwrap_err(),
             NotFused::TooManySteps(FUSED_MAX_STEPS + 1)
         );
         assert_eq!(FusedChain::encode(&[OpSpec::Stats], 64).unwrap_err(), NotFused::NoUnpack);
