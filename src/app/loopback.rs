@@ -96,6 +96,14 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
         poll_interval_ns: cfg.loop_.poll_interval_ns,
         ..Default::default()
     };
+    // The measuring thread publishes frames and spins on results, like the
+    // appliance's result thread: it takes that thread's placement.
+    crate::service::threads::place_current_thread(
+        "bench",
+        cfg.service.result_cpu,
+        cfg.service.realtime_priority,
+    )
+    .map_err(|e| AppError::Startup(e.to_string()))?;
     eprintln!("comparing orchestration modes on {} ({} frames per mode)...", pick.reason, opts.frames);
     let report = crate::gpu::bench::run_compare(&opts).map_err(|e| AppError::Runtime(e.to_string()))?;
     if args.json {

@@ -105,6 +105,8 @@ pub struct BenchArgs {
     pub histogram_log: Option<PathBuf>,
     /// CUDA only: compare the resident graph against sleep-interval,
     /// launch-per-frame and round-trip-floor modes on host-published frames.
+    /// The measuring thread takes service.result_cpu and
+    /// service.realtime_priority from the config, when set.
     #[arg(long)]
     pub compare: bool,
     /// With --compare: measured frames per mode.
