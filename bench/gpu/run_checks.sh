@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # frameloop's GPU checks and benchmarks, in one pass, on a GPU box:
 #   1. the GPU tests (ignored elsewhere) of the given test binaries,
-#   2. `frameloop bench --backend cuda --compare` (orchestration modes),
+#   2. `frameloop bench --backend cuda --compare` (orchestration modes), as is
+#      and with the measuring thread placed (bench/configs/placed-measurement.toml)
+#      for 8, 32 and 64 KiB frames,
 #   3. wire-to-result: `frameloop bench` over loopback UDP into the mapped
 #      ring, cuda and host backends side by side, 8 KiB and 64 KiB frames at
 #      1,000 and 10,000 frames/s.
@@ -46,7 +48,14 @@ cat "$OUT/machine.txt"
   step tests "$t" --include-ignored --test-threads=1 --nocapture
 done
 
-[ "$MODE" = wire ] || step compare "$BIN/frameloop" bench --backend cuda --compare
+if [ "$MODE" != wire ]; then
+  step compare "$BIN/frameloop" bench --backend cuda --compare
+  step compare "$BIN/frameloop" bench --backend cuda --compare --config bench/configs/placed-measurement.toml
+  for fb in 32768 65536; do
+    step compare "$BIN/frameloop" bench --backend cuda --compare --frame-bytes "$fb" \
+      --config bench/configs/placed-measurement.toml
+  done
+fi
 [ "$MODE" = quick ] && exit 0
 
 for fb in 8192 65536; do
