@@ -16,7 +16,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         return compare(&cfg, args);
     }
     let frame_bytes = args.frame_bytes.unwrap_or(65536);
-    if frame_bytes > cfg.ring.slot_bytes {
+    // Every frame of the run has this size: slots hold exactly one (the
+    // fused GPU chain, for one, is chosen by what the slots can hold).
+    if args.frame_bytes.is_some() || frame_bytes > cfg.ring.slot_bytes {
         cfg.ring.slot_bytes = frame_bytes;
     }
     cfg.ingest.bind = "127.0.0.1:0".into();

@@ -88,7 +88,8 @@ pub struct BenchArgs {
     /// Frames per second the loopback sender offers.
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
-    /// Bytes per frame [default: 65536; 8192 with --compare].
+    /// Bytes per frame [default: 65536; 8192 with --compare]. When given,
+    /// the ring's slots are sized to it (ring.slot_bytes is overridden).
     #[arg(long)]
     pub frame_bytes: Option<usize>,
     /// Bytes per UDP datagram, the 48-byte native header included (8972 fits a 9000-byte MTU).
