@@ -206,8 +206,16 @@ impl Appliance {
             let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
-        let head_ring = Arc::clone(&frame_ring);
-        let frame_head: Box<dyn Fn() -> u64 + Send> = Box::new(move || head_ring.head());
+        // The result thread spins while results flow and while a published
+        // frame awaits its result. Reading the head of a ring in GPU memory
+        // takes a copy and a stream sync (~10 µs), too slow to poll: there
+        // the head reads as 0 (never pending) and only the flow counts.
+        let frame_head: Box<dyn Fn() -> u64 + Send> = if frame_ring.is_device_only() {
+            Box::new(|| 0)
+        } else {
+            let head_ring = Arc::clone(&frame_ring);
+            Box::new(move || head_ring.head())
+        };
         let result_cpu = cfg.service.result_cpu;
         let results = ResultThread::spawn_placed(
             sink,
