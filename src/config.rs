@@ -233,6 +233,22 @@ impl Config {
                 Ok(_) => {}
             }
         }
+        // Both keys raise the receiving thread to SCHED_FIFO (the service
+        // key also the loop thread); two different values would leave the
+        // receiver at whichever is applied last.
+        if let Some(service) = self.service.realtime_priority
+            && self.ingest.realtime_priority != 0
+            && self.ingest.realtime_priority != service
+        {
+            p.push(ConfigProblem::new(
+                "ingest.realtime_priority",
+                format!(
+                    "is {} but service.realtime_priority is {service}; both set the receiver's priority: \
+                     remove ingest.realtime_priority (service.realtime_priority covers the receiver and the loop)",
+                    self.ingest.realtime_priority
+                ),
+            ));
+        }
         if let Err(errs) = ops::validate_chain(&self.chain) {
             for e in errs {
                 p.push(ConfigProblem::new("chain", e.to_string()));
@@ -427,6 +443,21 @@ mod tests {
         assert_eq!(cfg.ring.policy, OverrunPolicy::Latest);
         assert_eq!(cfg.ring.results, RingConfig::default().results);
         assert_eq!(cfg.chain.len(), 3);
+    }
+
+    #[test]
+    fn two_different_receiver_priorities_are_refused_naming_both_keys() {
+        let cfg = |ingest: u8, service: Option<u8>| {
+            let service = service.map_or(String::new(), |p| format!("[service]\nrealtime_priority = {p}\n"));
+            parse(&format!("[ingest]\nrealtime_priority = {ingest}\n{service}"))
+        };
+        let err = cfg(20, Some(50)).unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!(p.key, "ingest.realtime_priority");
+        assert!(p.message.contains("service.realtime_priority is 50"), "{}", p.message);
+        assert!(cfg(50, Some(50)).is_ok());
+        assert!(cfg(20, None).is_ok());
+        assert!(cfg(0, Some(50)).is_ok());
     }
 
     #[test]
