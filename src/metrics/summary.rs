@@ -150,11 +150,13 @@ pub fn render_latency_table(segments: &[SegmentSummary]) -> String {
     out
 }
 
-/// A counter section: the title, then one indented `name value` row each.
+/// A counter section: the title, then one indented `name value` row each,
+/// the values in one column however long the names.
 pub fn render_counters(title: &str, rows: &[(&str, u64)]) -> String {
     let mut out = format!("{title}\n");
+    let w = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0).max(NAME_WIDTH - 2);
     for (name, value) in rows {
-        let _ = writeln!(out, "  {:<w$}{value:>NUMBER_WIDTH$}", name, w = NAME_WIDTH - 2);
+        let _ = writeln!(out, "  {name:<w$}{value:>NUMBER_WIDTH$}");
     }
     out
 }
@@ -183,6 +185,18 @@ mod tests {
         let mut s = Summary::of(&h);
         s.add_counters("ingest", [("packets", 400u64), ("dropped bad magic", 2)]);
         s
+    }
+
+    #[test]
+    fn counter_values_share_one_column_however_long_the_names() {
+        let text = render_counters(
+            "ingest",
+            &[("ok", 1), ("payload_outside_frame", 22), ("a_much_longer_counter_name", 333)],
+        );
+        let ends: Vec<usize> = text.lines().skip(1).map(str::len).collect();
+        assert_eq!(ends.len(), 3);
+        assert!(ends.iter().all(|&e| e == ends[0]), "{text}");
+        assert!(text.lines().nth(2).unwrap().ends_with(" 22"), "{text}");
     }
 
     #[test]
