@@ -255,19 +255,13 @@ FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
 // iterations (frame iterations publish theirs when the result is out).
 #define FL_COUNTER_PUBLISH_NS 50000ull
 
-// Publishes the frame's result: builds the ResultRecord from the slot header
-// copy, the frame descriptor and the chain result, writes it into the mapped
-// result ring, releases the result head (the only ordering the host waits
-// on), then hands the slot back to the writer and raises result-ready. Run by
-// one thread: the end marker kernel, or the epilogue of the chain's last
-// built-in kernel.
-FL_DEVICE void fl_publish_result(const LoopParams& p) {
-  DeviceLoopState* st = p.st;
-  const FrameDesc& d = st->desc;
-  const ChainResult& c = st->chain;
-  const SlotHeader& s = st->slot;
-  const uint64_t seq = st->result_seq + 1;
-  st->result_seq = seq;
+// Publishes result `seq`: builds the ResultRecord from the slot header copy
+// `s`, the frame descriptor `d` and the chain result `c`, writes it into the
+// mapped result ring, releases the result head (the only ordering the host
+// waits on), then hands the slot back to the writer and raises result-ready.
+// Run by one thread.
+FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
+                                 const SlotHeader& s, uint64_t seq) {
 
   ResultRecord r;
   r.result_seq = seq;
@@ -308,4 +302,14 @@ FL_DEVICE void fl_publish_result(const LoopParams& p) {
   fl_store_relaxed_sys(&p.ring->consumed_seq, d.ring_seq);
   if (p.sync_with_host) __threadfence_system();
   fl_store_relaxed_sys(&p.ctl->results.v, seq);
+}
+
+// fl_publish_record of the loop state's frame, numbered after the last
+// result: what the end marker kernel, or the epilogue of the chain's last
+// built-in kernel, runs (one thread).
+FL_DEVICE void fl_publish_result(const LoopParams& p) {
+  DeviceLoopState* st = p.st;
+  const uint64_t seq = st->result_seq + 1;
+  st->result_seq = seq;
+  fl_publish_record(p, st->desc, st->chain, st->slot, seq);
 }

@@ -92,13 +92,14 @@ FL_DEVICE uint64_t fl_claim_seq(const LoopParams& p, uint64_t head) {
   return seq;
 }
 
-// Claims `seq` (one thread): copies the slot header into device memory,
+// Claims `seq` (one thread): copies the slot header into device memory (and
+// into `also`, when given),
 // fills the FrameDesc (payload read in place from the slot), resets the
 // ChainResult and counts the frames skipped to reach it. One PCIe round
 // trip: all eight 16-byte loads of the header are issued before the first
 // is used (volatile 4-byte loads would cost 32). The acquire load of the
 // head in fl_poll orders them after the writer's stores.
-FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq) {
+FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* also = nullptr) {
   DeviceLoopState* st = p.st;
   const uint64_t last = st->last_claimed;
   const uint64_t slot = fl_slot_dptr(p, seq);
@@ -109,6 +110,11 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq) {
   uint4* dst = (uint4*)&st->slot;
 #pragma unroll
   for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
+  if (also != nullptr) {
+    uint4* copy = (uint4*)also;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) copy[i] = header[i];
+  }
   FrameDesc* d = &st->desc;
   d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
   d->slot_dptr = slot;

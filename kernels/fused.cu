@@ -136,7 +136,10 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
   __shared__ float taps[FL_MAX_FIR_TAPS];
   __shared__ float tile[FL_FUSED_THREADS + FL_MAX_FIR_TAPS - 1];
   __shared__ FusedStep steps[FL_FUSED_MAX_STEPS];
+  // The claimed frame as the steps and the publication read it.
   __shared__ FrameDesc desc;
+  __shared__ ChainResult chain;
+  __shared__ SlotHeader slot;
   const FusedProgram* prog = p.program;
   const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
   const uint32_t stage_bytes = prog->stage_bytes;
@@ -161,6 +164,8 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
                room < FL_WARM_UP_BYTES ? room : FL_WARM_UP_BYTES, taps, tile);
   }
   DeviceLoopState* st = p.st;
+  // Thread 0 numbers the results; the loop state keeps the count between launches.
+  uint64_t result_seq = threadIdx.x == 0 ? st->result_seq : 0;
   // Frames one after another while they keep coming within the poll budget:
   // the block stays on its SM with warm caches instead of relaunching.
   for (;;) {
@@ -178,8 +183,9 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     __syncthreads();
     if (verdict != FL_VERDICT_READY) return;
     if (threadIdx.x == 0) {
-      fl_claim_slot(p, claimed);
+      fl_claim_slot(p, claimed, &slot);
       desc = st->desc;
+      fl_reset_chain_result(&chain);
       // Staged: the operators read the payload from shared memory (a generic address).
       if (stage_bytes != 0) desc.payload_dptr = (uint64_t)smem;
       fl_end_iteration(p, FL_VERDICT_READY, t0, false);
@@ -190,10 +196,12 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     // The claim (FrameDesc, ChainResult reset, slot header) and the staged
     // payload are visible to every thread after this.
     __syncthreads();
-    for (uint32_t i = 0; i < step_count; ++i) fl_run_step(steps[i], buf, &desc, &st->chain, taps, tile);
+    for (uint32_t i = 0; i < step_count; ++i) fl_run_step(steps[i], buf, &desc, &chain, taps, tile);
     if (threadIdx.x == 0) {
-      st->desc.n_samples = desc.n_samples;  // what unpack produced, for the result record
-      fl_publish_result(p);
+      // From shared memory and a register: no global read on the way out.
+      result_seq += 1;
+      fl_publish_record(p, desc, chain, slot, result_seq);
+      st->result_seq = result_seq;
     }
     // Thread 0 publishes before it polls again; the others must not reuse
     // the staging area before the next claim, which the barrier after the
