@@ -52,7 +52,7 @@ impl Default for CompareOptions {
             ordinal: 0,
             chain: crate::ops::default_chain(),
             frame_bytes: 8192,
-            frames: 4000,
+            frames: 20000,
             warmup: 200,
             gap_us: (20, 200),
             seed: 42,
