@@ -28,7 +28,7 @@ step() {
   {
     echo
     echo "\$ $*"
-    timeout -k 10 60 "$@" 2>&1
+    timeout -k 10 180 "$@" 2>&1
     echo "exit status: $?"
   } >"$log"
   cat "$log" >>"$OUT/$group.txt"
