@@ -190,12 +190,15 @@ struct alignas(64) DeviceLoopState {
 #define FL_STEP_THRESHOLD 7u
 #define FL_STEP_STATS_THRESHOLD 8u
 #define FL_STEP_DELAY 9u
+// Diagnostic, for tests of fault reporting (never built from a config):
+// writes to an illegal address once the frame's ring sequence reaches `count`.
+#define FL_STEP_FAULT_AT 10u
 
 struct FusedStep {
   uint32_t kind;     // FL_STEP_*
   uint32_t input;    // buffer the step reads (0 or 1; not unpack, delay)
   uint32_t output;   // buffer the step writes (unpack, fir, filter2d)
-  uint32_t count;    // fir: taps; filter2d: row width
+  uint32_t count;    // fir: taps; filter2d: row width; fault_at: ring sequence
   float a;           // unpack: scale; threshold: level
   float b;           // unpack: offset
   uint64_t delay_ns; // delay

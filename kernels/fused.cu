@@ -69,6 +69,12 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedBuffers& buf, FrameDes
     case FL_STEP_STATS_THRESHOLD:
       fl_reduce_block<true, true>(fd, in, cap, chain, s.a);
       break;
+    case FL_STEP_FAULT_AT:
+      if (threadIdx.x == 0 && fd->ring_seq >= s.count) {
+        volatile uint32_t* bad = (volatile uint32_t*)8ull;
+        *bad = 0xdeadu;
+      }
+      break;
     case FL_STEP_DELAY:
       if (threadIdx.x == 0) {
         const uint64_t start = fl_globaltimer();
@@ -106,7 +112,7 @@ FL_DEVICE void fl_stage_payload_shared(const uint4* src, uint4* dst, uint32_t by
 // Bytes of the dummy frame of fl_warm_up.
 #define FL_WARM_UP_BYTES 256u
 
-// Runs every step but delays once on a small dummy frame (`payload`, any
+// Runs every step but delays (and the diagnostic fault) once on a small dummy frame (`payload`, any
 // scratch of at least `len` bytes; results go to shared scratch), so that
 // the steps' instructions and parameters are cached on the SM this launch
 // landed on before a frame arrives; a frame otherwise waits while a cold SM
@@ -122,7 +128,8 @@ FL_DEVICE void fl_warm_up(const FusedStep* steps, uint32_t step_count, const Fus
   }
   __syncthreads();
   for (uint32_t i = 0; i < step_count; ++i)
-    if (steps[i].kind != FL_STEP_DELAY) fl_run_step(steps[i], buf, &fd, &chain, taps, tile);
+    if (steps[i].kind != FL_STEP_DELAY && steps[i].kind != FL_STEP_FAULT_AT)
+      fl_run_step(steps[i], buf, &fd, &chain, taps, tile);
 }
 
 // The loop body of a fused loop: WHILE { fl_fused_chain }. One block of

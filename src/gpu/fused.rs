@@ -26,6 +26,9 @@ pub mod step {
     pub const THRESHOLD: u32 = 7;
     pub const STATS_THRESHOLD: u32 = 8;
     pub const DELAY: u32 = 9;
+    /// Diagnostic: faults (an illegal write) once the frame's ring sequence
+    /// reaches `count`; for tests of fault reporting, never built from a config.
+    pub const FAULT_AT: u32 = 10;
 }
 
 /// One operator of the fused chain (device memory, read by every thread).
@@ -194,6 +197,22 @@ impl FusedChain {
         program.steps[..steps.len()].copy_from_slice(&steps);
         debug_assert!(program.step_count as usize <= FUSED_MAX_STEPS);
         Ok(Self { program, names })
+    }
+
+    /// Appends the diagnostic [`step::FAULT_AT`] step, which faults on the
+    /// frame with ring sequence `ring_seq` and every later one (tests of
+    /// fault reporting).
+    pub fn push_fault_at(&mut self, ring_seq: u32) -> Result<(), NotFused> {
+        let n = self.program.step_count as usize;
+        if n == FUSED_MAX_STEPS {
+            return Err(NotFused::TooManySteps(n + 1));
+        }
+        let mut s = FusedStep::new(step::FAULT_AT);
+        s.count = ring_seq;
+        self.program.steps[n] = s;
+        self.program.step_count += 1;
+        self.names.push("fault_at");
+        Ok(())
     }
 
     /// Bytes of each of the two sample buffers.
@@ -381,6 +400,13 @@ mod tests {
             NotFused::TooManySteps(FUSED_MAX_STEPS + 1)
         );
         assert_eq!(FusedChain::encode(&[OpSpec::Stats], 64).unwrap_err(), NotFused::NoUnpack);
+        let mut full = FusedChain::encode(&long[..FUSED_MAX_STEPS], 8192).unwrap();
+        assert_eq!(full.push_fault_at(3), Err(NotFused::TooManySteps(FUSED_MAX_STEPS + 1)));
+        let mut faulty = FusedChain::encode(&chain, 8192).unwrap();
+        faulty.push_fault_at(3).unwrap();
+        let last = &faulty.program.steps[faulty.program.step_count as usize - 1];
+        assert_eq!((last.kind, last.count), (step::FAULT_AT, 3));
+        assert!(faulty.describe().ends_with("→ fault_at"), "{}", faulty.describe());
         let empty = FusedChain::encode(&[], 8192).unwrap();
         assert_eq!((empty.program.step_count, empty.describe()), (0, String::new()));
     }
