@@ -109,67 +109,6 @@ FL_DEVICE void fl_stage_payload_shared(const uint4* src, uint4* dst, uint32_t by
   }
 }
 
-// The same copy for a chain that starts by unpacking u8 or u16 samples into
-// shared buffers: each 16-byte word is unpacked as it arrives (FMT: FL_FMT_U8
-// or FL_FMT_U16), straight into `out` (`capacity` floats), so the chain skips
-// its unpack step. Words past the payload give samples past FrameDesc's
-// n_samples, which no step reads; none is written past `capacity`.
-template <int FMT>
-FL_DEVICE void fl_copy_unpack(const uint4* src, uint32_t words, float* out, uint32_t capacity, float scale,
-                              float offset, uint32_t first_copier) {
-  typedef UnpackChunk<FMT> C;
-  const uint32_t copiers = FL_FUSED_THREADS - first_copier;
-  for (uint32_t base = threadIdx.x - first_copier; base < words; base += 4u * copiers) {
-    uint4 v[4];
-#pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
-      const uint32_t i = base + k * copiers;
-      if (i < words) v[k] = src[i];
-    }
-#pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
-      const uint32_t i = base + k * copiers;
-      if (i >= words) continue;
-      const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-      uint32_t sample[C::samples];
-      fl_decode_chunk<FMT>(w, sample);
-      const uint32_t first = i * C::samples;
-#pragma unroll
-      for (uint32_t j = 0; j < C::samples; j += 4) {
-        float y[4];
-#pragma unroll
-        for (uint32_t m = 0; m < 4; ++m) y[m] = fl_mul_add(__uint2float_rn(sample[j + m]), scale, offset);
-        if (first + j + 4 <= capacity) {
-          *(float4*)(out + first + j) = make_float4(y[0], y[1], y[2], y[3]);
-        } else {
-#pragma unroll
-          for (uint32_t m = 0; m < 4; ++m)
-            if (first + j + m < capacity) out[first + j + m] = y[m];
-        }
-      }
-    }
-  }
-}
-
-// Whether the chain's first step unpacks u8 or u16 into shared buffers
-// (then the payload copy unpacks it: fl_copy_unpack).
-FL_DEVICE bool fl_unpacks_while_copying(const FusedStep* steps, uint32_t step_count, const FusedBuffers& buf) {
-  return buf.shared && step_count > 0 && (steps[0].kind == FL_STEP_UNPACK_U8 || steps[0].kind == FL_STEP_UNPACK_U16) &&
-         ((uint64_t)buf.b0 % 16) == 0;
-}
-
-// The payload copy of a claim, by threads first_copier.. of the block.
-FL_DEVICE void fl_copy_payload(const FusedStep* steps, bool unpack, const FusedBuffers& buf, const uint4* src,
-                               uint32_t bytes, uint4* staging, uint32_t first_copier) {
-  if (!unpack) {
-    fl_stage_payload_shared(src, staging, bytes);
-  } else if (steps[0].kind == FL_STEP_UNPACK_U8) {
-    fl_copy_unpack<FL_FMT_U8>(src, bytes / 16u, buf.b0, buf.capacity, steps[0].a, steps[0].b, first_copier);
-  } else {
-    fl_copy_unpack<FL_FMT_U16>(src, bytes / 16u, buf.b0, buf.capacity, steps[0].a, steps[0].b, first_copier);
-  }
-}
-
 // Bytes of the dummy frame of fl_warm_up.
 #define FL_WARM_UP_BYTES 256u
 
@@ -225,15 +164,11 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
       to[w] = from[w];
   }
   __syncthreads();
-  const bool unpack_while_copying = stage_bytes != 0 && fl_unpacks_while_copying(steps, step_count, buf);
   {
     // The dummy payload: the staging area, else buffer 1 (unpack writes buffer 0).
     const uint32_t room = stage_bytes != 0 ? stage_bytes : buf.capacity * 4u;
-    const uint32_t len = room < FL_WARM_UP_BYTES ? room : FL_WARM_UP_BYTES;
-    fl_warm_up(steps, step_count, buf, stage_bytes != 0 ? smem : (const uint8_t*)buf.b1, len, taps, tile);
-    if (unpack_while_copying && threadIdx.x >= 32)
-      fl_copy_payload(steps, true, buf, fl_fused_smem, len & ~15u, nullptr, 32);
-    __syncthreads();
+    fl_warm_up(steps, step_count, buf, stage_bytes != 0 ? smem : (const uint8_t*)buf.b1,
+               room < FL_WARM_UP_BYTES ? room : FL_WARM_UP_BYTES, taps, tile);
   }
   DeviceLoopState* st = p.st;
   // Thread 0 numbers the results; the loop state keeps the count between launches.
@@ -257,24 +192,18 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     if (threadIdx.x == 0) {
       fl_claim_slot(p, claimed, &slot);
       desc = st->desc;
-      if (unpack_while_copying) {
-        // What the skipped unpack step would have counted.
-        const uint32_t n = steps[0].kind == FL_STEP_UNPACK_U8 ? desc.payload_len : desc.payload_len / 2u;
-        desc.n_samples = n < buf.capacity ? n : buf.capacity;
-      }
       fl_reset_chain_result(&chain);
       // Staged: the operators read the payload from shared memory (a generic address).
       if (stage_bytes != 0) desc.payload_dptr = (uint64_t)smem;
       fl_end_iteration(p, FL_VERDICT_READY, t0, false);
     } else if (threadIdx.x >= 32 && stage_bytes != 0) {
-      fl_copy_payload(steps, unpack_while_copying, buf,
-                      (const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), stage_bytes, fl_fused_smem, 32);
+      fl_stage_payload_shared((const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), fl_fused_smem,
+                              stage_bytes);
     }
     // The claim (FrameDesc, ChainResult reset, slot header) and the staged
     // payload are visible to every thread after this.
     __syncthreads();
-    for (uint32_t i = unpack_while_copying ? 1 : 0; i < step_count; ++i)
-      fl_run_step(steps[i], buf, &desc, &chain, taps, tile);
+    for (uint32_t i = 0; i < step_count; ++i) fl_run_step(steps[i], buf, &desc, &chain, taps, tile);
     if (threadIdx.x == 0) {
       // From shared memory and a register: no global read on the way out.
       result_seq += 1;
