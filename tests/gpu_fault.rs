@@ -2,19 +2,20 @@
 //! stage, not as a hang (ignored without a GPU; its own test binary because a
 //! fault leaves the process's CUDA context unusable).
 
+mod gpu_fault_support;
+
 use frameloop::config::LoopConfig;
 use frameloop::fragment::Fragment;
 use frameloop::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
-use frameloop::gpu::GpuError;
-use frameloop::gpu::bench::{MappedRings, publish};
+use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::driver::{LaunchDims, launch_raw};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor};
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::operators::UnpackOp;
 use frameloop::ops::SampleFormat;
 use frameloop::ring::OverrunPolicy;
+use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_returns};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Test-only operator whose kernel writes to an illegal address once the
 /// frame's ring sequence reaches `at_seq`.
@@ -61,27 +62,8 @@ fn a_fault_names_its_stage() {
     )
     .unwrap();
     let mut w = rings.frames.writer().unwrap();
-    ex.launch().unwrap();
-    for i in 0..2u64 {
-        publish(&mut w, 1, i, 8192).unwrap();
-        let t = Instant::now();
-        while !ex.result_ready(i) {
-            assert!(t.elapsed() < Duration::from_secs(2), "frame {i} was not processed");
-        }
-    }
-    publish(&mut w, 1, 2, 8192).unwrap();
-    let t = Instant::now();
-    let outcome = loop {
-        if let Some(outcome) = ex.poll() {
-            break outcome;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "the fault did not surface: the loop hangs");
-    };
-    let message = outcome.expect_err("the loop must report the fault");
+    let message = run_into_fault_at_third_frame(&mut ex, &mut w);
     assert!(message.contains("stage faulty"), "{message}");
     assert!(message.contains("ring sequence 3"), "{message}");
-    // The context is unusable now; tear-down must still return (with the fault).
-    let t = Instant::now();
-    let _: Result<_, GpuError> = ex.tear_down();
-    assert!(t.elapsed() < Duration::from_secs(10));
+    tear_down_returns(&mut ex);
 }

@@ -2,17 +2,18 @@
 //! fused chain and the frame, not as a hang (ignored without a GPU; its own
 //! test binary because a fault leaves the process's CUDA context unusable).
 
+mod gpu_fault_support;
+
 use frameloop::config::LoopConfig;
 use frameloop::fragment::Fragment;
-use frameloop::gpu::GpuError;
-use frameloop::gpu::bench::{MappedRings, publish};
+use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags};
 use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::default_chain;
 use frameloop::ring::OverrunPolicy;
+use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_returns};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 #[test]
 #[ignore = "needs a GPU"]
@@ -35,29 +36,10 @@ fn a_fault_in_the_fused_chain_names_it_and_the_frame() {
     )
     .unwrap();
     let mut w = rings.frames.writer().unwrap();
-    ex.launch().unwrap();
-    for i in 0..2u64 {
-        publish(&mut w, 1, i, 8192).unwrap();
-        let t = Instant::now();
-        while !ex.result_ready(i) {
-            assert!(t.elapsed() < Duration::from_secs(2), "frame {i} was not processed");
-        }
-    }
-    publish(&mut w, 1, 2, 8192).unwrap();
-    let t = Instant::now();
-    let outcome = loop {
-        if let Some(outcome) = ex.poll() {
-            break outcome;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "the fault did not surface: the loop hangs");
-    };
-    let message = outcome.expect_err("the loop must report the fault");
+    let message = run_into_fault_at_third_frame(&mut ex, &mut w);
     assert!(message.contains("fused chain (unpack → fir → stats+threshold → fault_at)"), "{message}");
     assert!(message.contains("loop.fused_chain = \"off\""), "{message}");
     assert!(message.contains("ring sequence 3"), "{message}");
     assert_eq!(ex.results_published(), 2, "the faulting frame published nothing");
-    // The context is unusable now; tear-down must still return (with the fault).
-    let t = Instant::now();
-    let _: Result<_, GpuError> = ex.tear_down();
-    assert!(t.elapsed() < Duration::from_secs(10));
+    tear_down_returns(&mut ex);
 }
