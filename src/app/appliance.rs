@@ -11,7 +11,7 @@ use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::{BackendChoice, Config};
 use crate::host::HostLoop;
 use crate::ingest::{FrameAssembler, IngestCounters, IngestSnapshot, Reassembler, UdpReceiver};
-use crate::metrics::{ResultCallback, ResultSink, ResultThread, Summary, create_interval_log};
+use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
 use crate::rdma::{
     self, ConsumerBackend, GpuFrameRing, IngestPlan, RingPlacement, Transport, final_placement,
     first_placement,
@@ -206,26 +206,18 @@ impl Appliance {
             let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
-        // The result thread spins while results flow and while a published
-        // frame awaits its result. Reading the head of a ring in GPU memory
-        // takes a copy and a stream sync (~10 µs), too slow to poll: there
-        // the head reads as 0 (never pending) and only the flow counts.
-        let frame_head: Box<dyn Fn() -> u64 + Send> = if frame_ring.is_device_only() {
-            Box::new(|| 0)
-        } else {
+        // Reading the head of a ring in GPU memory takes a copy and a stream
+        // sync (~10 µs), too slow to poll: there only the flow of results counts.
+        let frame_head = (!frame_ring.is_device_only()).then(|| {
             let head_ring = Arc::clone(&frame_ring);
-            Box::new(move || head_ring.head())
-        };
+            Box::new(move || head_ring.head()) as Box<dyn Fn() -> u64 + Send>
+        });
+        let spin = ResultSpin { budget: result_spin_budget(), frame_head };
         let result_cpu = cfg.service.result_cpu;
-        let results = ResultThread::spawn_placed(
-            sink,
-            RESULT_POLL,
-            Some((frame_head, result_spin_budget())),
-            move || {
-                crate::service::threads::place_current_thread("result", result_cpu, None)
-                    .map_err(|e| e.to_string())
-            },
-        )
+        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), move || {
+            crate::service::threads::place_current_thread("result", result_cpu, None)
+                .map_err(|e| e.to_string())
+        })
         .map_err(|e| AppError::Startup(e.to_string()))?;
 
         let counters = Arc::new(IngestCounters::default());

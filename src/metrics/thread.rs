@@ -19,6 +19,17 @@ pub struct ResultThread {
     handle: Option<JoinHandle<()>>,
 }
 
+/// When the result thread spins instead of sleeping between polls.
+pub struct ResultSpin {
+    /// Spin while a result arrived within this long, or while a published
+    /// frame has waited for its result less than this long.
+    pub budget: Duration,
+    /// The frame ring's head: while it is ahead of the newest result seen,
+    /// a result is on its way. `None` where reading it is too slow to poll
+    /// (a ring in GPU memory): then only the flow of results counts.
+    pub frame_head: Option<Box<dyn Fn() -> u64 + Send>>,
+}
+
 /// Locks the sink even if a callback panicked while holding it: the
 /// histograms stay consistent between two results.
 fn lock(sink: &Mutex<ResultSink>) -> MutexGuard<'_, ResultSink> {
@@ -29,28 +40,18 @@ impl ResultThread {
     /// Starts draining `sink`, checking the ring every `poll_interval` when it
     /// is empty (a result waits at most that long to be seen).
     pub fn spawn(sink: ResultSink, poll_interval: Duration) -> Result<Self, MetricsError> {
-        Self::spawn_watching(sink, poll_interval, None)
+        Self::spawn_placed(sink, poll_interval, None, || Ok(()))
     }
 
-    /// As [`ResultThread::spawn`], but while `frame_head()` (the frame ring's
-    /// head) is ahead of the newest result seen, a result is on its way: the
-    /// thread then spins instead of sleeping, for at most `spin_budget`
-    /// without a result, so the moment a result is seen is not delayed by a
-    /// sleep. Between frames it sleeps and costs no CPU.
-    pub fn spawn_watching(
-        sink: ResultSink,
-        poll_interval: Duration,
-        frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
-    ) -> Result<Self, MetricsError> {
-        Self::spawn_placed(sink, poll_interval, frame_head, || Ok(()))
-    }
-
-    /// As [`ResultThread::spawn_watching`], running `place` first on the new
-    /// thread (core affinity, priority); its error fails the spawn.
+    /// As [`ResultThread::spawn`], but spinning instead of sleeping while
+    /// results flow or a result is on its way (`spin`), so the moment a
+    /// result is seen is not delayed by a sleep; between frames it sleeps
+    /// and costs no CPU. Runs `place` first on the new thread (core
+    /// affinity, priority); its error fails the spawn.
     pub fn spawn_placed(
         sink: ResultSink,
         poll_interval: Duration,
-        frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
+        spin: Option<ResultSpin>,
         place: impl FnOnce() -> Result<(), String> + Send + 'static,
     ) -> Result<Self, MetricsError> {
         let (placed_tx, placed_rx) = std::sync::mpsc::channel();
@@ -64,7 +65,7 @@ impl ResultThread {
                 let ok = placed.is_ok();
                 let _ = placed_tx.send(placed);
                 if ok {
-                    run(&thread_sink, &thread_stop, poll_interval, frame_head)
+                    run(&thread_sink, &thread_stop, poll_interval, spin)
                 }
             })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
@@ -109,14 +110,10 @@ impl ResultThread {
     }
 }
 
-fn run(
-    sink: &Mutex<ResultSink>,
-    stop: &AtomicBool,
-    poll_interval: Duration,
-    frame_head: Option<(Box<dyn Fn() -> u64 + Send>, Duration)>,
-) {
+fn run(sink: &Mutex<ResultSink>, stop: &AtomicBool, poll_interval: Duration, spin: Option<ResultSpin>) {
     use std::time::Instant;
-    let budget = frame_head.as_ref().map_or(Duration::ZERO, |(_, b)| *b);
+    let budget = spin.as_ref().map_or(Duration::ZERO, |s| s.budget);
+    let frame_head = spin.and_then(|s| s.frame_head);
     // Spin while results flow (a result or a pending frame within the
     // budget), sleep once the stream has been quiet for the whole budget.
     let mut last_activity: Option<Instant> = None;
@@ -135,7 +132,7 @@ fn run(
             pending_since = None;
             continue;
         }
-        let head = frame_head.as_ref().map_or(0, |(head, _)| head());
+        let head = frame_head.as_ref().map_or(0, |head| head());
         let pending = head > last_seen && head != gave_up_at_head;
         if pending {
             let since = *pending_since.get_or_insert_with(Instant::now);
