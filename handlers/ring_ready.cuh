@@ -92,39 +92,34 @@ FL_DEVICE uint64_t fl_claim_seq(const LoopParams& p, uint64_t head) {
   return seq;
 }
 
-// Claims `seq` (one thread): copies the slot header into device memory (and
-// into `also`, when given),
-// fills the FrameDesc (payload read in place from the slot), resets the
-// ChainResult and counts the frames skipped to reach it. One PCIe round
-// trip: all eight 16-byte loads of the header are issued before the first
-// is used (volatile 4-byte loads would cost 32). The acquire load of the
-// head in fl_poll orders them after the writer's stores.
-FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* also = nullptr) {
+// Claims `seq` (one thread): copies the slot header into `slot`, fills the
+// FrameDesc `d` (payload read in place from the slot), resets the
+// ChainResult `c` and counts the frames skipped to reach it. The built-in
+// handler passes the loop state's copies (device memory, read by the
+// operator kernels); the fused chain passes its own in shared memory. One
+// PCIe round trip: all eight 16-byte loads of the header are issued before
+// the first is used (volatile 4-byte loads would cost 32). The acquire load
+// of the head in fl_poll orders them after the writer's stores.
+FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot, FrameDesc* d, ChainResult* c) {
   DeviceLoopState* st = p.st;
   const uint64_t last = st->last_claimed;
-  const uint64_t slot = fl_slot_dptr(p, seq);
-  const uint4* src = (const uint4*)slot;
+  const uint64_t slot_dptr = fl_slot_dptr(p, seq);
+  const uint4* src = (const uint4*)slot_dptr;
   uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
 #pragma unroll
   for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
-  uint4* dst = (uint4*)&st->slot;
+  uint4* dst = (uint4*)slot;
 #pragma unroll
   for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
-  if (also != nullptr) {
-    uint4* copy = (uint4*)also;
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) copy[i] = header[i];
-  }
-  FrameDesc* d = &st->desc;
-  d->payload_dptr = slot + FL_SLOT_PAYLOAD_OFFSET;
-  d->slot_dptr = slot;
+  d->payload_dptr = slot_dptr + FL_SLOT_PAYLOAD_OFFSET;
+  d->slot_dptr = slot_dptr;
   d->ring_seq = seq;
-  const uint32_t len = st->slot.payload_len;
+  const uint32_t len = slot->payload_len;
   d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
   d->n_samples = 0;
   d->skipped = seq - last - 1;
   d->detect_ns = fl_globaltimer();
-  fl_reset_chain_result(&st->chain);
+  fl_reset_chain_result(c);
   st->last_claimed = seq;
   st->last_frame_ns = d->detect_ns;
   st->skipped += d->skipped;
@@ -135,7 +130,8 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* also
 FL_DEVICE uint32_t fl_poll_and_claim(const LoopParams& p, uint64_t t0) {
   uint64_t head = 0;
   const uint32_t verdict = fl_poll(p, t0, &head);
-  if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head));
+  if (verdict == FL_VERDICT_READY)
+    fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
   return verdict;
 }
 

@@ -36,23 +36,26 @@ FL_DEVICE void fl_fir_tiles(const FrameDesc* fd, const float* x, float* y, uint3
   }
 }
 
+// Output `i` of the FIR straight from `x` (`n` samples, zero outside):
+// the same sum in the same order as fl_fir_tiles.
+FL_DEVICE float fl_fir_at(const float* x, int64_t n, uint32_t count, const float* taps, int64_t i) {
+  const int64_t half = count / 2;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (uint32_t k = 0; k < count; ++k) {
+    const int64_t src = i + k - half;
+    acc = fl_mul_add(taps[k], (src >= 0 && src < n) ? x[src] : 0.0f, acc);
+  }
+  return acc;
+}
+
 // The same FIR without tiles, for input in shared memory: worker `worker` of
-// `workers` computes every workers-th output straight from `x`. Same sums in
-// the same order as fl_fir_tiles.
+// `workers` computes every workers-th output straight from `x`.
 FL_DEVICE void fl_fir_direct(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t count,
                              const float* taps, uint32_t worker, uint32_t workers) {
   const int64_t n = fl_frame_samples(fd, capacity);
   count = count <= FL_MAX_FIR_TAPS ? count : FL_MAX_FIR_TAPS;
-  const int64_t half = count / 2;
-  for (int64_t i = worker; i < n; i += workers) {
-    float acc = 0.0f;
-#pragma unroll 4
-    for (uint32_t k = 0; k < count; ++k) {
-      const int64_t src = i + k - half;
-      acc = fl_mul_add(taps[k], (src >= 0 && src < n) ? x[src] : 0.0f, acc);
-    }
-    y[i] = acc;
-  }
+  for (int64_t i = worker; i < n; i += workers) y[i] = fl_fir_at(x, n, count, taps, i);
 }
 
 // Longest filter fl_fir_quads takes (its window is three float4s).
@@ -77,7 +80,7 @@ FL_DEVICE float4 fl_fir_quad(const float* v, const float* t) {
 // window of three float4 loads: thread `worker` of `workers` computes
 // outputs 4q..4q+3 for q = worker, worker + workers, ... . Needs x and y
 // 16-byte aligned and an odd count <= FL_FIR_QUAD_MAX_TAPS; the samples past
-// the last whole quad get fl_fir_direct's formula. Same sums in the same
+// the last whole quad get fl_fir_at. Same sums in the same
 // order as fl_fir_tiles.
 FL_DEVICE void fl_fir_quads(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t count,
                             const float* taps, uint32_t worker, uint32_t workers) {
@@ -113,12 +116,5 @@ FL_DEVICE void fl_fir_quads(const FrameDesc* fd, const float* x, float* y, uint3
     *(float4*)(y + 4 * q) = r;
   }
   // The samples after the last whole quad.
-  for (uint32_t i = 4 * quads + worker; i < n; i += workers) {
-    float acc = 0.0f;
-    for (uint32_t k = 0; k < count; ++k) {
-      const int64_t src = (int64_t)i + k - half;
-      acc = fl_mul_add(taps[k], (src >= 0 && src < (int64_t)n) ? x[src] : 0.0f, acc);
-    }
-    y[i] = acc;
-  }
+  for (uint32_t i = 4 * quads + worker; i < n; i += workers) y[i] = fl_fir_at(x, n, count, taps, i);
 }

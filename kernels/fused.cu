@@ -88,27 +88,6 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedBuffers& buf, FrameDes
   __syncthreads();
 }
 
-// Copies the first `bytes` (a multiple of 16) of the slot's payload into
-// shared memory, by every warp but the first (whose lane 0 reads the slot
-// header meanwhile); four 16-byte loads in flight per thread.
-FL_DEVICE void fl_stage_payload_shared(const uint4* src, uint4* dst, uint32_t bytes) {
-  const uint32_t words = bytes / 16u;
-  const uint32_t copiers = FL_FUSED_THREADS - 32u;
-  for (uint32_t base = threadIdx.x - 32u; base < words; base += 4u * copiers) {
-    uint4 v[4];
-#pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
-      const uint32_t i = base + k * copiers;
-      if (i < words) v[k] = src[i];
-    }
-#pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
-      const uint32_t i = base + k * copiers;
-      if (i < words) dst[i] = v[k];
-    }
-  }
-}
-
 // Bytes of the dummy frame of fl_warm_up.
 #define FL_WARM_UP_BYTES 256u
 
@@ -190,15 +169,14 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     __syncthreads();
     if (verdict != FL_VERDICT_READY) return;
     if (threadIdx.x == 0) {
-      fl_claim_slot(p, claimed, &slot);
-      desc = st->desc;
-      fl_reset_chain_result(&chain);
+      fl_claim_slot(p, claimed, &slot, &desc, &chain);
       // Staged: the operators read the payload from shared memory (a generic address).
       if (stage_bytes != 0) desc.payload_dptr = (uint64_t)smem;
       fl_end_iteration(p, FL_VERDICT_READY, t0, false);
     } else if (threadIdx.x >= 32 && stage_bytes != 0) {
-      fl_stage_payload_shared((const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), fl_fused_smem,
-                              stage_bytes);
+      // Every warp but the first (whose lane 0 reads the slot header meanwhile).
+      fl_copy_words((const uint4*)(fl_slot_dptr(p, claimed) + FL_SLOT_PAYLOAD_OFFSET), fl_fused_smem,
+                    stage_bytes / 16u, threadIdx.x - 32u, FL_FUSED_THREADS - 32u);
     }
     // The claim (FrameDesc, ChainResult reset, slot header) and the staged
     // payload are visible to every thread after this.

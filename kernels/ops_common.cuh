@@ -31,3 +31,23 @@ FL_DEVICE uint64_t fl_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; 
 
 // y = a * b + c rounded twice, as the CPU computes it.
 FL_DEVICE float fl_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+
+// Copies `words` 16-byte words from `src` to `dst`, word i by copier
+// (i mod copiers): copier `copier` of `copiers` issues four loads before its
+// first store, so each thread has four reads in flight (over PCIe when `src`
+// is a mapped slot).
+FL_DEVICE void fl_copy_words(const uint4* src, uint4* dst, uint32_t words, uint32_t copier, uint32_t copiers) {
+  for (uint32_t base = copier; base < words; base += 4u * copiers) {
+    uint4 v[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * copiers;
+      if (i < words) v[k] = src[i];
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * copiers;
+      if (i < words) dst[i] = v[k];
+    }
+  }
+}

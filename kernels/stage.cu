@@ -17,20 +17,7 @@ extern "C" __global__ void __launch_bounds__(FL_STAGE_THREADS)
   const uint4* src = (const uint4*)fd->payload_dptr;
   uint32_t words = (fd->payload_len + 15u) / 16u;
   if (words > capacity_words) words = capacity_words;
-  // Four independent 16-byte loads in flight per thread before the stores.
-  for (uint32_t base = threadIdx.x; base < words; base += 4 * FL_STAGE_THREADS) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint32_t i = base + k * FL_STAGE_THREADS;
-      if (i < words) v[k] = src[i];
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint32_t i = base + k * FL_STAGE_THREADS;
-      if (i < words) dst[i] = v[k];
-    }
-  }
+  fl_copy_words(src, dst, words, threadIdx.x, FL_STAGE_THREADS);
   __syncthreads();
   if (threadIdx.x == 0) fd->payload_dptr = (uint64_t)dst;
 }
