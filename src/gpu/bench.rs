@@ -179,10 +179,15 @@ impl Rng {
     }
 }
 
+/// The `q` quantile of ascending nanoseconds, in µs; `None` when empty.
+fn quantile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
+    let last = sorted_ns.len().checked_sub(1)?;
+    Some(sorted_ns[((q * sorted_ns.len() as f64) as usize).min(last)] as f64 / 1000.0)
+}
+
 fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> ModeResult {
     lat_ns.sort_unstable();
-    let n = lat_ns.len().max(1);
-    let p = |q: f64| lat_ns.get(((q * n as f64) as usize).min(n - 1)).copied().unwrap_or(0) as f64 / 1000.0;
+    let p = |q: f64| quantile_us(&lat_ns, q).unwrap_or(0.0);
     ModeResult {
         mode: mode.to_string(),
         frames: lat_ns.len(),
@@ -349,9 +354,8 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     let mut gpu: Vec<u64> =
         records.iter().skip(o.warmup).map(|r| r.done_ns.saturating_sub(r.detect_ns)).collect();
     gpu.sort_unstable();
-    let at = |q: f64| gpu.get(((q * gpu.len() as f64) as usize).min(gpu.len().saturating_sub(1)));
-    r.gpu_detect_to_done_p50_us = at(0.5).map(|&ns| ns as f64 / 1000.0);
-    r.gpu_detect_to_done_p999_us = at(0.999).map(|&ns| ns as f64 / 1000.0);
+    r.gpu_detect_to_done_p50_us = quantile_us(&gpu, 0.5);
+    r.gpu_detect_to_done_p999_us = quantile_us(&gpu, 0.999);
     Ok(r)
 }
 

@@ -811,11 +811,7 @@ impl ResidentExecutor {
         let c = self.control();
         // Without markers the frame is still known: the handler stores the
         // claimed sequence into the ring header before the workload runs.
-        let seq = if self.opts.stage_markers {
-            c.stage_seq.load()
-        } else {
-            self.frame_ring.header().claimed_seq.load(std::sync::atomic::Ordering::Acquire)
-        };
+        let seq = if self.opts.stage_markers { c.stage_seq.load() } else { self.frame_ring.claimed() };
         let stage = c.stage.load();
         let name = if self.opts.stage_markers {
             match stage {
