@@ -214,7 +214,7 @@ struct BufferInfo {
     gro_segment: Option<usize>,
     /// The sender, when the kernel gave an IPv4 or IPv6 address.
     source: Option<SocketAddr>,
-    /// Kernel receive time, or the clock when no timestamp came.
+    /// Kernel receive time, or `batch_ns` when no timestamp came.
     rx_ns: u64,
     /// The clock when the receiver got the batch from the kernel: frames
     /// completed by this buffer are published at this time (or `rx_ns`, if later).
@@ -342,8 +342,9 @@ impl RecvBatch {
         Ok(rc as usize)
     }
 
-    /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`].
-    fn message(&self, i: usize) -> (&[u8], BufferInfo) {
+    /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`],
+    /// which returned at `batch_ns`.
+    fn message(&self, i: usize, batch_ns: u64) -> (&[u8], BufferInfo) {
         let m = &self.hdrs[i];
         let len = (m.msg_len as usize).min(RECV_BUFFER_BYTES);
         let mut info = BufferInfo {
@@ -351,7 +352,7 @@ impl RecvBatch {
             gro_segment: None,
             source: source_addr(&self.addrs[i], m.msg_hdr.msg_namelen),
             rx_ns: 0,
-            batch_ns: 0,
+            batch_ns,
         };
         let mut rx_ns = None;
         // SAFETY: the kernel filled `msg_control` up to `msg_controllen`, and
@@ -375,7 +376,9 @@ impl RecvBatch {
                 c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
             }
         }
-        info.rx_ns = rx_ns.unwrap_or_else(clock::realtime_ns);
+        // Without a kernel timestamp the batch's clock reading stands in (one
+        // read per batch, not one per datagram).
+        info.rx_ns = rx_ns.unwrap_or(batch_ns);
         (&self.bufs[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + len], info)
     }
 }
@@ -645,8 +648,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             drained.buffers += n;
             let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
             for i in 0..n {
-                let (buf, mut info) = self.batch.message(i);
-                info.batch_ns = batch_ns;
+                let (buf, info) = self.batch.message(i, batch_ns);
                 deliver(
                     &mut self.assembler,
                     &self.counters,
