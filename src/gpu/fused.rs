@@ -98,6 +98,8 @@ pub enum NotFused {
     StageMarkers,
     #[error("the chain does not start with unpack")]
     NoUnpack,
+    #[error("chain[{index}] is an \"fft\" operator, which runs on cuFFT and not in the fused kernel")]
+    Fft { index: usize },
 }
 
 /// A chain encoded for the fused kernel, with the buffer size it needs.
@@ -123,6 +125,9 @@ impl FusedChain {
         let mut names = Vec::new();
         // The buffer holding the current samples.
         let mut current = 0u32;
+        if let Some(index) = chain.iter().position(|op| matches!(op, OpSpec::Fft(_))) {
+            return Err(NotFused::Fft { index });
+        }
         let mut ops = chain.iter().peekable();
         while let Some(op) = ops.next() {
             let mut s;
@@ -177,6 +182,7 @@ impl FusedChain {
                     s = FusedStep::new(step::DELAY);
                     s.delay_ns = u64::from(*us) * 1000;
                 }
+                OpSpec::Fft(_) => unreachable!("chains with an fft were refused above"),
             }
             if s.kind != step::STATS_THRESHOLD {
                 names.push(op.name());
@@ -409,5 +415,17 @@ mod tests {
         assert!(faulty.describe().ends_with("→ fault_at"), "{}", faulty.describe());
         let empty = FusedChain::encode(&[], 8192).unwrap();
         assert_eq!((empty.program.step_count, empty.describe()), (0, String::new()));
+    }
+
+    #[test]
+    fn a_chain_with_an_fft_takes_the_graph_under_auto_and_is_refused_under_on() {
+        let mut chain = default_chain();
+        chain.insert(2, OpSpec::Fft(crate::ops::FftSpec::new(256)));
+        let limit = 220 * 1024;
+        for mode in [FusedChainMode::Auto, FusedChainMode::On] {
+            let err = plan_fusion(&chain, 8192, mode, false, limit).unwrap_err();
+            assert_eq!(err, NotFused::Fft { index: 2 });
+            assert!(err.to_string().contains("chain[2] is an \"fft\" operator"), "{err}");
+        }
     }
 }

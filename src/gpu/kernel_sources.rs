@@ -21,6 +21,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("delay.cu", include_str!("../../kernels/delay.cu")),
     ("stage.cu", include_str!("../../kernels/stage.cu")),
     ("fused.cu", include_str!("../../kernels/fused.cu")),
+    ("fft.cu", include_str!("../../kernels/fft.cu")),
 ];
 
 /// The `extern "C"` kernels the built-in operators launch, by source file.
@@ -32,6 +33,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("delay.cu", &["fl_delay"]),
     ("stage.cu", &["fl_stage_payload"]),
     ("fused.cu", &["fl_fused_chain"]),
+    ("fft.cu", &["fl_fft_window", "fl_fft_spectrum"]),
 ];
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod control;
 pub mod driver;
 pub mod executor;
+pub mod fft;
 pub mod fused;
 pub mod kernel_sources;
 pub mod library;

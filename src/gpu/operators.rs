@@ -401,7 +401,8 @@ pub fn build_main_fragment_with(
 ) -> Result<Fragment, FragmentError> {
     validate_chain(chain).map_err(FragmentError::InvalidChain)?;
     let OpSpec::Unpack { format, .. } = chain[0] else { unreachable!("validate_chain puts unpack first") };
-    let max_samples = format.samples_in(max_frame_bytes);
+    // Samples flowing between operators: the unpacked frame, then the spectrum after an fft.
+    let mut max_samples = format.samples_in(max_frame_bytes);
     let mut fragment = Fragment::new("main");
     let mut previous = match payload {
         PayloadPath::ZeroCopy => None,
@@ -430,6 +431,11 @@ pub fn build_main_fragment_with(
                 )?)?,
                 1,
             ),
+            OpSpec::Fft(spec) => {
+                let op = super::fft::FftOp::new(&name("fft"), spec, max_samples)?;
+                max_samples = op.max_output_samples();
+                (fragment.add_operator(op)?, 1)
+            }
             OpSpec::Delay { us } => (
                 fragment.add_operator(DelayOp::new(
                     &name("delay"),

@@ -1,7 +1,7 @@
 //! A validated linear chain of operators run on the CPU with preallocated
 //! buffers, so running it on the hot path never allocates.
 
-use super::{ChainError, OpSpec, cpu, validate_chain};
+use super::{ChainError, OpSpec, cpu, fft::FftPlan, validate_chain};
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
 
 /// What one run of the chain produced (the reduction values and the final samples' count).
@@ -28,6 +28,8 @@ pub struct CpuChain {
     a: Vec<f32>,
     b: Vec<f32>,
     max_samples: usize,
+    /// The planned transform of each `fft` operator, by chain index.
+    ffts: Vec<Option<FftPlan>>,
 }
 
 impl CpuChain {
@@ -36,7 +38,14 @@ impl CpuChain {
         validate_chain(ops)?;
         let OpSpec::Unpack { format, .. } = ops[0] else { unreachable!("validated") };
         let max_samples = format.samples_in(max_frame_bytes);
-        Ok(Self { ops: ops.to_vec(), a: vec![0.0; max_samples], b: vec![0.0; max_samples], max_samples })
+        let ffts = ops.iter().map(|op| if let OpSpec::Fft(spec) = op { Some(FftPlan::new(spec)) } else { None });
+        Ok(Self {
+            ops: ops.to_vec(),
+            a: vec![0.0; max_samples],
+            b: vec![0.0; max_samples],
+            max_samples,
+            ffts: ffts.collect(),
+        })
     }
 
     pub fn ops(&self) -> &[OpSpec] {
@@ -52,7 +61,7 @@ impl CpuChain {
     pub fn run(&mut self, payload: &[u8]) -> ChainOutput {
         let mut out = ChainOutput::default();
         let mut n = 0;
-        for op in &self.ops {
+        for (index, op) in self.ops.iter().enumerate() {
             match op {
                 OpSpec::Unpack { format, scale, offset } => {
                     let usable = payload.len().min(self.max_samples_bytes(*format));
@@ -69,6 +78,13 @@ impl CpuChain {
                 OpSpec::Stats => out.stats = Some(cpu::stats(&self.a[..n])),
                 OpSpec::Threshold { level } => out.detect = Some(cpu::threshold(&self.a[..n], *level)),
                 OpSpec::Delay { us } => cpu::delay(*us),
+                OpSpec::Fft(_) => {
+                    // The spectrum (rows * (n/2+1) <= n samples) fits in `b`.
+                    if let Some(plan) = self.ffts.get_mut(index).and_then(Option::as_mut) {
+                        n = plan.run(&self.a[..n], &mut self.b);
+                        std::mem::swap(&mut self.a, &mut self.b);
+                    }
+                }
             }
         }
         out.output_len = n;
@@ -102,6 +118,25 @@ mod tests {
         assert_eq!(out.stats.unwrap(), cpu::stats(&y));
         assert_eq!(out.detect.unwrap(), cpu::threshold(&y, 8.0));
         assert_eq!(out.result_flags(), RESULT_HAS_STATS | RESULT_HAS_DETECT);
+    }
+
+    #[test]
+    fn runs_an_fft_chain_and_reduces_the_spectrum() {
+        use crate::ops::{FftOutput, FftSpec, FftWindow};
+        let spec = FftSpec { n: 4, window: FftWindow::None, output: FftOutput::Power, scale: Some(1.0) };
+        let ops = [
+            OpSpec::Unpack { format: SampleFormat::U8, scale: 1.0, offset: 0.0 },
+            OpSpec::Fft(spec),
+            OpSpec::Stats,
+            OpSpec::Threshold { level: 10.0 },
+        ];
+        let mut chain = CpuChain::new(&ops, 16).unwrap();
+        // Rows [1 1 1 1] and [1 0 1 0]; the last 3 bytes make no whole row.
+        let out = chain.run(&[1, 1, 1, 1, 1, 0, 1, 0, 7, 7, 7]);
+        assert_eq!(out.output_len, 6);
+        assert_eq!(chain.output(&out), &[16.0, 0.0, 0.0, 4.0, 0.0, 4.0]);
+        assert_eq!(out.stats.unwrap(), cpu::stats(&[16.0, 0.0, 0.0, 4.0, 0.0, 4.0]));
+        assert_eq!(out.detect.unwrap(), (1, 0));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 
 pub mod chain;
 pub mod cpu;
+pub mod fft;
 
 pub use chain::{ChainOutput, CpuChain};
+pub use fft::{FftOutput, FftSpec, FftWindow};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -69,6 +71,9 @@ pub enum OpSpec {
     /// a stand-in for heavy processing, to test what happens when the
     /// consumer is slower than the sensor.
     Delay { us: u32 },
+    /// Batched real-to-complex FFT over rows of `n` samples, windowed; the
+    /// samples become `n/2 + 1` magnitude or power bins per row (see [`fft`]).
+    Fft(FftSpec),
 }
 
 /// Longest artificial delay a `delay` operator may ask for (µs).
@@ -84,6 +89,7 @@ impl OpSpec {
             OpSpec::Stats => "stats",
             OpSpec::Threshold { .. } => "threshold",
             OpSpec::Delay { .. } => "delay",
+            OpSpec::Fft(_) => "fft",
         }
     }
 }
@@ -107,6 +113,14 @@ pub enum ChainError {
     LongDelay { index: usize, us: u32 },
     #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain")]
     Duplicate { index: usize, op: &'static str },
+    #[error(
+        "chain[{index}].n: {n} samples per row; use a row length between {} and {}",
+        fft::MIN_FFT_LEN,
+        fft::MAX_FFT_LEN
+    )]
+    FftLength { index: usize, n: u32 },
+    #[error("chain[{index}].scale: must be above 0 (got {value}); leave it out for 1/n")]
+    FftScale { index: usize, value: f32 },
 }
 
 /// Checks that a chain is one the CPU and GPU backends can both run.
@@ -156,6 +170,7 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
                     errs.push(ChainError::LongDelay { index, us: *us });
                 }
             }
+            OpSpec::Fft(spec) => errs.extend(spec.problems(index)),
             OpSpec::Threshold { level } => {
                 if std::mem::replace(&mut threshold, true) {
                     errs.push(ChainError::Duplicate { index, op: "threshold" });
@@ -199,5 +214,29 @@ mod tests {
         let errs = validate_chain(&chain).unwrap_err();
         assert_eq!(errs.len(), 5, "{errs:?}");
         assert!(errs.iter().any(|e| e.to_string().contains("chain[1].taps")));
+    }
+
+    #[test]
+    fn fft_parses_with_defaults_and_must_follow_unpack() {
+        #[derive(Deserialize)]
+        struct Chain {
+            chain: Vec<OpSpec>,
+        }
+        let text = "[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"fft\"\nn = 1024\n\
+                    [[chain]]\nop = \"fft\"\nn = 6\nwindow = \"blackman\"\noutput = \"power\"\nscale = 2.0\n";
+        let chain = toml::from_str::<Chain>(text).unwrap().chain;
+        let defaults = FftSpec { n: 1024, window: FftWindow::Hann, output: FftOutput::Magnitude, scale: None };
+        assert_eq!(chain[1], OpSpec::Fft(defaults));
+        let given = FftSpec { n: 6, window: FftWindow::Blackman, output: FftOutput::Power, scale: Some(2.0) };
+        assert_eq!(chain[2], OpSpec::Fft(given));
+        validate_chain(&chain).unwrap();
+        let typo = "[[chain]]\nop = \"fft\"\nn = 8\nwindw = \"hann\"\n";
+        assert!(toml::from_str::<Chain>(typo).is_err());
+
+        let errs = validate_chain(&[chain[1].clone()]).unwrap_err();
+        assert_eq!(errs, vec![ChainError::MissingUnpack("fft")]);
+        let short = OpSpec::Fft(FftSpec { n: 1, window: FftWindow::None, output: FftOutput::Power, scale: None });
+        let errs = validate_chain(&[chain[0].clone(), short]).unwrap_err();
+        assert_eq!(errs[0].to_string(), "chain[1].n: 1 samples per row; use a row length between 2 and 65536");
     }
 }

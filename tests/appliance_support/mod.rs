@@ -154,6 +154,11 @@ pub fn reference_chain(chain: &[OpSpec], payload: &[u8]) -> Expected {
             OpSpec::Stats => expected.stats = Some(cpu::stats(&samples)),
             OpSpec::Threshold { level } => expected.detect = Some(cpu::threshold(&samples, *level)),
             OpSpec::Delay { .. } => {}
+            OpSpec::Fft(spec) => {
+                let mut out = vec![0.0; spec.output_len(samples.len())];
+                frameloop::ops::fft::FftPlan::new(spec).run(&samples, &mut out);
+                samples = out;
+            }
         }
     }
     expected.output_len = samples.len() as u32;
