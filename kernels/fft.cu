@@ -21,6 +21,7 @@ struct FftParams {
   uint32_t power;     // 1: |scale X|^2, 0: |scale X|
   float scale;
 };
+static_assert(sizeof(FftParams) == 24, "FftParams must match gpu::fft::FftParams");
 
 struct FftComplex {
   float x, y;
