@@ -75,7 +75,11 @@ fn fft_chains() -> Vec<Vec<OpSpec>> {
         vec![u16.clone(), fft(1024, FftWindow::Hann, FftOutput::Magnitude, None)],
         vec![u16.clone(), fft(1000, FftWindow::Blackman, FftOutput::Power, None)],
         vec![u8, fft(37, FftWindow::Hamming, FftOutput::Magnitude, Some(1.0))],
-        vec![u12, OpSpec::Fir { taps: vec![0.25, 0.5, 0.25] }, fft(2, FftWindow::None, FftOutput::Power, None)],
+        vec![
+            u12,
+            OpSpec::Fir { taps: vec![0.25, 0.5, 0.25] },
+            fft(2, FftWindow::None, FftOutput::Power, None),
+        ],
         vec![u16, fft(65_536, FftWindow::Hann, FftOutput::Magnitude, None)],
     ]
 }
@@ -204,19 +208,24 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                 let graph = match mode {
                     Enqueue::Direct => None,
                     Enqueue::Captured => {
-                        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
+                        stream
+                            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                            .unwrap();
                         let enqueued = fragment.enqueue(&plan, &buffers, &target);
                         let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
                         enqueued.unwrap_or_else(|e| panic!("{label}: enqueueing under capture: {e}"));
                         let graph = graph.unwrap_or_else(|e| {
-                            panic!("{label}: ending the capture or instantiating the graph with cuFFT in it: {e}")
+                            panic!(
+                                "{label}: ending the capture or instantiating the graph with cuFFT in it: {e}"
+                            )
                         });
                         Some(graph.expect("the capture holds the chain's work"))
                     }
                 };
                 let mut cpu = CpuChain::new(&chain, max_frame).unwrap();
                 let mut raw = vec![0u8; max_frame];
-                for (i, len) in frame_lengths(max_frame, seed ^ max_frame as u64, 12).into_iter().enumerate() {
+                for (i, len) in frame_lengths(max_frame, seed ^ max_frame as u64, 12).into_iter().enumerate()
+                {
                     fill_frame(seed, i as u64, &mut raw[..len]);
                     upload(payload, &raw[..len]);
                     for b in &buffers {
@@ -235,14 +244,18 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                             .unwrap_or_else(|e| panic!("{label}: enqueueing: {e}")),
                         Some(g) => g.launch().unwrap_or_else(|e| panic!("{label}: launching the graph: {e}")),
                     }
-                    stream.synchronize().unwrap_or_else(|e| panic!("{label}, frame {i} ({len} B): a kernel faulted: {e}"));
+                    stream
+                        .synchronize()
+                        .unwrap_or_else(|e| panic!("{label}, frame {i} ({len} B): a kernel faulted: {e}"));
                     let want = cpu.run(&raw[..len]);
                     let what = format!("{label}, frame {i} ({len} B)");
                     let n = download::<FrameDesc>(frame_desc, 1)[0].n_samples as usize;
                     assert_eq!(n, want.output_len, "{what}: FrameDesc.n_samples after the fft");
                     let got: Vec<f32> = download(out.dptr, out.bytes / 4);
                     assert_spectrum(&what, &got[..n], cpu.output(&want));
-                    if let Some(j) = got[n..].iter().position(|v| v.to_bits() != u32::from_ne_bytes([POISON; 4])) {
+                    if let Some(j) =
+                        got[n..].iter().position(|v| v.to_bits() != u32::from_ne_bytes([POISON; 4]))
+                    {
                         panic!("{what}: wrote bin {} past the frame's {n} bins", n + j);
                     }
                     frames_checked += 1;
@@ -305,7 +318,8 @@ fn resident_loop_runs_unpack_fft_stats_like_the_host_chain() {
             assert!(!stages.iter().any(|n| n.starts_with("fused chain")), "{label}: fused: {stages:?}");
             let mut w = rings.frames.writer().unwrap();
             lp.launch().unwrap();
-            let lens = frame_lengths(max_frame, seed ^ max_frame as u64, if max_frame == MIB { 40 } else { 200 });
+            let lens =
+                frame_lengths(max_frame, seed ^ max_frame as u64, if max_frame == MIB { 40 } else { 200 });
             let mut out = Vec::new();
             for (i, &len) in lens.iter().enumerate() {
                 publish(&mut w, seed, i as u64, len).unwrap();

@@ -66,7 +66,8 @@ impl CufftPlan {
     /// `batch` transforms of rows of `n` reals, packed (`idist = n`), into
     /// rows of `n/2 + 1` complex values, packed. cuFFT must be present.
     fn r2c(n: u32, batch: u32) -> Result<Self, String> {
-        let as_int = |v: u32, what: &str| i32::try_from(v).map_err(|_| format!("{what} {v} is over cuFFT's limit"));
+        let as_int =
+            |v: u32, what: &str| i32::try_from(v).map_err(|_| format!("{what} {v} is over cuFFT's limit"));
         let (n, batch) = (as_int(n, "row length")?, as_int(batch, "batch")?);
         let (mut dims, mut inembed, mut onembed) = ([n], [n], [n / 2 + 1]);
         // SAFETY: the three arrays hold `rank` = 1 ints each and outlive the call;
@@ -174,7 +175,10 @@ impl FftOp {
             if !cufft_present() {
                 return Err(self.problem(CUFFT_MISSING));
             }
-            stream.context().bind_to_thread().map_err(|e| self.problem(format!("binding the context: {e}")))?;
+            stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| self.problem(format!("binding the context: {e}")))?;
             let plan = CufftPlan::r2c(self.params.n, self.params.max_rows).map_err(|e| self.problem(e))?;
             self.plan = Some(plan);
         }
@@ -213,7 +217,8 @@ impl GpuResidentOperator for FftOp {
         let (x, y) = (ctx.port("in")?, ctx.port("out")?);
         let (windowed, bins, rows) = (ctx.port("windowed")?, ctx.port("bins")?, ctx.port("rows")?);
         let batch = self.batch_floats();
-        let fits = windowed.bytes / 4 >= batch && bins.bytes / 8 >= self.max_output_samples() && rows.bytes >= 4;
+        let fits =
+            windowed.bytes / 4 >= batch && bins.bytes / 8 >= self.max_output_samples() && rows.bytes >= 4;
         if !fits {
             return Err(self.problem("a scratch port is smaller than the batch it was declared for"));
         }

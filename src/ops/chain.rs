@@ -38,7 +38,8 @@ impl CpuChain {
         validate_chain(ops)?;
         let OpSpec::Unpack { format, .. } = ops[0] else { unreachable!("validated") };
         let max_samples = format.samples_in(max_frame_bytes);
-        let ffts = ops.iter().map(|op| if let OpSpec::Fft(spec) = op { Some(FftPlan::new(spec)) } else { None });
+        let ffts =
+            ops.iter().map(|op| if let OpSpec::Fft(spec) = op { Some(FftPlan::new(spec)) } else { None });
         Ok(Self {
             ops: ops.to_vec(),
             a: vec![0.0; max_samples],

@@ -204,7 +204,10 @@ mod tests {
     }
 
     fn close(got: f32, want: f64, what: &str) {
-        assert!((f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0), "{what}: got {got}, want {want}");
+        assert!(
+            (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "{what}: got {got}, want {want}"
+        );
     }
 
     #[test]

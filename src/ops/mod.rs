@@ -225,7 +225,8 @@ mod tests {
         let text = "[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"fft\"\nn = 1024\n\
                     [[chain]]\nop = \"fft\"\nn = 6\nwindow = \"blackman\"\noutput = \"power\"\nscale = 2.0\n";
         let chain = toml::from_str::<Chain>(text).unwrap().chain;
-        let defaults = FftSpec { n: 1024, window: FftWindow::Hann, output: FftOutput::Magnitude, scale: None };
+        let defaults =
+            FftSpec { n: 1024, window: FftWindow::Hann, output: FftOutput::Magnitude, scale: None };
         assert_eq!(chain[1], OpSpec::Fft(defaults));
         let given = FftSpec { n: 6, window: FftWindow::Blackman, output: FftOutput::Power, scale: Some(2.0) };
         assert_eq!(chain[2], OpSpec::Fft(given));
@@ -235,8 +236,12 @@ mod tests {
 
         let errs = validate_chain(&[chain[1].clone()]).unwrap_err();
         assert_eq!(errs, vec![ChainError::MissingUnpack("fft")]);
-        let short = OpSpec::Fft(FftSpec { n: 1, window: FftWindow::None, output: FftOutput::Power, scale: None });
+        let short =
+            OpSpec::Fft(FftSpec { n: 1, window: FftWindow::None, output: FftOutput::Power, scale: None });
         let errs = validate_chain(&[chain[0].clone(), short]).unwrap_err();
-        assert_eq!(errs[0].to_string(), "chain[1].n: 1 samples per row; use a row length between 2 and 65536");
+        assert_eq!(
+            errs[0].to_string(),
+            "chain[1].n: 1 samples per row; use a row length between 2 and 65536"
+        );
     }
 }
