@@ -4,8 +4,9 @@
 //!
 //! - `spectrum_matches_the_cpu_bin_by_bin`: unpack → fft through the
 //!   fragment API, enqueued on a plain stream and captured into a CUDA graph
-//!   (as the executor does), every bin of fresh random frames compared with
-//!   the rustfft reference, outputs poisoned first;
+//!   (plan made before the capture, and, as the executor does it, during
+//!   it), every bin of fresh random frames compared with the rustfft
+//!   reference, outputs poisoned first;
 //! - `resident_loop_runs_unpack_fft_stats_like_the_host_chain`: the same
 //!   chains with stats in the persistent WHILE/IF graph (`CudaLoop`, what
 //!   `--backend cuda` runs), 8 KiB and 1 MiB frames, every result compared
@@ -174,8 +175,12 @@ fn assert_spectrum(what: &str, got: &[f32], want: &[f32]) {
 enum Enqueue {
     /// Each operator's work straight on the stream.
     Direct,
-    /// The work captured once into a graph (relaxed mode, as the executor
-    /// captures), the graph launched per frame.
+    /// The work enqueued once straight on the stream (so the cuFFT plan is
+    /// made outside a capture), then captured into a graph (relaxed mode,
+    /// as the executor captures) that is launched per frame.
+    CapturedAfterPlan,
+    /// As the executor does it: the first enqueue is captured, so the
+    /// cuFFT plan is made while the stream captures.
     Captured,
 }
 
@@ -189,7 +194,7 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
     let mut frames_checked = 0;
     for max_frame in [8 * KIB, MIB] {
         for chain in fft_chains() {
-            for mode in [Enqueue::Direct, Enqueue::Captured] {
+            for mode in [Enqueue::Direct, Enqueue::CapturedAfterPlan, Enqueue::Captured] {
                 let label = format!("{} over {max_frame} B frames, {mode:?}", describe(&chain));
                 let mut mem = Allocations(Vec::new());
                 let mut fragment = build_main_fragment(&chain, max_frame, ChainLayout::default())
@@ -207,13 +212,22 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                     EnqueueTarget { stream: &stream, frame_desc, chain_result, kernels: &rt.library };
                 let graph = match mode {
                     Enqueue::Direct => None,
-                    Enqueue::Captured => {
+                    Enqueue::CapturedAfterPlan | Enqueue::Captured => {
+                        if mode == Enqueue::CapturedAfterPlan {
+                            fragment.enqueue(&plan, &buffers, &target).unwrap();
+                            stream.synchronize().unwrap();
+                        }
                         stream
                             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                             .unwrap();
                         let enqueued = fragment.enqueue(&plan, &buffers, &target);
                         let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-                        enqueued.unwrap_or_else(|e| panic!("{label}: enqueueing under capture: {e}"));
+                        enqueued.unwrap_or_else(|e| {
+                            panic!(
+                                "{label}: enqueueing under capture: {e}\n(if CapturedAfterPlan passes, making \
+                                 the cuFFT plan while the stream captures is what fails: make it before the capture)"
+                            )
+                        });
                         let graph = graph.unwrap_or_else(|e| {
                             panic!(
                                 "{label}: ending the capture or instantiating the graph with cuFFT in it: {e}"
