@@ -41,7 +41,7 @@ fn gpu_ring_exports_as_dmabuf_and_registration_is_followed_until_it_needs_a_devi
     let info = frameloop::gpu::probe(0).expect("this test needs a usable GPU");
     let support = gpu_rdma_support(0).expect("device attributes");
     let ctx = frameloop::gpu::driver::open_context(0).expect("CUDA context");
-    let wanted = ring_bytes(64, 65536);
+    let wanted = ring_bytes(64, 65536).unwrap();
     let mem = DeviceRingMemory::alloc(&ctx, wanted).expect("cuMemAlloc of the ring");
     assert!(mem.len() >= wanted && mem.len().is_multiple_of(GPU_PAGE));
 
@@ -213,7 +213,8 @@ fn resident_loop_consumes_a_gpu_memory_ring_written_like_a_nic_does() {
         assert_eq!((word(12), word(16)), (ring.slot_stride() as u32, FRAME_BYTES as u32));
         assert_eq!(ring.try_sequences().unwrap(), RingSequences::default());
 
-        let results = ResultRing::new(Box::new(rt.mapped(result_ring_bytes(1024)).unwrap()), 1024);
+        let results =
+            ResultRing::new(Box::new(rt.mapped(result_ring_bytes(1024).unwrap()).unwrap()), 1024).unwrap();
         let rmem = results.memory();
         // SAFETY: the record area lies inside the mapping; nothing reads or writes it yet.
         unsafe {

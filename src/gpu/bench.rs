@@ -235,11 +235,13 @@ impl MappedRings {
         results: usize,
         policy: OverrunPolicy,
     ) -> Result<Self, GpuError> {
-        let fmem = rt.mapped(ring_bytes(slots, frame_bytes))?;
+        let too_large =
+            |what: &str| GpuError::Setup(format!("the {what} ring's size overflows; make it smaller"));
+        let fmem = rt.mapped(ring_bytes(slots, frame_bytes).ok_or_else(|| too_large("frame"))?)?;
         let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
             .map_err(|e| GpuError::Setup(e.to_string()))?;
-        let rmem = rt.mapped(result_ring_bytes(results))?;
-        let results = ResultRing::new(Box::new(rmem), results);
+        let rmem = rt.mapped(result_ring_bytes(results).ok_or_else(|| too_large("result"))?)?;
+        let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
         Ok(Self { frames, results })
     }
 }

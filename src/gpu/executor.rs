@@ -21,7 +21,7 @@ use crate::fragment::{
 };
 use crate::ops::OpSpec;
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
-use crate::ring::{FrameRing, ResultRing};
+use crate::ring::{FrameRing, ResultRing, ResultWriter};
 use cudarc::driver::{CudaContext, CudaStream};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -278,7 +278,9 @@ struct BoundPlan {
 pub struct ResidentExecutor {
     rt: Arc<GpuRuntime>,
     frame_ring: Arc<FrameRing>,
-    result_ring: Arc<ResultRing>,
+    /// The result ring's single writer, held while the device writes the ring
+    /// so that nothing on the host can push into it.
+    result_writer: ResultWriter,
     control: MappedMemory,
     state: DeviceBuffer,
     /// `params` in device memory, for kernels that publish the result.
@@ -330,6 +332,11 @@ impl ResidentExecutor {
         let results_dptr = result_ring.memory().device_ptr().ok_or(GpuError::Memory {
             what: "the result ring",
             why: "it is in plain host memory; allocate it with GpuRuntime::mapped".into(),
+        })?;
+        let result_writer = result_ring.writer().ok_or_else(|| {
+            GpuError::Setup(
+                "the result ring's writer is already taken; the GPU loop must be its only producer".into(),
+            )
         })?;
         let ctx = Arc::clone(&rt.ctx);
         let control = MappedMemory::alloc(&ctx, std::mem::size_of::<LoopControl>())?;
@@ -390,7 +397,7 @@ impl ResidentExecutor {
             slot_stride: frame_ring.slot_stride() as u32,
             payload_capacity: frame_ring.payload_capacity() as u32,
             policy: frame_ring.policy().code(),
-            result_capacity: result_ring.capacity() as u32,
+            result_capacity: result_ring.slots() as u32,
             host_driven: u32::from(opts.host_driven),
             sync_with_host: u32::from(cfg.sync_with_host),
             chain_flags,
@@ -418,7 +425,7 @@ impl ResidentExecutor {
         let mut ex = Self {
             rt,
             frame_ring,
-            result_ring,
+            result_writer,
             control,
             state,
             params_dev,
@@ -688,7 +695,7 @@ impl ResidentExecutor {
         let consumed = self.frame_ring.consumed();
         let st = DeviceLoopState {
             last_claimed: consumed,
-            result_seq: self.result_ring.head(),
+            result_seq: self.result_writer.ring().head(),
             ..Default::default()
         };
         // SAFETY: DeviceLoopState is plain old data (integers, floats, padding zeroed by Default).

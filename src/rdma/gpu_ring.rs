@@ -32,7 +32,11 @@ impl GpuFrameRing {
         payload_capacity: usize,
         policy: OverrunPolicy,
     ) -> Result<Self, GpuError> {
-        let mem = DeviceRingMemory::alloc(ctx, ring_bytes(slot_count, payload_capacity))?;
+        let bytes = ring_bytes(slot_count, payload_capacity).ok_or_else(|| GpuError::Memory {
+            what: "the GPU frame ring",
+            why: "ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into(),
+        })?;
+        let mem = DeviceRingMemory::alloc(ctx, bytes)?;
         let export = mem.export_dmabuf();
         let region = mem.region(&export);
         let ring = FrameRing::new(Box::new(mem), slot_count, payload_capacity, policy).map_err(|e| {

@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn host_rings_register_as_host_memory_at_their_host_address() {
-        let mem = HostMemory::new(ring_bytes(4, 64)).unwrap();
+        let mem = HostMemory::new(ring_bytes(4, 64).unwrap()).unwrap();
         let addr = mem.as_ptr() as u64;
         let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
         assert!(matches!(ring_region(&ring), RingRegion::Host { addr: a, .. } if a == addr));
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn device_rings_register_as_gpu_memory_at_their_device_address() {
-        let len = ring_bytes(4, 64);
+        let len = ring_bytes(4, 64).unwrap();
         let mem = FakeDeviceMemory::new(len, 0x7f00_0040_0000);
         let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
         match ring_region(&ring) {
