@@ -24,6 +24,8 @@ use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
 use crate::ring::{FrameRing, ResultRing, ResultWriter};
 use cudarc::driver::{CudaContext, CudaStream};
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -275,7 +277,68 @@ struct BoundPlan {
 }
 
 /// The executor of one fragment over one frame ring and one result ring.
+///
+/// Dropping it tears a running loop down (bounded), then frees what the
+/// device used, unless the device is wedged (a tear-down timed out or a
+/// fault was seen): then everything the device may still touch (graphs,
+/// device buffers, the control block, the rings' mapped memory, the context)
+/// is leaked with a warning, because freeing it could block forever or let
+/// the device write into freed memory.
 pub struct ResidentExecutor {
+    /// Invariant: initialised from `new` until `drop` takes it.
+    core: ManuallyDrop<ExecutorCore>,
+}
+
+impl std::ops::Deref for ResidentExecutor {
+    type Target = ExecutorCore;
+    fn deref(&self) -> &ExecutorCore {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for ResidentExecutor {
+    fn deref_mut(&mut self) -> &mut ExecutorCore {
+        &mut self.core
+    }
+}
+
+impl ResidentExecutor {
+    /// Builds the executor. `workload` is the main fragment (its registered
+    /// data-ready handler fragment, if any, replaces the built-in one);
+    /// `chain_flags` says which result fields the workload fills. Takes the
+    /// result ring's writer and keeps it: the GPU is the only producer.
+    pub fn new(
+        rt: Arc<GpuRuntime>,
+        workload: Fragment,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain_flags: u32,
+        opts: ExecutorOptions,
+    ) -> Result<Self, GpuError> {
+        let core = ExecutorCore::new(rt, workload, frame_ring, result_ring, chain_flags, opts)?;
+        Ok(Self { core: ManuallyDrop::new(core) })
+    }
+}
+
+impl Drop for ResidentExecutor {
+    fn drop(&mut self) {
+        self.core.stop_for_drop();
+        // SAFETY: `core` is initialised (field invariant) and this is its only
+        // take; `self.core` is not used again.
+        let core = unsafe { ManuallyDrop::take(&mut self.core) };
+        if core.is_wedged() {
+            tracing::warn!(
+                "the GPU stopped answering: leaking the loop's graphs, device buffers and ring memory instead of freeing them"
+            );
+            std::mem::forget(core);
+        } else {
+            drop(core);
+        }
+    }
+}
+
+/// What a [`ResidentExecutor`] owns and does (reached through it).
+pub struct ExecutorCore {
     rt: Arc<GpuRuntime>,
     frame_ring: Arc<FrameRing>,
     /// The result ring's single writer, held while the device writes the ring
@@ -311,13 +374,13 @@ pub struct ResidentExecutor {
     launched: bool,
     /// The terminal outcome once the loop stopped (by tear-down, timeout or fault).
     finished: Option<Result<(), String>>,
+    /// Set when a tear-down timed out or a fault was seen: the device may
+    /// still touch this executor's memory, and freeing it may block.
+    wedged: AtomicBool,
 }
 
-impl ResidentExecutor {
-    /// Builds the executor. `workload` is the main fragment (its registered
-    /// data-ready handler fragment, if any, replaces the built-in one);
-    /// `chain_flags` says which result fields the workload fills.
-    pub fn new(
+impl ExecutorCore {
+    fn new(
         rt: Arc<GpuRuntime>,
         workload: Fragment,
         frame_ring: Arc<FrameRing>,
@@ -446,6 +509,7 @@ impl ResidentExecutor {
             _graph: None,
             launched: false,
             finished: None,
+            wedged: AtomicBool::new(false),
             opts,
         };
         let mut programmatic = ex.opts.programmatic_edges;
@@ -815,6 +879,7 @@ impl ResidentExecutor {
 
     /// Names the stage a failed run was in, from the marker the GPU left.
     fn fault(&self, e: GpuError) -> GpuError {
+        self.wedged.store(true, Ordering::Relaxed);
         let c = self.control();
         // Without markers the frame is still known: the handler stores the
         // claimed sequence into the ring header before the workload runs.
@@ -864,6 +929,7 @@ impl ResidentExecutor {
                 Ok(true) => break,
                 Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
                 Ok(false) => {
+                    self.wedged.store(true, Ordering::Relaxed);
                     let waited_ms = self.opts.tear_down_wait.as_millis() as u64;
                     return Err(GpuError::TearDownTimeout {
                         waited_ms,
@@ -882,14 +948,32 @@ impl ResidentExecutor {
     }
 }
 
-impl Drop for ResidentExecutor {
-    fn drop(&mut self) {
+impl ExecutorCore {
+    /// True once a tear-down timed out or a fault was seen: the device may
+    /// still touch the loop's memory. The process should exit non-zero (a
+    /// faulted CUDA context cannot be used again); dropping the executor
+    /// then leaks instead of freeing.
+    pub fn is_wedged(&self) -> bool {
+        self.wedged.load(Ordering::Relaxed)
+    }
+
+    /// What dropping does first: tears a running resident loop down (bounded;
+    /// a timeout marks the executor wedged), unless it is wedged already
+    /// (a second wait would time out again). Never panics.
+    fn stop_for_drop(&mut self) {
         if self.launched
+            && !self.is_wedged()
             && self.opts.style == LaunchStyle::Resident
             && let Err(e) = self.tear_down()
         {
             tracing::warn!("tearing the resident loop down on drop: {e}");
         }
+    }
+}
+
+/// Runs only when the device is not wedged (see [`ResidentExecutor`]).
+impl Drop for ExecutorCore {
+    fn drop(&mut self) {
         // The graphs go first, on a thread where the context is current and
         // while `rt` (and with it the context) is certainly alive: the other
         // fields drop in declaration order, `rt` first.
@@ -989,6 +1073,9 @@ impl ResidentLoop for CudaLoop {
             return Err(BackendError::AlreadyLaunched);
         }
         self.exec.launch().map_err(backend_error)
+    }
+    fn is_wedged(&self) -> bool {
+        self.exec.is_wedged()
     }
     fn is_launched(&self) -> bool {
         self.exec.launched && driver::stream_done(&self.exec.run_stream).is_ok_and(|done| !done)
