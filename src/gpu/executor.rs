@@ -450,10 +450,10 @@ impl ExecutorCore {
             results: results_dptr,
             ctl: control.dptr(),
             st: state.dptr(),
-            poll_budget_ns: cfg.poll_budget_us * 1000,
+            poll_budget_ns: cfg.poll_budget_us.saturating_mul(1000),
             poll_interval_ns: cfg.poll_interval_ns,
-            sleep_ns: cfg.data_not_ready_sleep_interval_us * 1000,
-            timeout_ns: cfg.timeout_ms * 1_000_000,
+            sleep_ns: cfg.data_not_ready_sleep_interval_us.saturating_mul(1000),
+            timeout_ns: cfg.timeout_ms.saturating_mul(1_000_000),
             if_handle: 0,
             while_handle: 0,
             slot_count: frame_ring.slot_count() as u32,
@@ -919,15 +919,18 @@ impl ExecutorCore {
             return Ok(self.stats());
         }
         self.control().tear_down.store(1);
-        let deadline = Instant::now()
-            + self.opts.tear_down_wait
-            + Duration::from_micros(
-                self.opts.loop_cfg.poll_budget_us + self.opts.loop_cfg.data_not_ready_sleep_interval_us,
-            );
+        // Saturating: the waits come from the config and must not overflow.
+        let grace = self.opts.tear_down_wait.saturating_add(Duration::from_micros(
+            self.opts
+                .loop_cfg
+                .poll_budget_us
+                .saturating_add(self.opts.loop_cfg.data_not_ready_sleep_interval_us),
+        ));
+        let started = Instant::now();
         loop {
             match driver::stream_done(&self.run_stream) {
                 Ok(true) => break,
-                Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
+                Ok(false) if started.elapsed() < grace => std::thread::sleep(Duration::from_micros(50)),
                 Ok(false) => {
                     self.wedged.store(true, Ordering::Relaxed);
                     let waited_ms = self.opts.tear_down_wait.as_millis() as u64;
