@@ -7,13 +7,12 @@
 //! loop, and a persistent-kernel round-trip floor.
 
 use super::driver::{self, LaunchDims};
-use super::executor::{
-    ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
-    chain_fragment, chain_fragment_with,
-};
+use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::fused::{FusedChain, plan_fusion};
+use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
+use super::runtime::GpuRuntime;
 use super::{GpuError, MappedMemory};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::config::{FusedChainMode, LoopConfig};
@@ -449,7 +448,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
-    let limit = super::executor::fused_shared_limit(&rt)?;
+    let limit = fused_shared_limit(&rt)?;
     let auto = plan_fusion(&o.chain, o.frame_bytes, FusedChainMode::Auto, false, limit);
     let default_mode = match &auto {
         Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },

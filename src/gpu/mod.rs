@@ -10,23 +10,28 @@
 pub mod bench;
 pub mod clock;
 pub mod control;
+mod cuda_loop;
 pub mod driver;
 pub mod executor;
 pub mod fused;
+mod graph;
 pub mod kernel_sources;
 pub mod library;
 pub mod mapped;
 pub mod nvrtc;
 pub mod operators;
+mod runtime;
 pub mod sources;
 
 use cudarc::driver::sys;
 use thiserror::Error;
 
 pub use control::LoopControl;
-pub use executor::{CudaLoop, ResidentExecutor};
+pub use cuda_loop::CudaLoop;
+pub use executor::{ExecutorCore, ResidentExecutor};
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
+pub use runtime::GpuRuntime;
 
 /// Errors of the CUDA backend, each saying how to fix the problem.
 #[derive(Debug, Error)]
