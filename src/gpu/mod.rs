@@ -11,6 +11,8 @@ pub mod bench;
 pub mod clock;
 pub mod control;
 mod cuda_loop;
+pub mod device_copy;
+pub mod device_memory;
 pub mod driver;
 pub mod executor;
 pub mod fused;

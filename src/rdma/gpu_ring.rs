@@ -3,9 +3,10 @@
 //! dma-buf export of that memory, which must stay open until the ring is
 //! registered with the NIC.
 
-use super::dmabuf::DeviceRingMemory;
+use super::dmabuf::device_region;
 use super::plan::RingRegion;
 use crate::gpu::GpuError;
+use crate::gpu::device_memory::DeviceRingMemory;
 use crate::ring::layout::ring_bytes;
 use crate::ring::{FrameRing, OverrunPolicy};
 use cudarc::driver::CudaContext;
@@ -38,7 +39,7 @@ impl GpuFrameRing {
         })?;
         let mem = DeviceRingMemory::alloc(ctx, bytes)?;
         let export = mem.export_dmabuf();
-        let region = mem.region(&export);
+        let region = device_region(&mem, &export);
         let ring = FrameRing::new(Box::new(mem), slot_count, payload_capacity, policy).map_err(|e| {
             GpuError::Memory {
                 what: "the GPU frame ring",

@@ -9,14 +9,13 @@
 //! - [`plan`]: the transport decision through the [`Verbs`] trait.
 //! - `verbs` (feature `rdma`): the sideway implementation of [`Verbs`] and
 //!   the listening [`RdmaEndpoint`].
-//! - [`dmabuf`]: GPU ring memory (`cuMemAlloc`) exported as a dma-buf, a
-//!   device-only ring memory whose host access is [`device_copy`]'s copies.
+//! - [`dmabuf`]: the registration region of GPU ring memory
+//!   ([`crate::gpu::device_memory`]) with its dma-buf, and GPUDirect RDMA support.
 //! - [`gpu_ring`]: the frame ring in GPU memory with its dma-buf export.
 //! - [`placement`]: which memory the frame ring goes in for a backend and transport.
 //! - `sender` (feature `rdma`): the sensor emulator behind `frameloop send --transport rdma`.
 
 pub mod config;
-pub mod device_copy;
 pub mod dmabuf;
 pub mod gpu_ring;
 pub mod placement;

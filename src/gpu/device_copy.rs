@@ -8,7 +8,7 @@
 //! Layering: [`raw`] turns the driver calls into `Result`s, [`CopyStream`]
 //! is the safe owner that bounds every copy to one device allocation.
 
-use crate::gpu::{GpuError, MappedMemory};
+use super::{GpuError, MappedMemory};
 use crate::ring::RingMemory;
 use crate::ring::memory::{CopyError, check_copy_bounds};
 use cudarc::driver::CudaContext;
