@@ -172,6 +172,10 @@ impl FrameRing {
             return Err(RingError::BadCapacity(payload_capacity));
         }
         let too_large = RingError::TooLarge { slots: slot_count, slot_bytes: payload_capacity };
+        // The header stores the slot count as a u32.
+        if u32::try_from(slot_count).is_err() {
+            return Err(too_large);
+        }
         let (Some(needed), Some(stride)) =
             (ring_bytes(slot_count, payload_capacity), slot_stride(payload_capacity))
         else {
@@ -685,6 +689,16 @@ mod tests {
         assert!(matches!(
             FrameRing::new(Box::new(mem), 1, 64, OverrunPolicy::Every),
             Err(RingError::TooFewSlots(1))
+        ));
+        let mem = HostMemory::new(1 << 20).unwrap();
+        let err = FrameRing::new(Box::new(mem), usize::MAX / 2, 64, OverrunPolicy::Every).err().unwrap();
+        assert!(matches!(err, RingError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("ring.slots"), "{err}");
+        let mem = HostMemory::new(1 << 20).unwrap();
+        let slots = u32::MAX as usize + 1;
+        assert!(matches!(
+            FrameRing::new(Box::new(mem), slots, 1, OverrunPolicy::Every),
+            Err(RingError::TooLarge { .. })
         ));
     }
 }
