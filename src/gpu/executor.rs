@@ -531,15 +531,14 @@ impl ExecutorCore {
         GpuError::StageFault { stage: name, ring_seq: seq, error: e.to_string() }
     }
 
-    /// Stops the loop: raises tear-down and waits (bounded) for the graph to
-    /// finish. Always returns; reports a fault, a timeout or a wedged GPU.
+    /// Stops the loop: raises tear-down (resident style) and waits, bounded,
+    /// for the queued work to finish. Always returns; reports a fault, or a
+    /// timeout (a wedged GPU). Either marks the executor wedged.
     pub fn tear_down(&mut self) -> Result<LoopStats, GpuError> {
-        if self.opts.style != LaunchStyle::Resident {
-            self.launched = false;
-            driver::stream_sync(&self.run_stream).map_err(|e| self.fault(e))?;
-            return Ok(self.stats());
+        let resident = self.opts.style == LaunchStyle::Resident;
+        if resident {
+            self.control().tear_down.store(1);
         }
-        self.control().tear_down.store(1);
         // Saturating: the waits come from the config and must not overflow.
         let grace = self.opts.tear_down_wait.saturating_add(Duration::from_micros(
             self.opts
@@ -547,28 +546,60 @@ impl ExecutorCore {
                 .poll_budget_us
                 .saturating_add(self.opts.loop_cfg.data_not_ready_sleep_interval_us),
         ));
-        let started = Instant::now();
-        loop {
-            match driver::stream_done(&self.run_stream) {
-                Ok(true) => break,
-                Ok(false) if started.elapsed() < grace => std::thread::sleep(Duration::from_micros(50)),
-                Ok(false) => {
-                    self.wedged.store(true, Ordering::Relaxed);
-                    let waited_ms = self.opts.tear_down_wait.as_millis() as u64;
-                    return Err(GpuError::TearDownTimeout {
-                        waited_ms,
-                        stage: self.control().stage.load().to_string(),
-                    });
+        let run_stream = Arc::clone(&self.run_stream);
+        let wait = wait_for_stream(grace, || driver::stream_done(&run_stream));
+        if wait.means_wedged() {
+            self.wedged.store(true, Ordering::Relaxed);
+        }
+        match wait {
+            StreamWait::Finished => {
+                self.launched = false;
+                if resident {
+                    self.finished = Some(Ok(()));
                 }
-                Err(e) => {
-                    self.launched = false;
-                    return Err(self.fault(e));
-                }
+                Ok(self.stats())
+            }
+            StreamWait::TimedOut => Err(GpuError::TearDownTimeout {
+                waited_ms: u64::try_from(self.opts.tear_down_wait.as_millis()).unwrap_or(u64::MAX),
+                stage: self.control().stage.load().to_string(),
+            }),
+            StreamWait::Failed(e) => {
+                self.launched = false;
+                Err(self.fault(e))
             }
         }
-        self.launched = false;
-        self.finished = Some(Ok(()));
-        Ok(self.stats())
+    }
+}
+
+/// How a bounded wait for the loop's stream ended.
+#[derive(Debug)]
+enum StreamWait {
+    /// Everything queued finished.
+    Finished,
+    /// Still running after the grace period: the device stopped answering.
+    TimedOut,
+    /// The stream reported an error (a fault: the context is unusable).
+    Failed(GpuError),
+}
+
+impl StreamWait {
+    /// A timeout or a fault: the device may still touch the loop's memory.
+    fn means_wedged(&self) -> bool {
+        !matches!(self, StreamWait::Finished)
+    }
+}
+
+/// Polls `done` (a non-blocking stream query) until it says finished, fails,
+/// or `grace` has passed; never blocks on the device itself.
+fn wait_for_stream(grace: Duration, mut done: impl FnMut() -> Result<bool, GpuError>) -> StreamWait {
+    let started = Instant::now();
+    loop {
+        match done() {
+            Ok(true) => return StreamWait::Finished,
+            Ok(false) if started.elapsed() < grace => std::thread::sleep(Duration::from_micros(50)),
+            Ok(false) => return StreamWait::TimedOut,
+            Err(e) => return StreamWait::Failed(e),
+        }
     }
 }
 
@@ -581,13 +612,13 @@ impl ExecutorCore {
         self.wedged.load(Ordering::Relaxed)
     }
 
-    /// What dropping does first: tears a running resident loop down (bounded;
-    /// a timeout marks the executor wedged), unless it is wedged already
-    /// (a second wait would time out again). Never panics.
+    /// What dropping does first: tears a launched loop down (bounded: a
+    /// timeout marks the executor wedged; for the per-frame styles this waits
+    /// for the queued frames), unless it is wedged already (a second wait
+    /// would time out again). Never panics.
     fn stop_for_drop(&mut self) {
         if self.launched
             && !self.is_wedged()
-            && self.opts.style == LaunchStyle::Resident
             && let Err(e) = self.tear_down()
         {
             tracing::warn!("tearing the resident loop down on drop: {e}");
@@ -609,5 +640,40 @@ impl Drop for ExecutorCore {
         }
         drop(self.exec.take());
         drop(self._graph.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_never_finishes_times_out_within_the_grace_and_means_wedged() {
+        let grace = Duration::from_millis(30);
+        let started = Instant::now();
+        let mut polls = 0;
+        let wait = wait_for_stream(grace, || {
+            polls += 1;
+            Ok(false)
+        });
+        assert!(matches!(wait, StreamWait::TimedOut), "{wait:?}");
+        assert!(wait.means_wedged());
+        assert!(started.elapsed() >= grace && started.elapsed() < Duration::from_secs(2));
+        assert!(polls > 1, "polled, not blocked");
+    }
+
+    #[test]
+    fn a_fault_while_waiting_means_wedged_and_a_finished_stream_does_not() {
+        let fault = wait_for_stream(Duration::from_secs(5), || {
+            Err(GpuError::Setup("CUDA_ERROR_ILLEGAL_ADDRESS".into()))
+        });
+        assert!(matches!(fault, StreamWait::Failed(_)) && fault.means_wedged(), "{fault:?}");
+        let mut polls = 0;
+        let finished = wait_for_stream(Duration::from_secs(5), || {
+            polls += 1;
+            Ok(polls == 3)
+        });
+        assert!(matches!(finished, StreamWait::Finished) && !finished.means_wedged(), "{finished:?}");
+        assert_eq!(polls, 3);
     }
 }
