@@ -5,7 +5,7 @@
 //! sequence words, so nothing here may wait for the whole device (no
 //! `cuCtxSynchronize`, no synchronous `cuMemcpy` on the legacy stream).
 //!
-//! Layering: [`raw`] turns the driver calls into `Result`s, [`CopyStream`]
+//! Layering: `raw` turns the driver calls into `Result`s, [`CopyStream`]
 //! is the safe owner that bounds every copy to one device allocation.
 
 use super::{GpuError, MappedMemory};

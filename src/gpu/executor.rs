@@ -50,7 +50,7 @@ pub enum LaunchStyle {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutorOptions {
     pub loop_cfg: LoopConfig,
-    /// The host calls [`ResidentExecutor::data_ready`] for each frame instead of
+    /// The host calls [`ExecutorCore::data_ready`] for each frame instead of
     /// the handler watching the ring head on its own.
     pub host_driven: bool,
     /// Marker kernels before every operator, so a fault names its stage

@@ -3,9 +3,12 @@
 //! and the persistent WHILE/IF graph that runs the operator chain per frame.
 //!
 //! Layering: [`driver`] wraps raw `cudarc::driver::sys` calls in RAII types
-//! (the only place with graph/conditional/mapped-memory `unsafe`), [`nvrtc`]
-//! and [`library`] compile and load kernels, [`executor`] builds and runs the
-//! resident loop on top of them.
+//! (the only place with graph/conditional/mapped-memory `unsafe`), with
+//! [`device_copy`] (non-synchronising copies) and [`device_memory`]
+//! (device-only ring memory) beside it; [`nvrtc`] and [`library`] compile
+//! and load kernels; on top, the runtime (an opened GPU), graph building,
+//! [`executor`] (run control: launch, tear-down, drop) and [`CudaLoop`]
+//! (the loop as the appliance sees it).
 
 pub mod bench;
 pub mod clock;
