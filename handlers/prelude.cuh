@@ -48,6 +48,10 @@ FL_DEVICE void fl_store_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// System-scope release fence: stores before it are visible to the host
+// before any store after it.
+FL_DEVICE void fl_fence_release_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
 // System-scope relaxed store.
 FL_DEVICE void fl_store_relaxed_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

@@ -230,7 +230,7 @@ struct LoopParams {
   uint32_t slot_stride;
   uint32_t payload_capacity;
   uint32_t policy;
-  uint32_t result_capacity;
+  uint32_t result_capacity;    // record slots of the result ring (capacity + 1)
   uint32_t host_driven;        // 1: wait for LoopControl::data_ready from the host
   uint32_t sync_with_host;     // 1: __threadfence_system before raising result-ready
   uint32_t chain_flags;        // FL_RESULT_HAS_* of the chain
@@ -260,7 +260,8 @@ FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
 
 // Publishes result `seq`: builds the ResultRecord from the slot header copy
 // `s`, the frame descriptor `d` and the chain result `c`, writes it into the
-// mapped result ring, releases the result head (the only ordering the host
+// mapped result ring (after a fence ordering the previous head before it, the
+// protocol of src/ring/result_ring.rs), releases the result head (the only ordering the host
 // waits on), then hands the slot back to the writer and raises result-ready.
 // Run by one thread.
 FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
@@ -292,7 +293,14 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
   for (int i = 0; i < 6; ++i) r._reserved[i] = 0;
   r.done_ns = fl_globaltimer();
 
+  // p.result_capacity is the ring's slot count: one more than the results the
+  // host reader may lag, so it never accepts the slot being rewritten here.
   ResultRecord* slot = (ResultRecord*)((char*)p.results + FL_RESULTS_OFFSET) + (seq - 1) % p.result_capacity;
+  // The host reader trusts a copy of record s only while the head it reads
+  // afterwards is below s + capacity (= seq - 1 for this rewrite of s's slot):
+  // so the release of head seq - 1 must be visible before any store below.
+  // The fence is cheap here: those stores were issued a whole frame ago.
+  fl_fence_release_sys();
   // Twelve 16-byte stores; the release store of the head below orders them.
   const uint4* from = (const uint4*)&r;
   uint4* to = (uint4*)slot;

@@ -74,4 +74,10 @@ pub trait ResidentLoop: Send {
     /// Stops the loop and waits for it; always terminates. Returns the final
     /// counters, or the error that stopped the loop earlier.
     fn tear_down(&mut self) -> Result<LoopStats, BackendError>;
+    /// True once the loop's device stopped answering (a tear-down timed out
+    /// or a fault was seen): its memory is leaked rather than freed on drop,
+    /// and the process should exit non-zero. Always false for the host loop.
+    fn is_wedged(&self) -> bool {
+        false
+    }
 }

@@ -137,12 +137,16 @@ impl RingConfig {
         check_range(problems, "ring.slots", self.slots, 2, 65536);
         check_range(problems, "ring.slot_bytes", self.slot_bytes, 1, 1 << 30);
         check_range(problems, "ring.results", self.results, 16, 1 << 20);
-        let total = crate::ring::layout::ring_bytes(self.slots.max(2), self.slot_bytes.max(1));
-        if total > 16 << 30 {
-            problems.push(ConfigProblem::new(
+        match crate::ring::layout::ring_bytes(self.slots.max(2), self.slot_bytes.max(1)) {
+            Some(total) if total <= 16 << 30 => {}
+            Some(total) => problems.push(ConfigProblem::new(
                 "ring.slots",
                 format!("ring.slots x ring.slot_bytes needs {total} bytes (over 16 GiB); use fewer or smaller slots"),
-            ));
+            )),
+            None => problems.push(ConfigProblem::new(
+                "ring.slots",
+                "ring.slots x ring.slot_bytes overflows the address space; use fewer or smaller slots",
+            )),
         }
     }
 }

@@ -14,7 +14,7 @@ use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::operators::UnpackOp;
 use frameloop::ops::SampleFormat;
 use frameloop::ring::OverrunPolicy;
-use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_returns};
+use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_and_drop_return};
 use std::sync::Arc;
 
 /// Test-only operator whose kernel writes to an illegal address once the
@@ -65,5 +65,5 @@ fn a_fault_names_its_stage() {
     let message = run_into_fault_at_third_frame(&mut ex, &mut w);
     assert!(message.contains("stage faulty"), "{message}");
     assert!(message.contains("ring sequence 3"), "{message}");
-    tear_down_returns(&mut ex);
+    tear_down_and_drop_return(ex);
 }

@@ -12,7 +12,7 @@ use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::default_chain;
 use frameloop::ring::OverrunPolicy;
-use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_returns};
+use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_and_drop_return};
 use std::sync::Arc;
 
 #[test]
@@ -41,5 +41,5 @@ fn a_fault_in_the_fused_chain_names_it_and_the_frame() {
     assert!(message.contains("loop.fused_chain = \"off\""), "{message}");
     assert!(message.contains("ring sequence 3"), "{message}");
     assert_eq!(ex.results_published(), 2, "the faulting frame published nothing");
-    tear_down_returns(&mut ex);
+    tear_down_and_drop_return(ex);
 }

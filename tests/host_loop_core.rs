@@ -26,15 +26,20 @@ struct Rig {
 }
 
 fn rig(policy: OverrunPolicy, config: LoopConfig, trigger: Trigger) -> Rig {
-    let frames =
-        FrameRing::new(Box::new(HostMemory::new(ring_bytes(8, CAPACITY)).unwrap()), 8, CAPACITY, policy)
-            .unwrap();
-    let result_ring = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(64)).unwrap()), 64);
+    let frames = FrameRing::new(
+        Box::new(HostMemory::new(ring_bytes(8, CAPACITY).unwrap()).unwrap()),
+        8,
+        CAPACITY,
+        policy,
+    )
+    .unwrap();
+    let result_ring =
+        ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(64).unwrap()).unwrap()), 64).unwrap();
     let control = LoopControl::new();
     let chain = CpuChain::new(&default_chain(), CAPACITY).unwrap();
     let core = LoopCore::new(
         frames.reader().unwrap(),
-        Arc::clone(&result_ring),
+        result_ring.writer().unwrap(),
         chain,
         config,
         trigger,
@@ -281,14 +286,19 @@ fn data_ready_in_ring_mode_and_skipped_driver_calls_do_not_lose_frames() {
 
 #[test]
 fn chains_without_reductions_leave_the_result_flags_clear() {
-    let frames =
-        FrameRing::new(Box::new(HostMemory::new(ring_bytes(2, 64)).unwrap()), 2, 64, OverrunPolicy::Every)
-            .unwrap();
-    let results = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16)).unwrap()), 16);
+    let frames = FrameRing::new(
+        Box::new(HostMemory::new(ring_bytes(2, 64).unwrap()).unwrap()),
+        2,
+        64,
+        OverrunPolicy::Every,
+    )
+    .unwrap();
+    let results =
+        ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16).unwrap()).unwrap()), 16).unwrap();
     let ops = [OpSpec::Unpack { format: SampleFormat::U8, scale: 2.0, offset: 0.0 }];
     let mut core = LoopCore::new(
         frames.reader().unwrap(),
-        Arc::clone(&results),
+        results.writer().unwrap(),
         CpuChain::new(&ops, 64).unwrap(),
         LoopConfig::default(),
         Trigger::RingHead,

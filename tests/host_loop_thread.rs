@@ -18,13 +18,14 @@ const CAPACITY: usize = 4096;
 
 fn rings(slots: usize) -> (Arc<FrameRing>, Arc<ResultRing>) {
     let frames = FrameRing::new(
-        Box::new(HostMemory::new(ring_bytes(slots, CAPACITY)).unwrap()),
+        Box::new(HostMemory::new(ring_bytes(slots, CAPACITY).unwrap()).unwrap()),
         slots,
         CAPACITY,
         OverrunPolicy::Every,
     )
     .unwrap();
-    let results = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(1024)).unwrap()), 1024);
+    let results =
+        ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(1024).unwrap()).unwrap()), 1024).unwrap();
     (frames, results)
 }
 

@@ -20,7 +20,8 @@ const T0: u64 = 1_700_000_000_000_000_000;
 const SECOND: u64 = 1_000_000_000;
 
 fn result_ring(capacity: usize) -> Arc<ResultRing> {
-    ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(capacity)).unwrap()), capacity)
+    ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(capacity).unwrap()).unwrap()), capacity)
+        .unwrap()
 }
 
 /// A result sent at `sent`, each segment `step` ns long (wire .. done_to_seen).
@@ -96,12 +97,13 @@ fn read_log(bytes: &[u8]) -> (Vec<LogEntry<'_>>, Vec<LoggedInterval>) {
 #[test]
 fn sink_records_segments_counters_and_calls_back_for_each_result() {
     let ring = result_ring(64);
+    let mut producer = ring.writer().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen_in_callback = Arc::clone(&seen);
     let mut sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), 0)
         .with_callback(Box::new(move |r: &ResultRecord| seen_in_callback.lock().unwrap().push(r.frame_seq)));
     for frame in 1..=40 {
-        ring.push(&result(frame, T0 + frame * 1000, 2_000));
+        producer.push(&result(frame, T0 + frame * 1000, 2_000));
     }
     // Seen 2 µs after the last one was done.
     let seen_ns = T0 + 40 * 1000 + 4 * 2_000 + 2_000;
@@ -128,6 +130,7 @@ fn sink_records_segments_counters_and_calls_back_for_each_result() {
 #[test]
 fn sink_counts_lost_results_and_converts_the_gpu_clock() {
     let ring = result_ring(16);
+    let mut producer = ring.writer().unwrap();
     let offset: i64 = 5_000_000_000;
     let mut sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), offset);
     for frame in 1..=20 {
@@ -136,7 +139,7 @@ fn sink_counts_lost_results_and_converts_the_gpu_clock() {
         r.detect_ns -= offset as u64;
         r.done_ns -= offset as u64;
         r.result_flags = RESULT_GPU_CLOCK;
-        ring.push(&r);
+        producer.push(&r);
     }
     assert_eq!(sink.poll(T0 + 5_000), 16);
     let s = sink.summary();
@@ -151,13 +154,14 @@ fn sink_counts_lost_results_and_converts_the_gpu_clock() {
 #[test]
 fn interval_log_reads_back_with_every_tag_and_the_counts_per_interval() {
     let ring = result_ring(256);
+    let mut producer = ring.writer().unwrap();
     let buffer = SharedBuffer::default();
     let writer = IntervalLogWriter::new(Box::new(buffer.clone()) as Box<dyn Write + Send>, T0).unwrap();
     let mut sink =
         ResultSink::new(ResultReader::new(Arc::clone(&ring)), 0).with_interval_log(writer, SECOND, T0);
     // Interval 0: 10 results; interval 1: none; interval 2 (closed by finish): 5.
     for frame in 1..=10 {
-        ring.push(&result(frame, T0 + frame * 1000, 3_000));
+        producer.push(&result(frame, T0 + frame * 1000, 3_000));
     }
     sink.poll(T0 + SECOND / 2);
     sink.tick(T0 + SECOND / 2);
@@ -165,7 +169,7 @@ fn interval_log_reads_back_with_every_tag_and_the_counts_per_interval() {
     assert!(!header_only.contains("Tag="), "no interval written before it ends: {header_only}");
     sink.tick(T0 + 2 * SECOND + 1);
     for frame in 11..=15 {
-        ring.push(&result(frame, T0 + 2 * SECOND + frame * 1000, 3_000));
+        producer.push(&result(frame, T0 + 2 * SECOND + frame * 1000, 3_000));
     }
     sink.finish(T0 + 2 * SECOND + SECOND / 4).unwrap();
     assert!(!sink.logging());
@@ -202,6 +206,7 @@ fn result_thread_drains_live_results_and_writes_the_log_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("latency.hlog");
     let ring = result_ring(1024);
+    let mut producer = ring.writer().unwrap();
     let now = frameloop::clock::realtime_ns();
     let log = create_interval_log(&path, now).unwrap();
     let checked = Arc::new(Mutex::new(0u64));
@@ -215,7 +220,7 @@ fn result_thread_drains_live_results_and_writes_the_log_file() {
     let thread = ResultThread::spawn(sink, Duration::from_micros(100)).unwrap();
     for frame in 1..=300 {
         let sent = frameloop::clock::realtime_ns();
-        ring.push(&result(frame, sent, 1_000));
+        producer.push(&result(frame, sent, 1_000));
         if frame % 50 == 0 {
             std::thread::sleep(Duration::from_millis(30));
         }

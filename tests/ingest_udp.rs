@@ -32,7 +32,7 @@ struct Harness {
 
 impl Harness {
     fn start(cfg: UdpConfig) -> Self {
-        let mem = HostMemory::new(ring_bytes(64, SLOT_BYTES)).unwrap();
+        let mem = HostMemory::new(ring_bytes(64, SLOT_BYTES).unwrap()).unwrap();
         let ring = FrameRing::new(Box::new(mem), 64, SLOT_BYTES, OverrunPolicy::Every).unwrap();
         let reader = ring.reader().unwrap();
         let reassembler = Reassembler::new(cfg.reassembly.clone(), ring.writer().unwrap(), Arc::default());
@@ -295,7 +295,7 @@ fn sources_outside_the_allowlist_are_dropped() {
 #[test]
 fn bind_reports_a_bad_address_and_a_busy_port() {
     let reassembler = || {
-        let mem = HostMemory::new(ring_bytes(2, 64)).unwrap();
+        let mem = HostMemory::new(ring_bytes(2, 64).unwrap()).unwrap();
         let ring = FrameRing::new(Box::new(mem), 2, 64, OverrunPolicy::Every).unwrap();
         Reassembler::new(ReassemblyConfig::default(), ring.writer().unwrap(), Arc::default())
     };

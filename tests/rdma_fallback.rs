@@ -9,7 +9,7 @@ use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
 use std::sync::Arc;
 
 fn host_ring() -> Arc<FrameRing> {
-    let mem = HostMemory::new(ring_bytes(4, 4096)).unwrap();
+    let mem = HostMemory::new(ring_bytes(4, 4096).unwrap()).unwrap();
     FrameRing::new(Box::new(mem), 4, 4096, OverrunPolicy::Every).unwrap()
 }
 

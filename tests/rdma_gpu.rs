@@ -18,10 +18,11 @@ use frameloop::backend::ResidentLoop;
 use frameloop::config::LoopConfig;
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::fill_frame;
+use frameloop::gpu::device_memory::{DeviceRingMemory, GPU_PAGE};
 use frameloop::gpu::executor::GpuRuntime;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
-use frameloop::rdma::dmabuf::{DeviceRingMemory, GPU_PAGE, gpu_rdma_support};
+use frameloop::rdma::dmabuf::{device_region, gpu_rdma_support};
 use frameloop::rdma::remote::{
     ConsumerState, Credit, CreditWindow, HEAD_SEQ_OFFSET, RemoteFrame, RingDescriptor, trailer,
 };
@@ -41,7 +42,7 @@ fn gpu_ring_exports_as_dmabuf_and_registration_is_followed_until_it_needs_a_devi
     let info = frameloop::gpu::probe(0).expect("this test needs a usable GPU");
     let support = gpu_rdma_support(0).expect("device attributes");
     let ctx = frameloop::gpu::driver::open_context(0).expect("CUDA context");
-    let wanted = ring_bytes(64, 65536);
+    let wanted = ring_bytes(64, 65536).unwrap();
     let mem = DeviceRingMemory::alloc(&ctx, wanted).expect("cuMemAlloc of the ring");
     assert!(mem.len() >= wanted && mem.len().is_multiple_of(GPU_PAGE));
 
@@ -59,7 +60,7 @@ fn gpu_ring_exports_as_dmabuf_and_registration_is_followed_until_it_needs_a_devi
     } else {
         assert!(export.is_err(), "the GPU reports no dma-buf support, yet the export succeeded");
     }
-    let region = mem.region(&export);
+    let region = device_region(&mem, &export);
     let RingRegion::Device { dptr, len, .. } = &region else { panic!("a GPU ring is a device region") };
     assert_eq!((*dptr, *len), (mem.dptr(), mem.len()));
 
@@ -213,7 +214,8 @@ fn resident_loop_consumes_a_gpu_memory_ring_written_like_a_nic_does() {
         assert_eq!((word(12), word(16)), (ring.slot_stride() as u32, FRAME_BYTES as u32));
         assert_eq!(ring.try_sequences().unwrap(), RingSequences::default());
 
-        let results = ResultRing::new(Box::new(rt.mapped(result_ring_bytes(1024)).unwrap()), 1024);
+        let results =
+            ResultRing::new(Box::new(rt.mapped(result_ring_bytes(1024).unwrap()).unwrap()), 1024).unwrap();
         let rmem = results.memory();
         // SAFETY: the record area lies inside the mapping; nothing reads or writes it yet.
         unsafe {
@@ -315,7 +317,7 @@ fn resident_loop_consumes_a_gpu_memory_ring_written_like_a_nic_does() {
 #[test]
 #[ignore = "needs a GPU"]
 fn gpu_ring_copies_keep_order_and_cross_the_staging_size() {
-    use frameloop::rdma::device_copy::STAGING_BYTES;
+    use frameloop::gpu::device_copy::STAGING_BYTES;
     use frameloop::ring::{CopyError, DeviceCopies};
     let done = watchdog(Duration::from_secs(120));
     let ctx = frameloop::gpu::driver::open_context(0).expect("CUDA context");

@@ -16,7 +16,7 @@ fn settings(w: u32, h: u32) -> RtpSettings {
 
 fn setup(s: RtpSettings, slots: usize) -> (RtpAssembler, RingReader) {
     let cap = s.geometry.frame_bytes();
-    let mem = HostMemory::new(ring_bytes(slots, cap)).unwrap();
+    let mem = HostMemory::new(ring_bytes(slots, cap).unwrap()).unwrap();
     let ring = FrameRing::new(Box::new(mem), slots, cap, OverrunPolicy::Every).unwrap();
     let a = RtpAssembler::new(s, ring.writer().unwrap()).unwrap();
     (a, ring.reader().unwrap())
@@ -214,7 +214,7 @@ fn full_ring_drops_whole_frames() {
 #[test]
 fn geometry_larger_than_a_slot_is_refused_with_the_key_to_fix() {
     let s = settings(64, 8);
-    let mem = HostMemory::new(ring_bytes(2, 100)).unwrap();
+    let mem = HostMemory::new(ring_bytes(2, 100).unwrap()).unwrap();
     let ring = FrameRing::new(Box::new(mem), 2, 100, OverrunPolicy::Every).unwrap();
     let err = RtpAssembler::new(s, ring.writer().unwrap()).err().unwrap();
     assert!(err.to_string().contains("ring.slot_bytes"), "{err}");

@@ -40,7 +40,7 @@ fn stream(pattern: &str, frames: u32) -> (Vec<(u32, Vec<u8>)>, u64) {
     let cap = settings.geometry.frame_bytes();
     let slots = frames as usize + 2;
     let ring = FrameRing::new(
-        Box::new(HostMemory::new(ring_bytes(slots, cap)).unwrap()),
+        Box::new(HostMemory::new(ring_bytes(slots, cap).unwrap()).unwrap()),
         slots,
         cap,
         OverrunPolicy::Every,

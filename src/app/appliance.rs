@@ -150,8 +150,11 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend(cfg.backend)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
-        let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes);
-        let result_bytes = result_ring_bytes(cfg.ring.results);
+        let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {
+            AppError::Startup("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
+        })?;
+        let result_bytes = result_ring_bytes(cfg.ring.results)
+            .ok_or_else(|| AppError::Startup("ring.results is too large; lower it".into()))?;
 
         let transport = cfg.ingest.transport;
         let (frame_ring, result_ring, mut resident, plan, placement): (_, _, Box<dyn ResidentLoop>, _, _) =
@@ -160,7 +163,8 @@ impl Appliance {
                     let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
                         .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
                     let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
-                    let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results);
+                    let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)
+                        .map_err(|e| AppError::Startup(e.to_string()))?;
                     let lp = crate::gpu::CudaLoop::new(
                         Arc::clone(&rt),
                         Arc::clone(&fr),
@@ -587,7 +591,8 @@ fn make_rings(
 ) -> Result<(Arc<FrameRing>, Arc<ResultRing>), AppError> {
     let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
         .map_err(|e| AppError::Startup(e.to_string()))?;
-    Ok((fr, ResultRing::new(results, cfg.ring.results)))
+    let rr = ResultRing::new(results, cfg.ring.results).map_err(|e| AppError::Startup(e.to_string()))?;
+    Ok((fr, rr))
 }
 
 impl Report {

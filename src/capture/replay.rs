@@ -260,7 +260,10 @@ impl InProcessPipeline {
             None => setup.ring.slot_bytes,
         };
         let slots = setup.ring.slots.max(2);
-        let mem = HostMemory::new(ring_bytes(slots, slot_bytes)).map_err(|e| setup_err(e.to_string()))?;
+        let bytes = ring_bytes(slots, slot_bytes).ok_or_else(|| {
+            setup_err("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
+        })?;
+        let mem = HostMemory::new(bytes).map_err(|e| setup_err(e.to_string()))?;
         let ring = FrameRing::new(Box::new(mem), slots, slot_bytes, OverrunPolicy::Every)
             .map_err(|e| setup_err(e.to_string()))?;
         let writer = ring.writer().ok_or_else(|| setup_err("ring writer taken".into()))?;

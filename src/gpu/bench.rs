@@ -7,13 +7,12 @@
 //! loop, and a persistent-kernel round-trip floor.
 
 use super::driver::{self, LaunchDims};
-use super::executor::{
-    ControllerPlacement, ExecutorOptions, GpuRuntime, LaunchStyle, ResidentExecutor, chain_flags,
-    chain_fragment, chain_fragment_with,
-};
+use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::fused::{FusedChain, plan_fusion};
+use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
+use super::runtime::GpuRuntime;
 use super::{GpuError, MappedMemory};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::config::{FusedChainMode, LoopConfig};
@@ -235,11 +234,13 @@ impl MappedRings {
         results: usize,
         policy: OverrunPolicy,
     ) -> Result<Self, GpuError> {
-        let fmem = rt.mapped(ring_bytes(slots, frame_bytes))?;
+        let too_large =
+            |what: &str| GpuError::Setup(format!("the {what} ring's size overflows; make it smaller"));
+        let fmem = rt.mapped(ring_bytes(slots, frame_bytes).ok_or_else(|| too_large("frame"))?)?;
         let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
             .map_err(|e| GpuError::Setup(e.to_string()))?;
-        let rmem = rt.mapped(result_ring_bytes(results))?;
-        let results = ResultRing::new(Box::new(rmem), results);
+        let rmem = rt.mapped(result_ring_bytes(results).ok_or_else(|| too_large("result"))?)?;
+        let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
         Ok(Self { frames, results })
     }
 }
@@ -447,7 +448,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
-    let limit = super::executor::fused_shared_limit(&rt)?;
+    let limit = fused_shared_limit(&rt)?;
     let auto = plan_fusion(&o.chain, o.frame_bytes, FusedChainMode::Auto, false, limit);
     let default_mode = match &auto {
         Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },

@@ -98,6 +98,7 @@ pub struct LoopParams {
     pub slot_stride: u32,
     pub payload_capacity: u32,
     pub policy: u32,
+    /// Record slots of the result ring ([`crate::ring::ResultRing::slots`]).
     pub result_capacity: u32,
     pub host_driven: u32,
     pub sync_with_host: u32,

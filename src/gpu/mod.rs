@@ -3,31 +3,41 @@
 //! and the persistent WHILE/IF graph that runs the operator chain per frame.
 //!
 //! Layering: [`driver`] wraps raw `cudarc::driver::sys` calls in RAII types
-//! (the only place with graph/conditional/mapped-memory `unsafe`), [`nvrtc`]
-//! and [`library`] compile and load kernels, [`executor`] builds and runs the
-//! resident loop on top of them.
+//! (the only place with graph/conditional/mapped-memory `unsafe`), with
+//! [`device_copy`] (non-synchronising copies) and [`device_memory`]
+//! (device-only ring memory) beside it; [`nvrtc`] and [`library`] compile
+//! and load kernels; on top, the runtime (an opened GPU), graph building,
+//! [`executor`] (run control: launch, tear-down, drop) and [`CudaLoop`]
+//! (the loop as the appliance sees it).
 
 pub mod bench;
 pub mod clock;
 pub mod control;
+mod cuda_loop;
+pub mod device_copy;
+pub mod device_memory;
 pub mod driver;
 pub mod executor;
 pub mod fft;
 pub mod fused;
+mod graph;
 pub mod kernel_sources;
 pub mod library;
 pub mod mapped;
 pub mod nvrtc;
 pub mod operators;
+mod runtime;
 pub mod sources;
 
 use cudarc::driver::sys;
 use thiserror::Error;
 
 pub use control::LoopControl;
-pub use executor::{CudaLoop, ResidentExecutor};
+pub use cuda_loop::CudaLoop;
+pub use executor::{ExecutorCore, ResidentExecutor};
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
+pub use runtime::GpuRuntime;
 
 /// Errors of the CUDA backend, each saying how to fix the problem.
 #[derive(Debug, Error)]

@@ -14,7 +14,7 @@
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
 use crate::ops::{ChainOutput, CpuChain};
-use crate::ring::{ResultRecord, ResultRing, RingReader, SlotHeader};
+use crate::ring::{ResultRecord, ResultWriter, RingReader, SlotHeader};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
@@ -176,7 +176,7 @@ pub enum LoopEnd {
 /// The host loop state machine. See the module documentation.
 pub struct LoopCore {
     reader: RingReader,
-    results: Arc<ResultRing>,
+    results: ResultWriter,
     chain: CpuChain,
     config: LoopConfig,
     trigger: Trigger,
@@ -195,7 +195,7 @@ pub struct LoopCore {
 impl LoopCore {
     pub fn new(
         reader: RingReader,
-        results: Arc<ResultRing>,
+        results: ResultWriter,
         chain: CpuChain,
         config: LoopConfig,
         trigger: Trigger,

@@ -18,6 +18,10 @@ use thiserror::Error;
 pub enum HostError {
     #[error("the frame ring's reader is already taken; give the host loop a ring no other consumer reads")]
     ReaderTaken,
+    #[error(
+        "the result ring's writer is already taken; give the host loop a result ring no other producer writes"
+    )]
+    ResultWriterTaken,
     #[error("the operator chain cannot run: {}", join_errors(.0))]
     Chain(Vec<ChainError>),
 }
@@ -32,7 +36,7 @@ impl From<HostError> for BackendError {
             HostError::Chain(_) => {
                 BackendError::Stage { stage: "host loop: chain".into(), message: e.to_string() }
             }
-            HostError::ReaderTaken => BackendError::Other(e.to_string()),
+            HostError::ReaderTaken | HostError::ResultWriterTaken => BackendError::Other(e.to_string()),
         }
     }
 }

@@ -59,6 +59,7 @@ impl HostLoop {
     ) -> Result<Self, HostError> {
         let cpu_chain = CpuChain::new(&chain, max_frame_bytes).map_err(HostError::Chain)?;
         let reader = frames.reader().ok_or(HostError::ReaderTaken)?;
+        let results = results.writer().ok_or(HostError::ResultWriterTaken)?;
         let control = LoopControl::new();
         let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
@@ -228,9 +229,10 @@ mod tests {
     use crate::ring::layout::{result_ring_bytes, ring_bytes};
 
     fn host_loop() -> HostLoop {
-        let mem = HostMemory::new(ring_bytes(2, 64)).unwrap();
+        let mem = HostMemory::new(ring_bytes(2, 64).unwrap()).unwrap();
         let frames = FrameRing::new(Box::new(mem), 2, 64, crate::ring::OverrunPolicy::Every).unwrap();
-        let results = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16)).unwrap()), 16);
+        let results =
+            ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16).unwrap()).unwrap()), 16).unwrap();
         HostLoop::new(frames, results, default_chain(), 64, LoopConfig::default()).unwrap()
     }
 

@@ -70,7 +70,7 @@ mod tests {
     use std::sync::Arc;
 
     fn ring(capacity: usize) -> Arc<FrameRing> {
-        let mem = HostMemory::new(ring_bytes(4, capacity)).unwrap();
+        let mem = HostMemory::new(ring_bytes(4, capacity).unwrap()).unwrap();
         FrameRing::new(Box::new(mem), 4, capacity, OverrunPolicy::Every).unwrap()
     }
 

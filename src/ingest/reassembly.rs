@@ -403,7 +403,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn ring(slots: usize, capacity: usize) -> Arc<FrameRing> {
-        let mem = HostMemory::new(ring_bytes(slots, capacity)).unwrap();
+        let mem = HostMemory::new(ring_bytes(slots, capacity).unwrap()).unwrap();
         FrameRing::new(Box::new(mem), slots, capacity, OverrunPolicy::Every).unwrap()
     }
 

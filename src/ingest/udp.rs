@@ -684,7 +684,7 @@ mod tests {
     use crate::wire::native::{self, NativeHeader};
 
     fn reassembler() -> (Reassembler, RingReader) {
-        let mem = HostMemory::new(ring_bytes(8, 8192)).unwrap();
+        let mem = HostMemory::new(ring_bytes(8, 8192).unwrap()).unwrap();
         let ring = FrameRing::new(Box::new(mem), 8, 8192, OverrunPolicy::Every).unwrap();
         let reader = ring.reader().unwrap();
         (Reassembler::new(ReassemblyConfig::default(), ring.writer().unwrap(), Arc::default()), reader)

@@ -212,7 +212,8 @@ mod drift_tests {
 
     #[test]
     fn offset_is_extrapolated_by_the_drift() {
-        let ring = ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16)).unwrap()), 16);
+        let ring =
+            ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(16).unwrap()).unwrap()), 16).unwrap();
         let mut sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), 1_000);
         let r = ResultRecord { done_ns: 2_000_000_000 - 1_000, ..Default::default() };
         assert_eq!(sink.offset_for(&r), 1_000, "no drift known: the measured offset");

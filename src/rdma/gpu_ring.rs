@@ -3,9 +3,10 @@
 //! dma-buf export of that memory, which must stay open until the ring is
 //! registered with the NIC.
 
-use super::dmabuf::DeviceRingMemory;
+use super::dmabuf::device_region;
 use super::plan::RingRegion;
 use crate::gpu::GpuError;
+use crate::gpu::device_memory::DeviceRingMemory;
 use crate::ring::layout::ring_bytes;
 use crate::ring::{FrameRing, OverrunPolicy};
 use cudarc::driver::CudaContext;
@@ -32,9 +33,13 @@ impl GpuFrameRing {
         payload_capacity: usize,
         policy: OverrunPolicy,
     ) -> Result<Self, GpuError> {
-        let mem = DeviceRingMemory::alloc(ctx, ring_bytes(slot_count, payload_capacity))?;
+        let bytes = ring_bytes(slot_count, payload_capacity).ok_or_else(|| GpuError::Memory {
+            what: "the GPU frame ring",
+            why: "ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into(),
+        })?;
+        let mem = DeviceRingMemory::alloc(ctx, bytes)?;
         let export = mem.export_dmabuf();
-        let region = mem.region(&export);
+        let region = device_region(&mem, &export);
         let ring = FrameRing::new(Box::new(mem), slot_count, payload_capacity, policy).map_err(|e| {
             GpuError::Memory {
                 what: "the GPU frame ring",

@@ -9,14 +9,13 @@
 //! - [`plan`]: the transport decision through the [`Verbs`] trait.
 //! - `verbs` (feature `rdma`): the sideway implementation of [`Verbs`] and
 //!   the listening [`RdmaEndpoint`].
-//! - [`dmabuf`]: GPU ring memory (`cuMemAlloc`) exported as a dma-buf, a
-//!   device-only ring memory whose host access is [`device_copy`]'s copies.
+//! - [`dmabuf`]: the registration region of GPU ring memory
+//!   ([`crate::gpu::device_memory`]) with its dma-buf, and GPUDirect RDMA support.
 //! - [`gpu_ring`]: the frame ring in GPU memory with its dma-buf export.
 //! - [`placement`]: which memory the frame ring goes in for a backend and transport.
 //! - `sender` (feature `rdma`): the sensor emulator behind `frameloop send --transport rdma`.
 
 pub mod config;
-pub mod device_copy;
 pub mod dmabuf;
 pub mod gpu_ring;
 pub mod placement;
@@ -159,7 +158,7 @@ mod tests {
 
     #[test]
     fn host_rings_register_as_host_memory_at_their_host_address() {
-        let mem = HostMemory::new(ring_bytes(4, 64)).unwrap();
+        let mem = HostMemory::new(ring_bytes(4, 64).unwrap()).unwrap();
         let addr = mem.as_ptr() as u64;
         let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
         assert!(matches!(ring_region(&ring), RingRegion::Host { addr: a, .. } if a == addr));
@@ -168,7 +167,7 @@ mod tests {
 
     #[test]
     fn device_rings_register_as_gpu_memory_at_their_device_address() {
-        let len = ring_bytes(4, 64);
+        let len = ring_bytes(4, 64).unwrap();
         let mem = FakeDeviceMemory::new(len, 0x7f00_0040_0000);
         let ring = FrameRing::new(Box::new(mem), 4, 64, OverrunPolicy::Every).unwrap();
         match ring_region(&ring) {

@@ -304,17 +304,17 @@ mod tests {
     fn descriptor(slots: u32, capacity: u32) -> RingDescriptor {
         RingDescriptor {
             ring_addr: 0x7f00_0000_0000,
-            ring_len: ring_bytes(slots as usize, capacity as usize) as u64,
+            ring_len: ring_bytes(slots as usize, capacity as usize).unwrap() as u64,
             rkey: 0x1234,
             slot_count: slots,
-            slot_stride: slot_stride(capacity as usize) as u32,
+            slot_stride: slot_stride(capacity as usize).unwrap() as u32,
             payload_capacity: capacity,
             policy: POLICY_LATEST,
         }
     }
 
     fn host_ring(slots: usize, cap: usize) -> std::sync::Arc<FrameRing> {
-        let mem = HostMemory::new(ring_bytes(slots, cap)).unwrap();
+        let mem = HostMemory::new(ring_bytes(slots, cap).unwrap()).unwrap();
         FrameRing::new(Box::new(mem), slots, cap, OverrunPolicy::Every).unwrap()
     }
 

@@ -213,7 +213,7 @@ impl Verbs for SidewayVerbs {
         iova: u64,
     ) -> Result<Arc<MemoryRegion>, String> {
         // SAFETY: `fd` is a dma-buf exported for `len` bytes of GPU memory that
-        // outlives the region (see `dmabuf::DeviceRingMemory`).
+        // outlives the region (see `gpu::device_memory::DeviceRingMemory`).
         unsafe { dev.pd.reg_dmabuf_mr(0, len, iova, fd, ring_access()) }.map_err(|e| chain(&e))
     }
 

@@ -58,6 +58,16 @@ pub enum RingError {
     BadCapacity(usize),
     #[error("device-only ring memory ({0}) has no device address; it cannot hold a ring")]
     NoDeviceAddress(&'static str),
+    #[error(
+        "a ring of {slots} slots of {slot_bytes} bytes does not fit in the address space; lower ring.slots or ring.slot_bytes"
+    )]
+    TooLarge { slots: usize, slot_bytes: usize },
+    #[error("the result ring must hold between 1 and 4294967294 results (got {0}); set ring.results")]
+    BadResultCapacity(usize),
+    #[error(
+        "result ring memory ({0}) has no host view; the host result thread cannot read it: allocate it mapped (host and device)"
+    )]
+    NoHostView(&'static str),
     #[error("cannot write the header of the GPU ring: {0}")]
     HeaderCopy(#[from] CopyError),
 }
@@ -161,11 +171,19 @@ impl FrameRing {
         if payload_capacity == 0 || payload_capacity > (1 << 30) {
             return Err(RingError::BadCapacity(payload_capacity));
         }
-        let needed = ring_bytes(slot_count, payload_capacity);
+        let too_large = RingError::TooLarge { slots: slot_count, slot_bytes: payload_capacity };
+        // The header stores the slot count as a u32.
+        if u32::try_from(slot_count).is_err() {
+            return Err(too_large);
+        }
+        let (Some(needed), Some(stride)) =
+            (ring_bytes(slot_count, payload_capacity), slot_stride(payload_capacity))
+        else {
+            return Err(too_large);
+        };
         if mem.len() < needed {
             return Err(RingError::TooSmall { needed, available: mem.len() });
         }
-        let stride = slot_stride(payload_capacity);
         let header = initial_header(slot_count, stride, payload_capacity, policy);
         let device_header = match mem.device_copies() {
             None => {
@@ -484,7 +502,7 @@ mod tests {
     use crate::ring::memory::FakeDeviceMemory;
 
     fn ring(slots: usize, cap: usize, policy: OverrunPolicy) -> Arc<FrameRing> {
-        let mem = HostMemory::new(ring_bytes(slots, cap)).unwrap();
+        let mem = HostMemory::new(ring_bytes(slots, cap).unwrap()).unwrap();
         FrameRing::new(Box::new(mem), slots, cap, policy).unwrap()
     }
 
@@ -540,7 +558,7 @@ mod tests {
         cap: usize,
         policy: OverrunPolicy,
     ) -> (Arc<FrameRing>, Arc<FakeDeviceMemory>) {
-        let mem = Arc::new(FakeDeviceMemory::new(ring_bytes(slots, cap), 0x7f00_0020_0000));
+        let mem = Arc::new(FakeDeviceMemory::new(ring_bytes(slots, cap).unwrap(), 0x7f00_0020_0000));
         let ring = FrameRing::new(Box::new(SharedFake(Arc::clone(&mem))), slots, cap, policy).unwrap();
         (ring, mem)
     }
@@ -579,7 +597,10 @@ mod tests {
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, magic)), RING_MAGIC);
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, version)), RING_LAYOUT_VERSION);
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slot_count)), 6);
-        assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slot_stride)), slot_stride(1000) as u32);
+        assert_eq!(
+            u32_at(&bytes, std::mem::offset_of!(RingHeader, slot_stride)),
+            slot_stride(1000).unwrap() as u32
+        );
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, payload_capacity)), 1000);
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, policy)), POLICY_LATEST);
         assert_eq!(u32_at(&bytes, std::mem::offset_of!(RingHeader, slots_offset)), SLOTS_OFFSET as u32);
@@ -631,7 +652,7 @@ mod tests {
 
     #[test]
     fn device_ring_is_refused_without_an_aligned_device_address_or_when_the_header_copy_fails() {
-        let bytes = ring_bytes(4, 64);
+        let bytes = ring_bytes(4, 64).unwrap();
         let misaligned = FakeDeviceMemory::new(bytes, 0x1000_0040);
         assert!(matches!(
             FrameRing::new(Box::new(misaligned), 4, 64, OverrunPolicy::Every),
@@ -669,6 +690,16 @@ mod tests {
             FrameRing::new(Box::new(mem), 1, 64, OverrunPolicy::Every),
             Err(RingError::TooFewSlots(1))
         ));
+        let mem = HostMemory::new(1 << 20).unwrap();
+        let err = FrameRing::new(Box::new(mem), usize::MAX / 2, 64, OverrunPolicy::Every).err().unwrap();
+        assert!(matches!(err, RingError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("ring.slots"), "{err}");
+        let mem = HostMemory::new(1 << 20).unwrap();
+        let slots = u32::MAX as usize + 1;
+        assert!(matches!(
+            FrameRing::new(Box::new(mem), slots, 1, OverrunPolicy::Every),
+            Err(RingError::TooLarge { .. })
+        ));
     }
 }
 
@@ -687,7 +718,7 @@ mod protocol_props {
 
     fn run(policy: OverrunPolicy, slots: usize, frames: u64, lens: Vec<usize>) {
         let cap = 512;
-        let mem = HostMemory::new(ring_bytes(slots, cap)).unwrap();
+        let mem = HostMemory::new(ring_bytes(slots, cap).unwrap()).unwrap();
         let ring = FrameRing::new(Box::new(mem), slots, cap, policy).unwrap();
         let mut w = ring.writer().unwrap();
         let mut rd = ring.reader().unwrap();

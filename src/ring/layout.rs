@@ -90,6 +90,7 @@ pub struct SlotHeader {
 #[repr(C, align(64))]
 pub struct ResultRingHeader {
     pub magic: u32,
+    /// Record slots (`result_slots` of the capacity the reader was promised).
     pub capacity: u32,
     pub _reserved0: [u32; 14],
     /// Sequence of the newest result written (release store).
@@ -185,19 +186,28 @@ pub struct ChainResult {
     pub _reserved: [u32; 2],
 }
 
-/// Bytes between slots for a given payload capacity.
-pub fn slot_stride(payload_capacity: usize) -> usize {
-    (SLOT_PAYLOAD_OFFSET + payload_capacity).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+/// Bytes between slots for a given payload capacity, or `None` if it overflows.
+pub fn slot_stride(payload_capacity: usize) -> Option<usize> {
+    let unpadded = SLOT_PAYLOAD_OFFSET.checked_add(payload_capacity)?;
+    unpadded.div_ceil(SLOT_ALIGN).checked_mul(SLOT_ALIGN)
 }
 
-/// Total bytes of a frame ring allocation.
-pub fn ring_bytes(slot_count: usize, payload_capacity: usize) -> usize {
-    SLOTS_OFFSET + slot_count * slot_stride(payload_capacity)
+/// Total bytes of a frame ring allocation, or `None` if the size overflows.
+pub fn ring_bytes(slot_count: usize, payload_capacity: usize) -> Option<usize> {
+    slot_count.checked_mul(slot_stride(payload_capacity)?)?.checked_add(SLOTS_OFFSET)
 }
 
-/// Total bytes of a result ring allocation.
-pub fn result_ring_bytes(capacity: usize) -> usize {
-    RESULTS_OFFSET + capacity * std::mem::size_of::<ResultRecord>()
+/// Record slots of a result ring that lets its reader fall `capacity`
+/// results behind: one more than `capacity`, because the slot the producer
+/// is rewriting is never read (see `result_ring.rs`). `None` on overflow.
+pub fn result_slots(capacity: usize) -> Option<usize> {
+    capacity.checked_add(1)
+}
+
+/// Total bytes of a result ring allocation for `capacity` results, or
+/// `None` if the size overflows.
+pub fn result_ring_bytes(capacity: usize) -> Option<usize> {
+    result_slots(capacity)?.checked_mul(std::mem::size_of::<ResultRecord>())?.checked_add(RESULTS_OFFSET)
 }
 
 const _: () = {
@@ -225,8 +235,19 @@ mod tests {
         assert_eq!(offset_of!(ResultRingHeader, head_seq), 64);
         assert_eq!(offset_of!(ResultRecord, detect_ns), 64);
         assert_eq!(offset_of!(ResultRecord, sum), 80);
-        assert_eq!(slot_stride(1), 256);
-        assert_eq!(slot_stride(128), 256);
-        assert_eq!(slot_stride(129), 512);
+        assert_eq!(slot_stride(1), Some(256));
+        assert_eq!(slot_stride(128), Some(256));
+        assert_eq!(slot_stride(129), Some(512));
+    }
+
+    #[test]
+    fn sizes_from_configs_overflow_to_none_not_a_panic() {
+        assert_eq!(ring_bytes(4, 64), Some(SLOTS_OFFSET + 4 * 256));
+        assert_eq!(ring_bytes(usize::MAX / 256 + 1, 64), None, "slots x stride overflows");
+        assert_eq!(ring_bytes(2, usize::MAX - 100), None, "payload + slot header overflows");
+        assert_eq!(ring_bytes(2, usize::MAX - SLOT_PAYLOAD_OFFSET - 10), None, "stride rounding overflows");
+        assert_eq!(result_ring_bytes(3), Some(RESULTS_OFFSET + 4 * 192));
+        assert_eq!(result_ring_bytes(usize::MAX), None);
+        assert_eq!(result_ring_bytes(usize::MAX / 192), None);
     }
 }

@@ -11,4 +11,4 @@ pub use frame_ring::{
 };
 pub use layout::{ResultRecord, SlotHeader};
 pub use memory::{CopyError, DeviceCopies, HostMemory, RingMemory};
-pub use result_ring::{ResultReader, ResultRing};
+pub use result_ring::{ResultReader, ResultRing, ResultWriter};

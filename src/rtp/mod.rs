@@ -37,7 +37,8 @@ pub fn assemble_length_prefixed(data: &[u8]) -> RtpAssembler {
     let settings =
         RtpConfig::inline(Sampling::Ycbcr422, 8, 64, 8).resolve().expect("constant geometry is valid");
     let cap = settings.geometry.frame_bytes();
-    let mem = HostMemory::new(ring_bytes(4, cap)).expect("a small anonymous mapping");
+    let mem = HostMemory::new(ring_bytes(4, cap).expect("a small constant ring"))
+        .expect("a small anonymous mapping");
     let ring = FrameRing::new(Box::new(mem), 4, cap, OverrunPolicy::Latest).expect("constant ring geometry");
     let writer = ring.writer().expect("a new ring's writer is free");
     let mut assembler = RtpAssembler::new(settings, writer).expect("the geometry fits the ring");

@@ -1,5 +1,5 @@
 //! What the fault tests share: run a launched loop into a fault that
-//! strikes at ring sequence 3, and check that tear-down still returns.
+//! strikes at ring sequence 3, and check that tear-down and drop still return.
 
 use frameloop::gpu::GpuError;
 use frameloop::gpu::ResidentExecutor;
@@ -29,9 +29,15 @@ pub fn run_into_fault_at_third_frame(ex: &mut ResidentExecutor, w: &mut RingWrit
     outcome.expect_err("the loop must report the fault")
 }
 
-/// The context is unusable after a fault; tear-down must still return (with the fault).
-pub fn tear_down_returns(ex: &mut ResidentExecutor) {
+/// The context is unusable after a fault; tear-down must still return (with
+/// the fault), the executor must say it is wedged, and dropping it must
+/// return promptly (it leaks what the device may touch instead of freeing).
+pub fn tear_down_and_drop_return(mut ex: ResidentExecutor) {
     let t = Instant::now();
     let _: Result<_, GpuError> = ex.tear_down();
     assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(ex.is_wedged(), "a fault marks the executor wedged");
+    let t = Instant::now();
+    drop(ex);
+    assert!(t.elapsed() < Duration::from_secs(1), "drop after a fault blocked for {:?}", t.elapsed());
 }

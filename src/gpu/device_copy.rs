@@ -5,10 +5,10 @@
 //! sequence words, so nothing here may wait for the whole device (no
 //! `cuCtxSynchronize`, no synchronous `cuMemcpy` on the legacy stream).
 //!
-//! Layering: [`raw`] turns the driver calls into `Result`s, [`CopyStream`]
+//! Layering: `raw` turns the driver calls into `Result`s, [`CopyStream`]
 //! is the safe owner that bounds every copy to one device allocation.
 
-use crate::gpu::{GpuError, MappedMemory};
+use super::{GpuError, MappedMemory};
 use crate::ring::RingMemory;
 use crate::ring::memory::{CopyError, check_copy_bounds};
 use cudarc::driver::CudaContext;

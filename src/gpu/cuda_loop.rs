@@ -1,0 +1,128 @@
+//! The loop adapter: [`CudaLoop`], the resident executor as the appliance
+//! sees it (a [`ResidentLoop`]).
+
+use super::GpuError;
+use super::control::*;
+use super::driver;
+use super::executor::{ExecutorOptions, ResidentExecutor};
+use super::fused::plan_fusion;
+use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
+use super::runtime::GpuRuntime;
+use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
+use crate::config::{FusedChainMode, LoopConfig};
+use crate::fragment::Fragment;
+use crate::ops::OpSpec;
+use crate::ring::{FrameRing, ResultRing};
+use std::sync::Arc;
+
+/// The CUDA resident loop as the appliance sees it.
+pub struct CudaLoop {
+    exec: ResidentExecutor,
+}
+
+impl CudaLoop {
+    /// Builds the loop over rings that live in mapped memory of `rt`
+    /// (allocate them with [`GpuRuntime::mapped`]).
+    pub fn new(
+        rt: Arc<GpuRuntime>,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain: &[OpSpec],
+        cfg: LoopConfig,
+    ) -> Result<Self, GpuError> {
+        if !frame_ring.take_reader_for_device() {
+            return Err(GpuError::Setup("the frame ring already has a consumer".into()));
+        }
+        let mut opts = ExecutorOptions::new(cfg);
+        let limit = fused_shared_limit(&rt)?;
+        let fragment = match plan_fusion(
+            chain,
+            frame_ring.payload_capacity(),
+            opts.loop_cfg.fused_chain,
+            false,
+            limit,
+        ) {
+            Ok(fused) => {
+                tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
+                opts.fused = Some(fused);
+                Fragment::new("main")
+            }
+            Err(why) if opts.loop_cfg.fused_chain == FusedChainMode::On => {
+                return Err(GpuError::Setup(format!(
+                    "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
+                )));
+            }
+            Err(why) => {
+                tracing::info!("one kernel per operator in the graph's IF body: {why}");
+                chain_fragment(chain, frame_ring.payload_capacity())?
+            }
+        };
+        let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
+        Ok(Self { exec })
+    }
+
+    pub fn executor(&mut self) -> &mut ResidentExecutor {
+        &mut self.exec
+    }
+}
+
+fn backend_error(e: GpuError) -> BackendError {
+    match e {
+        GpuError::StageFault { stage, ring_seq, error } => {
+            BackendError::Stage { stage, message: format!("ring sequence {ring_seq}: {error}") }
+        }
+        other => BackendError::Other(other.to_string()),
+    }
+}
+
+impl ResidentLoop for CudaLoop {
+    fn backend_name(&self) -> &'static str {
+        "cuda"
+    }
+    fn launch(&mut self) -> Result<(), BackendError> {
+        if self.exec.is_launched() {
+            return Err(BackendError::AlreadyLaunched);
+        }
+        self.exec.launch().map_err(backend_error)
+    }
+    fn is_wedged(&self) -> bool {
+        self.exec.is_wedged()
+    }
+    fn is_launched(&self) -> bool {
+        self.exec.launched && driver::stream_done(&self.exec.run_stream).is_ok_and(|done| !done)
+    }
+    fn stats(&self) -> LoopStats {
+        self.exec.stats()
+    }
+    fn clock_offset_ns(&self) -> i64 {
+        self.exec.clock().offset_ns
+    }
+    fn clock_error_ns(&self) -> u64 {
+        self.exec.clock().error_ns
+    }
+    fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, BackendError> {
+        let c = self.exec.rt.recalibrate_clock().map_err(backend_error)?;
+        Ok(Some(ClockEstimate {
+            offset_ns: c.offset_ns,
+            error_ns: c.error_ns,
+            measured_at_ns: c.measured_at_ns,
+            drift_ppb: c.drift_ppb,
+        }))
+    }
+    fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
+        let was_running = self.exec.launched;
+        if let Some(Err(e)) = self.exec.poll() {
+            return Err(BackendError::Other(e));
+        }
+        if !was_running && self.exec.finished.is_none() {
+            return Err(BackendError::NotLaunched);
+        }
+        if !self.exec.launched {
+            return match self.exec.state() {
+                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: self.exec.opts.loop_cfg.timeout_ms }),
+                _ => Ok(self.exec.stats()),
+            };
+        }
+        self.exec.tear_down().map_err(backend_error)
+    }
+}

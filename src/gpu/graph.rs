@@ -1,0 +1,376 @@
+//! Graph building: the built-in data-ready handlers, the fused chain's
+//! device memory, and the capture of the handler and workload fragments into
+//! the executor's graph, `WHILE { handler ; controller ; IF(ready) { workload
+//! ; end marker } }` (or launched per frame, the benchmark's baselines).
+
+use super::GpuError;
+use super::control::*;
+use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
+use super::executor::{ControllerPlacement, ExecutorCore};
+use super::fused::{FUSED_THREADS, FusedChain, FusedProgram};
+use super::runtime::GpuRuntime;
+use crate::fragment::{
+    ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
+    Plan,
+};
+use crate::ops::OpSpec;
+use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
+use cudarc::driver::{CudaContext, CudaStream};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// A built-in data-ready handler as a GPU-resident operator: launches its
+/// kernel, whose one argument is the loop parameters the executor fills in
+/// before capture.
+pub(super) struct BuiltinHandler {
+    /// Kernel taking `(LoopParams)`: `fl_ring_ready` or `fl_fused_chain`.
+    kernel: &'static str,
+    dims: LaunchDims,
+    params: Arc<Mutex<LoopParams>>,
+}
+
+impl BuiltinHandler {
+    /// `fl_ring_ready`: one thread polls, claims and sets the IF value.
+    pub(super) fn ring_ready(params: Arc<Mutex<LoopParams>>) -> Self {
+        Self { kernel: "fl_ring_ready", dims: LaunchDims::SINGLE, params }
+    }
+
+    /// `fl_fused_chain` (one block of [`FUSED_THREADS`] with `shared_bytes`
+    /// of dynamic shared memory): claims the frame, runs every step of the
+    /// fused chain and publishes the result.
+    pub(super) fn fused_chain(params: Arc<Mutex<LoopParams>>, shared_bytes: u32) -> Self {
+        let dims = LaunchDims { grid: (1, 1, 1), block: (FUSED_THREADS, 1, 1), shared_bytes };
+        Self { kernel: "fl_fused_chain", dims, params }
+    }
+}
+
+impl GpuResidentOperator for BuiltinHandler {
+    fn name(&self) -> &str {
+        self.kernel.trim_start_matches("fl_")
+    }
+    fn setup(&mut self, _spec: &mut OperatorSpec) {}
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let mut p = *self.params.lock().unwrap_or_else(|e| e.into_inner());
+        let f = ctx.kernel(self.kernel)?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: both kernels take one argument of type LoopParams; the
+        // dimensions are the ones their __launch_bounds__ allow.
+        unsafe { driver::launch_raw(ctx.stream(), f, self.dims, &mut args) }.map_err(|e| {
+            FragmentError::Operator { operator: self.name().to_string(), problem: e.to_string() }
+        })
+    }
+}
+
+/// Device memory of a fused chain: the program and its two sample buffers.
+pub(super) struct FusedBuffers {
+    pub(super) program: DeviceBuffer,
+    _samples: [DeviceBuffer; 2],
+    /// Dynamic shared memory of each launch.
+    pub(super) shared_bytes: u32,
+}
+
+impl FusedBuffers {
+    /// Places what fits in shared memory, allows the kernel that much,
+    /// allocates the buffers, binds them into the program and copies it to the device.
+    pub(super) fn upload(
+        rt: &GpuRuntime,
+        chain: &FusedChain,
+        payload_capacity: usize,
+    ) -> Result<Self, GpuError> {
+        use cudarc::driver::sys::CUfunction_attribute;
+        let ctx = &rt.ctx;
+        let kernel = rt.library.function("fl_fused_chain")?;
+        let limit = fused_shared_limit(rt)?;
+        let mut chain = chain.clone();
+        let shared_bytes = chain.place_in_shared(payload_capacity, limit);
+        kernel
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes as i32,
+            )
+            .map_err(|e| {
+                GpuError::Setup(format!("allowing fl_fused_chain {shared_bytes} B of shared memory: {e}"))
+            })?;
+        tracing::debug!(
+            "fused chain: {} B of shared memory (payload staged: {} B, buffers shared: {})",
+            shared_bytes,
+            chain.program.stage_bytes,
+            chain.program.shared_buffers != 0
+        );
+        let samples = [
+            DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
+            DeviceBuffer::new(ctx, chain.buffer_bytes(), 0)?,
+        ];
+        let mut program: FusedProgram = *chain.program;
+        program.buffers = [samples[0].dptr(), samples[1].dptr()];
+        let dev = DeviceBuffer::new(ctx, std::mem::size_of::<FusedProgram>(), 0)?;
+        // SAFETY: FusedProgram is plain old data (integers and floats, no padding).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&program as *const FusedProgram).cast::<u8>(),
+                std::mem::size_of::<FusedProgram>(),
+            )
+        };
+        dev.write(0, bytes)?;
+        Ok(Self { program: dev, _samples: samples, shared_bytes: shared_bytes as u32 })
+    }
+}
+
+/// Dynamic shared memory `fl_fused_chain` may use per block on this device:
+/// the opt-in maximum less the kernel's static shared memory.
+pub fn fused_shared_limit(rt: &GpuRuntime) -> Result<usize, GpuError> {
+    use cudarc::driver::sys::CUdevice_attribute;
+    let optin = rt
+        .ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| GpuError::Setup(format!("reading the shared memory limit: {e}")))?;
+    let static_bytes = rt
+        .library
+        .function("fl_fused_chain")?
+        .shared_size_bytes()
+        .map_err(|e| GpuError::Setup(format!("reading fl_fused_chain's shared memory: {e}")))?;
+    Ok(usize::try_from(optin - static_bytes).unwrap_or(0))
+}
+
+/// The `RESULT_HAS_*` flags of a chain.
+pub fn chain_flags(chain: &[OpSpec]) -> u32 {
+    chain.iter().fold(0, |f, op| match op {
+        OpSpec::Stats => f | RESULT_HAS_STATS,
+        OpSpec::Threshold { .. } => f | RESULT_HAS_DETECT,
+        _ => f,
+    })
+}
+
+/// Plans `fragment` and allocates its executor-owned buffers.
+pub(super) fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<BoundPlan, GpuError> {
+    let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
+    for d in plan.diagnostics() {
+        tracing::warn!("fragment {}: {}", fragment.name(), d.message);
+    }
+    let mut allocations = Vec::new();
+    let buffers = plan.bind_buffers(|bytes| {
+        let b = DeviceBuffer::new(ctx, bytes, 0)?;
+        let p = b.dptr();
+        allocations.push(b);
+        Ok::<_, GpuError>(p)
+    })?;
+    Ok(BoundPlan { plan, buffers, _allocations: allocations })
+}
+/// A fragment's plan with its buffers bound (the executor-allocated ones kept alive here).
+pub(super) struct BoundPlan {
+    pub(super) plan: Plan,
+    buffers: Vec<DeviceRegion>,
+    _allocations: Vec<DeviceBuffer>,
+}
+
+impl ExecutorCore {
+    pub(super) fn set_standalone_params(&mut self) {
+        let mut p = self.params;
+        p.handler_sets_if = 0;
+        p.poll_budget_ns = 0;
+        p.sleep_ns = 0;
+        p.timeout_ns = 0;
+        p.host_driven = 0;
+        self.params = p;
+        *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    /// Kernels that wait for the kernels before them on the device
+    /// (`fl_wait_for_prior_kernels`) and may follow a programmatic edge.
+    fn waits_for_prior(&self, f: cudarc::driver::sys::CUfunction) -> bool {
+        let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
+        names
+            .chain(&["fl_end_marker"])
+            .filter(|n| **n != "fl_fused_chain")
+            .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
+    }
+
+    pub(super) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
+        let ctx = Arc::clone(&self.rt.ctx);
+        let graph = Graph::new()?;
+        let root = graph.root();
+        let while_handle = root.conditional_handle(&ctx, 1, true)?;
+        let (_, body) = root.add_conditional(&ctx, &[], while_handle, Conditional::While)?;
+        if self.fused.is_some() {
+            // The handler runs the chain and publishes: the body is that one kernel.
+            self.params.while_handle = while_handle.0;
+            self.params.if_handle = 0;
+            *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
+            self.capture_handler(body)?;
+            self.programmatic_edges = 0;
+            self.exec = Some(graph.instantiate()?);
+            self._graph = Some(graph);
+            return Ok(());
+        }
+        let if_handle = body.conditional_handle(&ctx, 0, false)?;
+        self.params.while_handle = while_handle.0;
+        self.params.if_handle = if_handle.0;
+        *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
+
+        let handler_leaves = self.capture_handler(body)?;
+        let if_deps = match self.placement {
+            ControllerPlacement::InHandler => handler_leaves,
+            ControllerPlacement::Before => {
+                let mut p = self.params;
+                let controller = self.rt.library.function("fl_loop_controller")?;
+                let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+                // SAFETY: one LoopParams argument, matching the kernel.
+                vec![unsafe { body.add_kernel(&handler_leaves, controller, LaunchDims::SINGLE, &mut args)? }]
+            }
+        };
+        let (_, if_body) = body.add_conditional(&ctx, &if_deps, if_handle, Conditional::If)?;
+        self.capture_workload(if_body, &[])?;
+        self.programmatic_edges =
+            if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
+        let exec = graph.instantiate()?;
+        self.exec = Some(exec);
+        self._graph = Some(graph);
+        Ok(())
+    }
+
+    pub(super) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
+        self.set_standalone_params();
+        let graph = Graph::new()?;
+        let leaves = self.capture_handler(graph.root())?;
+        self.capture_workload(graph.root(), &leaves)?;
+        self.programmatic_edges = if programmatic {
+            graph.root().make_edges_programmatic(|f| self.waits_for_prior(f))?
+        } else {
+            0
+        };
+        self.exec = Some(graph.instantiate()?);
+        self._graph = Some(graph);
+        Ok(())
+    }
+
+    /// Programmatic edges in the built graph (0 when plain edges only).
+    pub fn programmatic_edge_count(&self) -> usize {
+        self.programmatic_edges
+    }
+
+    /// Whether the chain's last kernel publishes the result (no end-marker node).
+    pub fn publishes_in_last_kernel(&self) -> bool {
+        self.publishes_in_last_kernel
+    }
+
+    fn capture_handler(&mut self, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
+        let stream = Arc::clone(&self.capture_stream);
+        let leaves = into.capture(&stream, &[], |s| self.enqueue_handler(s))?;
+        if leaves.is_empty() {
+            return Err(GpuError::Setup("the data-ready handler fragment enqueued no work".into()));
+        }
+        Ok(leaves)
+    }
+
+    fn capture_workload(&mut self, into: GraphRef<'_>, deps: &[Node]) -> Result<(), GpuError> {
+        let stream = Arc::clone(&self.capture_stream);
+        into.capture(&stream, deps, |s| self.enqueue_workload(s))?;
+        Ok(())
+    }
+
+    pub(super) fn enqueue_handler(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let target = EnqueueTarget {
+            stream,
+            frame_desc: self.state.dptr() + DESC_OFFSET as u64,
+            chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+            kernels: &self.rt.library,
+        };
+        let fragment = match self.builtin_handler.as_mut() {
+            Some(h) => h,
+            None => self
+                .workload
+                .data_ready_handler_mut()
+                .ok_or_else(|| GpuError::Setup("the data-ready handler fragment disappeared".into()))?,
+        };
+        fragment
+            .enqueue(&self.handler.plan, &self.handler.buffers, &target)
+            .map_err(|e| GpuError::Setup(e.to_string()))
+    }
+
+    /// Enqueues the workload operators (with stage markers when enabled) and the end marker.
+    pub(super) fn enqueue_workload(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let rt = Arc::clone(&self.rt);
+        let lib = &rt.library;
+        let mut p = self.params;
+        let Some(order) = self.workload_plan.as_ref().map(|b| b.plan.order().to_vec()) else {
+            return self.enqueue_end_marker(stream);
+        };
+        if self.opts.stage_markers {
+            let marker = lib.function("fl_stage_marker")?;
+            for (i, id) in order.into_iter().enumerate() {
+                let mut stage = STAGE_FIRST_OP + i as u64;
+                let mut args =
+                    [(&mut p as *mut LoopParams).cast::<c_void>(), (&mut stage as *mut u64).cast()];
+                // SAFETY: (LoopParams, u64) matches fl_stage_marker.
+                unsafe { driver::launch_raw(stream, marker, LaunchDims::SINGLE, &mut args)? };
+                self.enqueue_one_operator(stream, id)?;
+            }
+        } else {
+            let target = EnqueueTarget {
+                stream,
+                frame_desc: self.state.dptr() + DESC_OFFSET as u64,
+                chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+                kernels: &self.rt.library,
+            };
+            let bound =
+                self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
+            let published = if self.opts.publish_from_last_kernel {
+                self.workload.enqueue_publishing(&bound.plan, &bound.buffers, &target, self.params_dev.dptr())
+            } else {
+                self.workload.enqueue(&bound.plan, &bound.buffers, &target).map(|()| false)
+            };
+            self.publishes_in_last_kernel = published.map_err(|e| GpuError::Setup(e.to_string()))?;
+            if self.publishes_in_last_kernel {
+                return Ok(());
+            }
+        }
+        self.enqueue_end_marker(stream)
+    }
+
+    fn enqueue_end_marker(&self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        let mut p = self.params;
+        let end = self.rt.library.function("fl_end_marker")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: one LoopParams argument, matching the kernel.
+        unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }
+    }
+
+    fn enqueue_one_operator(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        id: crate::fragment::OperatorId,
+    ) -> Result<(), GpuError> {
+        let frame_desc = self.state.dptr() + DESC_OFFSET as u64;
+        let chain_result = self.state.dptr() + CHAIN_OFFSET as u64;
+        let bound = self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
+        let entry = &mut self.workload.operators[id.index()];
+        let mut ctx = ComputeContext {
+            operator: &entry.name,
+            stream,
+            ports: bound.plan.bindings(id),
+            buffers: &bound.buffers,
+            frame_desc,
+            chain_result,
+            kernels: &self.rt.library,
+            result_publisher: None,
+            publisher_taken: false,
+        };
+        entry.op.compute(&mut ctx).map_err(|e| GpuError::Setup(e.to_string()))
+    }
+}
+
+/// The main fragment of a configured chain (reductions fused where possible).
+pub fn chain_fragment(chain: &[OpSpec], max_frame_bytes: usize) -> Result<Fragment, GpuError> {
+    chain_fragment_with(chain, max_frame_bytes, super::operators::PayloadPath::default())
+}
+
+/// [`chain_fragment`] reading the payload by `payload`.
+pub fn chain_fragment_with(
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    payload: super::operators::PayloadPath,
+) -> Result<Fragment, GpuError> {
+    let layout = super::operators::ChainLayout::default();
+    super::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
+        .map_err(|e| GpuError::Setup(e.to_string()))
+}
