@@ -19,6 +19,7 @@ pub mod mapped;
 pub mod nvrtc;
 pub mod operators;
 pub mod sources;
+pub mod user_source;
 
 use cudarc::driver::sys;
 use thiserror::Error;
