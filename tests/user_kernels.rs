@@ -258,3 +258,41 @@ fn the_host_backend_refuses_a_user_kernel() {
         "{err}"
     );
 }
+
+#[test]
+fn config_lists_every_parameter_problem_at_once() {
+    let text = r#"
+        [[chain]]
+        op = "unpack"
+        format = "u8"
+        [[chain]]
+        op = "stats"
+        [[chain]]
+        op = "kernel"
+        source = "beamform.cu"
+        entry = "beamform"
+        params = { gain = 1e40, channels = 64.5, extra = 1 }
+        param_types = ["gain: f32", "channels: u32", "taps: u16"]
+        threads = 4096
+    "#;
+    let err = config::parse(text).unwrap_err();
+    let messages: Vec<String> = err.problems().iter().map(|p| p.to_string()).collect();
+    for want in ["chain[2].param_types[2]: unknown type \"u16\"", "chain[2].threads: 4096 is out of range"] {
+        assert!(messages.iter().any(|m| m.contains(want)), "no {want:?} in {messages:#?}");
+    }
+    let text = text.replace("\"taps: u16\"", "\"taps: u32\"");
+    let err = config::parse(&text).unwrap_err();
+    let messages: Vec<String> = err.problems().iter().map(|p| p.to_string()).collect();
+    for want in [
+        "chain[2].params.gain: 1e40 is not a finite f32",
+        "chain[2].params.channels: 64.5 is a float but the parameter is u32",
+        "chain[2].params.taps: missing",
+        "chain[2].params.extra: not declared in param_types",
+        "chain[2].threads: 4096 is out of range",
+    ] {
+        assert!(messages.iter().any(|m| m.contains(want)), "no {want:?} in {messages:#?}");
+    }
+    let err = config::parse(&text.replace("1e40", "\"loud\"")).unwrap_err();
+    let want = "chain[2].params.gain: is the string \"loud\"; write a number (the parameter is f32)";
+    assert!(err.problems().iter().any(|p| p.message == want), "{err}");
+}

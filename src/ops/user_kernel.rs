@@ -49,11 +49,15 @@ pub struct UserKernelSpec {
     pub shared_bytes: u32,
 }
 
-/// A parameter's value as written in the config: TOML has integers and floats.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A parameter's value as written in the config: TOML has integers and
+/// floats; anything else is kept as what it is (`NotANumber`, reported by
+/// the checks with its key).
+#[derive(Debug, Clone, PartialEq)]
 pub enum ParamValue {
     Int(i64),
     Float(f64),
+    /// What was written instead of a number, e.g. `the string "loud"`.
+    NotANumber(String),
 }
 
 impl fmt::Display for ParamValue {
@@ -61,15 +65,17 @@ impl fmt::Display for ParamValue {
         match self {
             ParamValue::Int(v) => write!(f, "{v}"),
             ParamValue::Float(v) => write!(f, "{v:?}"),
+            ParamValue::NotANumber(what) => f.write_str(what),
         }
     }
 }
 
 impl Serialize for ParamValue {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match *self {
-            ParamValue::Int(v) => s.serialize_i64(v),
-            ParamValue::Float(v) => s.serialize_f64(v),
+        match self {
+            ParamValue::Int(v) => s.serialize_i64(*v),
+            ParamValue::Float(v) => s.serialize_f64(*v),
+            ParamValue::NotANumber(what) => s.serialize_str(what),
         }
     }
 }
@@ -77,7 +83,7 @@ impl Serialize for ParamValue {
 impl<'de> Deserialize<'de> for ParamValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
-        impl Visitor<'_> for V {
+        impl<'de> Visitor<'de> for V {
             type Value = ParamValue;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a number (parameters are f32, f64, i32, u32, i64 or u64)")
@@ -90,6 +96,20 @@ impl<'de> Deserialize<'de> for ParamValue {
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<ParamValue, E> {
                 Ok(ParamValue::Float(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ParamValue, E> {
+                Ok(ParamValue::NotANumber(format!("the boolean {v}")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ParamValue, E> {
+                Ok(ParamValue::NotANumber(format!("the string {v:?}")))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ParamValue, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(ParamValue::NotANumber("an array".into()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ParamValue, A::Error> {
+                while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(ParamValue::NotANumber("a table".into()))
             }
         }
         d.deserialize_any(V)
@@ -206,10 +226,23 @@ impl ParamType {
     }
 
     /// The little-endian bytes of `value` in this type, or why it does not fit.
-    fn encode(self, value: ParamValue) -> Result<Vec<u8>, String> {
-        let int = |v: ParamValue| match v {
-            ParamValue::Int(i) => Ok(i),
-            ParamValue::Float(f) => Err(format!(
+    fn encode(self, value: &ParamValue) -> Result<Vec<u8>, String> {
+        /// A number as written: whole or not.
+        #[derive(Clone, Copy)]
+        enum Number {
+            Int(i64),
+            Float(f64),
+        }
+        let value = match value {
+            ParamValue::Int(i) => Number::Int(*i),
+            ParamValue::Float(f) => Number::Float(*f),
+            ParamValue::NotANumber(what) => {
+                return Err(format!("is {what}; write a number (the parameter is {})", self.name()));
+            }
+        };
+        let int = |v: Number| match v {
+            Number::Int(i) => Ok(i),
+            Number::Float(f) => Err(format!(
                 "{f:?} is a float but the parameter is {}; write a whole number without a decimal point",
                 self.name()
             )),
@@ -223,7 +256,7 @@ impl ParamType {
         };
         Ok(match self {
             ParamType::F32 => match value {
-                ParamValue::Int(i) => {
+                Number::Int(i) => {
                     let f = i as f32;
                     if f as i128 != i128::from(i) {
                         return Err(format!(
@@ -232,7 +265,7 @@ impl ParamType {
                     }
                     f.to_le_bytes().to_vec()
                 }
-                ParamValue::Float(v) => {
+                Number::Float(v) => {
                     if !v.is_finite() || (v as f32).is_infinite() {
                         return Err(format!("{v:?} is not a finite f32; use a value within ±3.4e38"));
                     }
@@ -240,14 +273,14 @@ impl ParamType {
                 }
             },
             ParamType::F64 => match value {
-                ParamValue::Int(i) => {
+                Number::Int(i) => {
                     let f = i as f64;
                     if f as i128 != i128::from(i) {
                         return Err(format!("{i} is not exactly representable as f64; declare it i64"));
                     }
                     f.to_le_bytes().to_vec()
                 }
-                ParamValue::Float(v) => {
+                Number::Float(v) => {
                     if !v.is_finite() {
                         return Err(format!("{v:?} is not finite; use a finite value"));
                     }
@@ -399,7 +432,7 @@ impl UserKernelSpec {
                 ));
                 continue;
             };
-            match f.ty.encode(*value) {
+            match f.ty.encode(value) {
                 Ok(b) => bytes[f.offset..f.offset + b.len()].copy_from_slice(&b),
                 Err(why) => problems.push(KernelProblem::new(key, why)),
             }
