@@ -154,6 +154,7 @@ pub fn reference_chain(chain: &[OpSpec], payload: &[u8]) -> Expected {
             OpSpec::Stats => expected.stats = Some(cpu::stats(&samples)),
             OpSpec::Threshold { level } => expected.detect = Some(cpu::threshold(&samples, *level)),
             OpSpec::Delay { .. } => {}
+            OpSpec::Kernel(k) => panic!("user kernel {} has no CPU reference", k.entry),
         }
     }
     expected.output_len = samples.len() as u32;
