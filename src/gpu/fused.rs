@@ -98,8 +98,8 @@ pub enum NotFused {
     StageMarkers,
     #[error("the chain does not start with unpack")]
     NoUnpack,
-    #[error("chain[{0}] is a user kernel, which runs as its own kernel")]
-    UserKernel(usize),
+    #[error("user kernel \"{0}\" runs as a kernel of its own")]
+    UserKernel(String),
 }
 
 /// A chain encoded for the fused kernel, with the buffer size it needs.
@@ -179,10 +179,7 @@ impl FusedChain {
                     s = FusedStep::new(step::DELAY);
                     s.delay_ns = u64::from(*us) * 1000;
                 }
-                OpSpec::Kernel(_) => {
-                    let index = chain.iter().position(|o| std::ptr::eq(o, op)).unwrap_or(0);
-                    return Err(NotFused::UserKernel(index));
-                }
+                OpSpec::Kernel(k) => return Err(NotFused::UserKernel(k.entry.clone())),
             }
             if s.kind != step::STATS_THRESHOLD {
                 names.push(op.name());

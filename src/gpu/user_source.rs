@@ -95,7 +95,7 @@ fn with_entry_check(text: &str, entry: &str, kind: EntryKind) -> String {
 }
 
 /// The errors of an NVRTC log: `(file, line, message)` of every `file(line): error: message`.
-pub fn parse_log(log: &str) -> Vec<(String, u32, String)> {
+fn parse_log(log: &str) -> Vec<(String, u32, String)> {
     log.lines()
         .filter_map(|l| {
             let (place, message) =

@@ -218,7 +218,7 @@ impl ParamType {
     }
 
     /// Size and alignment in bytes (natural alignment).
-    pub fn size(self) -> usize {
+    fn size(self) -> usize {
         match self {
             ParamType::F32 | ParamType::I32 | ParamType::U32 => 4,
             ParamType::F64 | ParamType::I64 | ParamType::U64 => 8,
