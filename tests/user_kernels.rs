@@ -212,6 +212,11 @@ fn check_user_code_reports_every_problem_of_a_config() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].key, "chain[1].source");
     assert!(problems[0].message.contains("no_such_kernel.cu"), "{}", problems[0]);
+
+    let OpSpec::Kernel(k) = &mut cfg.chain[1] else { panic!() };
+    k.source = "/dev/zero".into();
+    let problems = check_user_code(&cfg, &good);
+    assert!(problems[0].message.starts_with("/dev/zero is not a CUDA source"), "{problems:?}");
 }
 
 /// Passes once `frameloop validate` calls `gpu::user_source::check_user_code`.

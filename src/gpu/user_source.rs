@@ -14,6 +14,9 @@ use thiserror::Error;
 /// Virtual architecture user sources are checked for (the oldest CUDA 13 supports).
 const CHECK_ARCH: &str = "compute_75";
 
+/// Largest user source read (bytes).
+pub const MAX_SOURCE_BYTES: u64 = 4 << 20;
+
 /// The file name NVRTC sees for the appended signature check.
 const CHECK_FILE: &str = "frameloop-entry-check";
 
@@ -60,6 +63,10 @@ pub enum UserCodeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{path} is not a CUDA source ({bytes} bytes, or not a regular file); name a .cu file of at most {MAX_SOURCE_BYTES} bytes"
+    )]
+    NotASource { path: String, bytes: u64 },
     #[error("{file}({line}): error: {message}")]
     Compile { file: String, line: u32, message: String },
     #[error("{file}: NVRTC could not compile it: {reason}")]
@@ -218,16 +225,23 @@ pub fn kernel_cubin(
     }
 }
 
+/// The text of a user source: a regular file of at most [`MAX_SOURCE_BYTES`].
+pub fn read_source(path: &Path) -> Result<String, UserCodeError> {
+    let file = path.display().to_string();
+    let meta =
+        std::fs::metadata(path).map_err(|source| UserCodeError::Read { path: file.clone(), source })?;
+    if !meta.is_file() || meta.len() > MAX_SOURCE_BYTES {
+        return Err(UserCodeError::NotASource { path: file, bytes: meta.len() });
+    }
+    std::fs::read_to_string(path).map_err(|source| UserCodeError::Read { path: file, source })
+}
+
 /// Compiles every user kernel of `cfg`'s chain (sources relative to the
 /// directory of `config_file`, the file `cfg` was loaded from) and returns
 /// every problem, keyed `chain[i].source` or `chain[i].entry`.
 pub fn check_user_code(cfg: &Config, config_file: &Path) -> Vec<ConfigProblem> {
-    check_chain_code(&cfg.chain, config_file)
-}
-
-fn check_chain_code(chain: &[OpSpec], config_file: &Path) -> Vec<ConfigProblem> {
     let mut problems = Vec::new();
-    for (i, op) in chain.iter().enumerate() {
+    for (i, op) in cfg.chain.iter().enumerate() {
         let OpSpec::Kernel(k) = op else { continue };
         // A bad entry name is already a problem of the chain itself.
         if !is_c_identifier(&k.entry) {
@@ -235,9 +249,9 @@ fn check_chain_code(chain: &[OpSpec], config_file: &Path) -> Vec<ConfigProblem> 
         }
         let path = k.source_path(config_file);
         let file = path.display().to_string();
-        let errors = match std::fs::read_to_string(&path) {
+        let errors = match read_source(&path) {
             Ok(text) => check_source(&file, &text, &k.entry, EntryKind::Kernel),
-            Err(source) => vec![UserCodeError::Read { path: file, source }],
+            Err(e) => vec![e],
         };
         problems.extend(
             errors.iter().map(|e| ConfigProblem::new(format!("chain[{i}].{}", e.key()), e.to_string())),
