@@ -2,11 +2,15 @@
 //! `handlers/hsb_ready.cu`): NVRTC compiles the good ones against
 //! `kernels/frameloop.cuh`, reports a planted syntax error with its file and
 //! line and an entry that does not exist by name, the parameter layout agrees
-//! with the C compiler's, and the host backend refuses a chain with a user
-//! kernel. Needs only libnvrtc, no GPU; fails instead of skipping without it
-//! under FRAMELOOP_REQUIRE_NVRTC=1.
+//! with the C compiler's, and the host backend (and, until it launches them,
+//! the CUDA backend) refuses a chain with a user kernel. Needs only libnvrtc,
+//! no GPU; fails instead of skipping without it under FRAMELOOP_REQUIRE_NVRTC=1.
+//! `validate_cli_reports_the_planted_error_with_its_line` needs `frameloop
+//! validate` to call `gpu::user_source::check_user_code`.
 
 use frameloop::config::{self, LoopConfig};
+use frameloop::gpu::fused::{FusedChain, NotFused};
+use frameloop::gpu::operators::{ChainLayout, build_main_fragment};
 use frameloop::gpu::user_source::{EntryKind, UserCodeError, check_source, check_user_code, kernel_cubin};
 use frameloop::gpu::{control, nvrtc, nvrtc_present};
 use frameloop::host::{HostError, HostLoop};
@@ -300,4 +304,13 @@ fn config_lists_every_parameter_problem_at_once() {
     let err = config::parse(&text.replace("1e40", "\"loud\"")).unwrap_err();
     let want = "chain[2].params.gain: is the string \"loud\"; write a number (the parameter is f32)";
     assert!(err.problems().iter().any(|p| p.message == want), "{err}");
+}
+
+#[test]
+fn the_cuda_backend_refuses_a_user_kernel_until_it_can_launch_one() {
+    let cfg = config::load(&fixture("gain.toml")).unwrap();
+    let fused = FusedChain::encode(&cfg.chain, 4096).unwrap_err();
+    assert_eq!(fused, NotFused::UserKernel("gain_offset".into()));
+    let err = build_main_fragment(&cfg.chain, 4096, ChainLayout::default()).err().expect("refused");
+    assert!(err.to_string().contains("user kernel \"gain_offset\" cannot be launched"), "{err}");
 }
