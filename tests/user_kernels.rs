@@ -311,6 +311,8 @@ fn the_cuda_backend_refuses_a_user_kernel_until_it_can_launch_one() {
     let cfg = config::load(&fixture("gain.toml")).unwrap();
     let fused = FusedChain::encode(&cfg.chain, 4096).unwrap_err();
     assert_eq!(fused, NotFused::UserKernel("gain_offset".into()));
-    let err = build_main_fragment(&cfg.chain, 4096, ChainLayout::default()).err().expect("refused");
+    let Err(err) = build_main_fragment(&cfg.chain, 4096, ChainLayout::default()) else {
+        panic!("a chain with a user kernel became a fragment")
+    };
     assert!(err.to_string().contains("user kernel \"gain_offset\" cannot be launched"), "{err}");
 }
