@@ -47,6 +47,10 @@ pub fn init_logging() {
 /// `frameloop validate`: prints every problem, or a one-line confirmation.
 pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
     let cfg = config::load(&args.config)?;
+    let problems = crate::gpu::user_source::check_user_code(&cfg, &args.config);
+    if !problems.is_empty() {
+        return Err(config::ConfigError::Invalid(problems).into());
+    }
     println!(
         "{}: ok (backend {:?}, {} slots of {} bytes, policy {:?}, chain: {})",
         args.config.display(),

@@ -100,6 +100,8 @@ pub enum NotFused {
     NoUnpack,
     #[error("chain[{index}] is an \"fft\" operator, which runs on cuFFT and not in the fused kernel")]
     Fft { index: usize },
+    #[error("user kernel \"{0}\" runs as a kernel of its own")]
+    UserKernel(String),
 }
 
 /// A chain encoded for the fused kernel, with the buffer size it needs.
@@ -183,6 +185,7 @@ impl FusedChain {
                     s.delay_ns = u64::from(*us) * 1000;
                 }
                 OpSpec::Fft(_) => unreachable!("chains with an fft were refused above"),
+                OpSpec::Kernel(k) => return Err(NotFused::UserKernel(k.entry.clone())),
             }
             if s.kind != step::STATS_THRESHOLD {
                 names.push(op.name());

@@ -10,6 +10,7 @@ pub const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("fir.cuh", include_str!("../../kernels/fir.cuh")),
     ("filter2d.cuh", include_str!("../../kernels/filter2d.cuh")),
     ("reduce.cuh", include_str!("../../kernels/reduce.cuh")),
+    ("frameloop.cuh", include_str!("../../kernels/frameloop.cuh")),
 ];
 
 /// Every `.cu` file of `kernels/`: (file name, source).

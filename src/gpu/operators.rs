@@ -444,6 +444,15 @@ pub fn build_main_fragment_with(
                 ))?,
                 1,
             ),
+            OpSpec::Kernel(k) => {
+                return Err(FragmentError::Operator {
+                    operator: name("kernel"),
+                    problem: format!(
+                        "user kernel \"{}\" cannot be launched in the resident graph yet",
+                        k.entry
+                    ),
+                });
+            }
             OpSpec::Stats | OpSpec::Threshold { .. } => {
                 let (reduction, consumed) = match (&chain[i], next) {
                     (OpSpec::Stats, Some(OpSpec::Threshold { level }))

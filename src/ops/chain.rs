@@ -1,7 +1,7 @@
 //! A validated linear chain of operators run on the CPU with preallocated
 //! buffers, so running it on the hot path never allocates.
 
-use super::{ChainError, OpSpec, cpu, fft::FftPlan, validate_chain};
+use super::{ChainError, OpSpec, cpu, fft::FftPlan, refuse_user_kernels_on_host, validate_chain};
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
 
 /// What one run of the chain produced (the reduction values and the final samples' count).
@@ -33,9 +33,11 @@ pub struct CpuChain {
 }
 
 impl CpuChain {
-    /// Builds a chain for frames of at most `max_frame_bytes` bytes.
+    /// Builds a chain for frames of at most `max_frame_bytes` bytes; a chain
+    /// with a user kernel is refused (only the CUDA backend runs those).
     pub fn new(ops: &[OpSpec], max_frame_bytes: usize) -> Result<Self, Vec<ChainError>> {
         validate_chain(ops)?;
+        refuse_user_kernels_on_host(ops).map_err(|e| vec![e])?;
         let OpSpec::Unpack { format, .. } = ops[0] else { unreachable!("validated") };
         let max_samples = format.samples_in(max_frame_bytes);
         let ffts =
@@ -86,6 +88,8 @@ impl CpuChain {
                         std::mem::swap(&mut self.a, &mut self.b);
                     }
                 }
+                // Refused by `new`: never in `self.ops`.
+                OpSpec::Kernel(_) => {}
             }
         }
         out.output_len = n;
@@ -138,6 +142,19 @@ mod tests {
         assert_eq!(chain.output(&out), &[16.0, 0.0, 0.0, 4.0, 0.0, 4.0]);
         assert_eq!(out.stats.unwrap(), cpu::stats(&[16.0, 0.0, 0.0, 4.0, 0.0, 4.0]));
         assert_eq!(out.detect.unwrap(), (1, 0));
+    }
+
+    #[test]
+    fn refuses_a_chain_with_a_user_kernel() {
+        let mut ops = default_chain();
+        ops.insert(1, OpSpec::Kernel(toml::from_str("source = 'b.cu'\nentry = 'beamform'").unwrap()));
+        let errs = CpuChain::new(&ops, 16).err().expect("a user kernel must be refused");
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0]
+                .to_string()
+                .starts_with("chain[1] (kernel \"beamform\"): user kernels run only on the CUDA backend")
+        );
     }
 
     #[test]

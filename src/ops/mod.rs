@@ -1,12 +1,14 @@
-//! Built-in operators: their configuration, their CPU reference
-//! implementations, and the linear chain that runs them on the host.
+//! Chain operators: the built-in ones' configuration, their CPU reference
+//! implementations and the linear chain that runs them on the host, and
+//! user CUDA kernels ([`user_kernel`]), which only the CUDA backend runs.
 //!
-//! Every operator has exactly one meaning, defined by its CPU implementation
-//! in [`cpu`]; the CUDA kernels in `kernels/` are checked against it.
+//! Every built-in operator has exactly one meaning, defined by its CPU
+//! implementation in [`cpu`]; the CUDA kernels in `kernels/` are checked against it.
 
 pub mod chain;
 pub mod cpu;
 pub mod fft;
+pub mod user_kernel;
 
 pub use chain::{ChainOutput, CpuChain};
 pub use fft::{FftOutput, FftSpec, FftWindow};
@@ -74,6 +76,8 @@ pub enum OpSpec {
     /// Batched real-to-complex FFT over rows of `n` samples, windowed; the
     /// samples become `n/2 + 1` magnitude or power bins per row (see [`fft`]).
     Fft(FftSpec),
+    /// A user CUDA kernel from a `.cu` file (CUDA backend only).
+    Kernel(user_kernel::UserKernelSpec),
 }
 
 /// Longest artificial delay a `delay` operator may ask for (µs).
@@ -90,6 +94,7 @@ impl OpSpec {
             OpSpec::Threshold { .. } => "threshold",
             OpSpec::Delay { .. } => "delay",
             OpSpec::Fft(_) => "fft",
+            OpSpec::Kernel(_) => "kernel",
         }
     }
 }
@@ -121,6 +126,23 @@ pub enum ChainError {
     FftLength { index: usize, n: u32 },
     #[error("chain[{index}].scale: must be above 0 (got {value}); leave it out for 1/n")]
     FftScale { index: usize, value: f32 },
+    #[error("chain[{index}].{key}: {message}")]
+    UserKernel { index: usize, key: String, message: String },
+    #[error(
+        "chain[{index}] (kernel \"{entry}\"): user kernels run only on the CUDA backend; use backend = \"cuda\" on a machine with a GPU"
+    )]
+    UserKernelOnHost { index: usize, entry: String },
+}
+
+/// The host backend's refusal of a chain with a user kernel, naming the first one.
+pub fn refuse_user_kernels_on_host(chain: &[OpSpec]) -> Result<(), ChainError> {
+    match chain.iter().enumerate().find_map(|(i, op)| match op {
+        OpSpec::Kernel(k) => Some((i, k)),
+        _ => None,
+    }) {
+        Some((index, k)) => Err(ChainError::UserKernelOnHost { index, entry: k.entry.clone() }),
+        None => Ok(()),
+    }
 }
 
 /// Checks that a chain is one the CPU and GPU backends can both run.
@@ -178,6 +200,13 @@ pub fn validate_chain(chain: &[OpSpec]) -> Result<(), Vec<ChainError>> {
                 if !level.is_finite() {
                     errs.push(ChainError::NotFinite { index, key: "level", value: *level });
                 }
+            }
+            OpSpec::Kernel(spec) => {
+                errs.extend(spec.problems().into_iter().map(|p| ChainError::UserKernel {
+                    index,
+                    key: p.key,
+                    message: p.message,
+                }))
             }
         }
     }
@@ -243,5 +272,51 @@ mod tests {
             errs[0].to_string(),
             "chain[1].n: 1 samples per row; use a row length between 2 and 65536"
         );
+    }
+
+    fn kernel(params: &str) -> OpSpec {
+        OpSpec::Kernel(
+            toml::from_str(&format!(
+                "source = 'g.cu'\nentry = 'gain'\nparam_types = ['gain: f32']\n{params}"
+            ))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn user_kernel_problems_name_their_chain_index() {
+        let mut chain = default_chain();
+        chain.insert(2, kernel("params = { gain = 2.5 }"));
+        validate_chain(&chain).unwrap();
+        chain[2] = kernel("params = { gain = 2.5, channels = 4 }");
+        let errs = validate_chain(&chain).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].to_string().starts_with("chain[2].params.channels: not declared"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn host_refuses_the_first_user_kernel() {
+        let mut chain = default_chain();
+        refuse_user_kernels_on_host(&chain).unwrap();
+        chain.insert(1, kernel("params = { gain = 1 }"));
+        chain.push(kernel("params = { gain = 1 }"));
+        let err = refuse_user_kernels_on_host(&chain).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "chain[1] (kernel \"gain\"): user kernels run only on the CUDA backend; use backend = \"cuda\" on a machine with a GPU"
+        );
+    }
+
+    #[test]
+    fn kernel_entries_parse_from_chain_tables() {
+        let op: OpSpec = toml::from_str(
+            "op = 'kernel'\nsource = 'b.cu'\nentry = 'beamform'\nparams = { gain = 2.5, channels = 64 }\n\
+             param_types = ['gain: f32', 'channels: u32']\noutput = { samples = 128 }\nthreads = 128",
+        )
+        .unwrap();
+        let OpSpec::Kernel(k) = &op else { panic!("{op:?}") };
+        assert_eq!((k.entry.as_str(), k.output_samples(9), k.launch(128).blocks), ("beamform", 128, 1));
+        assert_eq!(op.name(), "kernel");
+        assert!(toml::from_str::<OpSpec>("op = 'kernel'\nsource = 'b.cu'\nentry = 'k'\nblock = 3").is_err());
     }
 }

@@ -159,6 +159,7 @@ pub fn reference_chain(chain: &[OpSpec], payload: &[u8]) -> Expected {
                 frameloop::ops::fft::FftPlan::new(spec).run(&samples, &mut out);
                 samples = out;
             }
+            OpSpec::Kernel(k) => panic!("user kernel {} has no CPU reference", k.entry),
         }
     }
     expected.output_len = samples.len() as u32;

@@ -1,0 +1,307 @@
+//! User CUDA sources named in the config (kernels, data-ready handlers):
+//! compiled by NVRTC with `frameloop.cuh` on the include path, their entry's
+//! existence and signature checked, and NVRTC's errors turned into problems
+//! naming the file, line and the compiler's message. Needs NVRTC, not a GPU.
+
+use super::nvrtc::{self, Compiler};
+use super::{GpuError, nvrtc_present};
+use crate::config::{Config, ConfigProblem};
+use crate::ops::OpSpec;
+use crate::ops::user_kernel::is_c_identifier;
+use std::path::Path;
+use thiserror::Error;
+
+/// Virtual architecture user sources are checked for (the oldest CUDA 13 supports).
+const CHECK_ARCH: &str = "compute_75";
+
+/// Largest user source read (bytes).
+pub const MAX_SOURCE_BYTES: u64 = 4 << 20;
+
+/// The file name NVRTC sees for the appended signature check.
+const CHECK_FILE: &str = "frameloop-entry-check";
+
+/// What a user source defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A chain operator: `extern "C" __global__`, [`EntryKind::signature`].
+    Kernel,
+    /// A data-ready handler: a `__device__` function, [`EntryKind::signature`].
+    Handler,
+}
+
+impl EntryKind {
+    /// The function type in `frameloop.cuh` the entry must have.
+    fn fn_type(self) -> &'static str {
+        match self {
+            EntryKind::Kernel => "fl_kernel_fn",
+            EntryKind::Handler => "fl_handler_fn",
+        }
+    }
+
+    /// The declaration the entry must have, for messages.
+    pub fn signature(self, entry: &str) -> String {
+        match self {
+            EntryKind::Kernel => format!(
+                "extern \"C\" __global__ void {entry}(const fl_frame* frame, const float* in, float* out, \
+                 const void* params, fl_user_result* user)"
+            ),
+            EntryKind::Handler => format!(
+                "__device__ uint32_t {entry}(const fl_slot* slot, fl_handler_state* state, fl_frame* frame)"
+            ),
+        }
+    }
+}
+
+/// A problem of one user source, saying how to fix it.
+#[derive(Debug, Error)]
+pub enum UserCodeError {
+    #[error(
+        "cannot read {path}: {source}; check the path (a relative path is relative to the config file's directory)"
+    )]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a CUDA source ({bytes} bytes, or not a regular file); name a .cu file of at most {MAX_SOURCE_BYTES} bytes"
+    )]
+    NotASource { path: String, bytes: u64 },
+    #[error("{file}({line}): error: {message}")]
+    Compile { file: String, line: u32, message: String },
+    #[error("{file}: NVRTC could not compile it: {reason}")]
+    Compiler { file: String, reason: String },
+    #[error("{file} defines no {kind} \"{entry}\"{found}; define {signature}")]
+    MissingEntry { file: String, entry: String, kind: &'static str, found: String, signature: String },
+    #[error("{file}: \"{entry}\" does not have the signature frameloop.cuh requires; declare it {signature}")]
+    WrongSignature { file: String, entry: String, signature: String },
+    #[error(
+        "NVRTC (libnvrtc.so.13) cannot be loaded, so {file} was not compiled; install the CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and add its lib directory to LD_LIBRARY_PATH"
+    )]
+    NoNvrtc { file: String },
+}
+
+impl UserCodeError {
+    /// The config key under `chain[i].` the problem belongs to.
+    pub fn key(&self) -> &'static str {
+        match self {
+            UserCodeError::MissingEntry { .. } | UserCodeError::WrongSignature { .. } => "entry",
+            _ => "source",
+        }
+    }
+}
+
+/// `text` with the entry's signature check appended: a second file (by
+/// `#line`) that only compiles when `entry` exists with the right type.
+fn with_entry_check(text: &str, entry: &str, kind: EntryKind) -> String {
+    format!(
+        "{text}\n#line 1 \"{CHECK_FILE}\"\n#include \"frameloop.cuh\"\n\
+         static_assert(fl_same<decltype(&{entry}), {}>::value, \"frameloop: wrong signature\");\n",
+        kind.fn_type()
+    )
+}
+
+/// The errors of an NVRTC log: `(file, line, message)` of every `file(line): error: message`.
+fn parse_log(log: &str) -> Vec<(String, u32, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let (place, message) =
+                l.split_once("): error: ").or_else(|| l.split_once("): catastrophic error: "))?;
+            let (file, line) = place.rsplit_once('(')?;
+            Some((file.to_string(), line.parse().ok()?, message.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Turns a failed compile of `file` (with the entry check) into problems:
+/// the errors in the user's file if there are any, else the entry's.
+fn compile_problems(err: GpuError, file: &str, entry: &str, kind: EntryKind) -> Vec<UserCodeError> {
+    let GpuError::Compile { reason, log, .. } = err else {
+        return vec![UserCodeError::Compiler { file: file.to_string(), reason: err.to_string() }];
+    };
+    let errors = parse_log(&log);
+    let (check, own): (Vec<_>, Vec<_>) = errors.into_iter().partition(|(f, _, _)| f == CHECK_FILE);
+    if !own.is_empty() {
+        return own
+            .into_iter()
+            .map(|(file, line, message)| UserCodeError::Compile { file, line, message })
+            .collect();
+    }
+    match check.first() {
+        Some((_, _, m)) if m.contains("is undefined") => vec![missing_entry(file, entry, kind, "")],
+        Some(_) => vec![UserCodeError::WrongSignature {
+            file: file.to_string(),
+            entry: entry.to_string(),
+            signature: kind.signature(entry),
+        }],
+        None => vec![UserCodeError::Compiler { file: file.to_string(), reason: format!("{reason}\n{log}") }],
+    }
+}
+
+fn missing_entry(file: &str, entry: &str, kind: EntryKind, found: &str) -> UserCodeError {
+    UserCodeError::MissingEntry {
+        file: file.to_string(),
+        entry: entry.to_string(),
+        kind: match kind {
+            EntryKind::Kernel => "extern \"C\" __global__ function",
+            EntryKind::Handler => "__device__ function",
+        },
+        found: found.to_string(),
+        signature: kind.signature(entry),
+    }
+}
+
+/// The `.entry` names of a PTX text.
+fn ptx_entries(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|l| l.split_once(".entry ").map(|(_, rest)| rest))
+        .map(|rest| rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or_default())
+        .collect()
+}
+
+/// Compiles `text` (named `file`, e.g. its path) for checking, without a
+/// GPU: every compile error with its line, or the missing or mistyped entry.
+pub fn check_source(file: &str, text: &str, entry: &str, kind: EntryKind) -> Vec<UserCodeError> {
+    if !nvrtc_present() {
+        return vec![UserCodeError::NoNvrtc { file: file.to_string() }];
+    }
+    let ptx = match nvrtc::compile_ptx(file, &with_entry_check(text, entry, kind), CHECK_ARCH) {
+        Ok(ptx) => ptx,
+        Err(e) => {
+            let problems = compile_problems(e, file, entry, kind);
+            // Without the entry the check cannot compile: name what the file defines instead.
+            return match (&problems[..], kind) {
+                ([UserCodeError::MissingEntry { .. }], EntryKind::Kernel) => {
+                    match nvrtc::compile_ptx(file, text, CHECK_ARCH) {
+                        Ok(ptx) => vec![missing_kernel(file, entry, &ptx_entries(&ptx))],
+                        Err(_) => problems,
+                    }
+                }
+                _ => problems,
+            };
+        }
+    };
+    if kind == EntryKind::Handler {
+        return Vec::new();
+    }
+    let entries = ptx_entries(&ptx);
+    if entries.contains(&entry) {
+        return Vec::new();
+    }
+    vec![missing_kernel(file, entry, &entries)]
+}
+
+/// The missing kernel `entry`, naming the kernels `entries` of the file's PTX.
+fn missing_kernel(file: &str, entry: &str, entries: &[&str]) -> UserCodeError {
+    let kind = EntryKind::Kernel;
+    let found = if entries.iter().any(|e| e.starts_with("_Z") && e.contains(entry)) {
+        format!(" (\"{entry}\" is there without extern \"C\", so its name is mangled)")
+    } else if entries.is_empty() {
+        " (it defines no extern \"C\" __global__ function)".to_string()
+    } else {
+        format!(" (it defines {})", entries.join(", "))
+    };
+    missing_entry(file, entry, kind, &found)
+}
+
+/// The cubin of a user kernel for the compiler's GPU, from the on-disk
+/// cubin cache when it was compiled before.
+pub fn kernel_cubin(
+    compiler: &Compiler,
+    file: &str,
+    text: &str,
+    entry: &str,
+) -> Result<Vec<u8>, Vec<UserCodeError>> {
+    let kind = EntryKind::Kernel;
+    let cubin = compiler
+        .cubin(file, &with_entry_check(text, entry, kind))
+        .map_err(|e| compile_problems(e, file, entry, kind))?;
+    // An extern "C" kernel's code is in the ELF section `.text.<entry>`.
+    let section = format!(".text.{entry}\0");
+    if cubin.windows(section.len()).any(|w| w == section.as_bytes()) {
+        Ok(cubin)
+    } else {
+        Err(vec![missing_entry(file, entry, kind, "")])
+    }
+}
+
+/// The text of a user source: a regular file of at most [`MAX_SOURCE_BYTES`].
+pub fn read_source(path: &Path) -> Result<String, UserCodeError> {
+    let file = path.display().to_string();
+    let meta =
+        std::fs::metadata(path).map_err(|source| UserCodeError::Read { path: file.clone(), source })?;
+    if !meta.is_file() || meta.len() > MAX_SOURCE_BYTES {
+        return Err(UserCodeError::NotASource { path: file, bytes: meta.len() });
+    }
+    std::fs::read_to_string(path).map_err(|source| UserCodeError::Read { path: file, source })
+}
+
+/// Compiles every user kernel of `cfg`'s chain (sources relative to the
+/// directory of `config_file`, the file `cfg` was loaded from) and returns
+/// every problem, keyed `chain[i].source` or `chain[i].entry`.
+pub fn check_user_code(cfg: &Config, config_file: &Path) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    for (i, op) in cfg.chain.iter().enumerate() {
+        let OpSpec::Kernel(k) = op else { continue };
+        // A bad entry name is already a problem of the chain itself.
+        if !is_c_identifier(&k.entry) {
+            continue;
+        }
+        let path = k.source_path(config_file);
+        let file = path.display().to_string();
+        let errors = match read_source(&path) {
+            Ok(text) => check_source(&file, &text, &k.entry, EntryKind::Kernel),
+            Err(e) => vec![e],
+        };
+        problems.extend(
+            errors.iter().map(|e| ConfigProblem::new(format!("chain[{i}].{}", e.key()), e.to_string())),
+        );
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nvrtc_errors() {
+        let log = "/etc/k/b.cu(9): error: expected a \";\"\n    out[i] = x\n            ^\n\n\
+                   frameloop-entry-check(2): error: identifier \"beam\" is undefined\n\
+                   a(b).cu(3): catastrophic error: cannot open source file \"x.cuh\"\n\
+                   2 errors detected in the compilation of \"/etc/k/b.cu\".\n";
+        assert_eq!(
+            parse_log(log),
+            vec![
+                ("/etc/k/b.cu".to_string(), 9, "expected a \";\"".to_string()),
+                (CHECK_FILE.to_string(), 2, "identifier \"beam\" is undefined".to_string()),
+                ("a(b).cu".to_string(), 3, "cannot open source file \"x.cuh\"".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_in_the_users_file_hide_the_entry_check() {
+        let log = "k.cu(4): error: bad\nframeloop-entry-check(2): error: identifier \"e\" is undefined\n";
+        let err = GpuError::Compile { file: "k.cu".into(), reason: "failed".into(), log: log.into() };
+        let p = compile_problems(err, "k.cu", "e", EntryKind::Kernel);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].to_string(), "k.cu(4): error: bad");
+        assert_eq!(p[0].key(), "source");
+        let log = "frameloop-entry-check(2): error: identifier \"e\" is undefined\n";
+        let err = GpuError::Compile { file: "k.cu".into(), reason: "failed".into(), log: log.into() };
+        let p = compile_problems(err, "k.cu", "e", EntryKind::Kernel);
+        assert_eq!(p[0].key(), "entry");
+        assert!(
+            p[0].to_string().starts_with("k.cu defines no extern \"C\" __global__ function \"e\""),
+            "{}",
+            p[0]
+        );
+    }
+
+    #[test]
+    fn finds_ptx_entries() {
+        let ptx = ".visible .entry gain(\n\t.param .u64 a\n)\n.visible .entry _Z4beamPKf(\n.func f(";
+        assert_eq!(ptx_entries(ptx), ["gain", "_Z4beamPKf"]);
+    }
+}
