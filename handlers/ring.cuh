@@ -299,8 +299,9 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
   // The host reader trusts a copy of record s only while the head it reads
   // afterwards is below s + capacity (= seq - 1 for this rewrite of s's slot):
   // so the release of head seq - 1 must be visible before any store below.
-  // The fence is cheap here: those stores were issued a whole frame ago.
-  fl_fence_release_sys();
+  // With sync_with_host the previous publish ended with a system fence that
+  // already ordered it; without, fence here.
+  if (!p.sync_with_host) fl_fence_release_sys();
   // Twelve 16-byte stores; the release store of the head below orders them.
   const uint4* from = (const uint4*)&r;
   uint4* to = (uint4*)slot;
