@@ -1,0 +1,207 @@
+//! The box as frameloop sees it: GPUs, NICs and NUMA nodes read from sysfs,
+//! how close each NIC is to each GPU, and where each stream should run.
+//!
+//! - [`sysfs`]: bounded, tolerant reads of a sysfs tree (live or recorded).
+//! - [`pci`]: [`PciDevice`], its PCIe path and link, and [`Relationship`].
+//! - [`cpulist`]: [`CpuList`], the CPUs of a NUMA node.
+//! - [`interfaces`]: the addresses of each network interface (getifaddrs).
+//! - [`placement`]: [`place`], the pure stream-to-GPU placement.
+//! - [`report`]: `frameloop topology`, as text or JSON.
+//!
+//! GPUs are numbered in PCI address order, the order CUDA uses with
+//! `CUDA_DEVICE_ORDER=PCI_BUS_ID`. Notes and an example are in
+//! `docs/topology.md`.
+
+pub mod cpulist;
+pub mod interfaces;
+pub mod pci;
+pub mod placement;
+pub mod report;
+mod sysfs;
+
+pub use cpulist::CpuList;
+pub use interfaces::{InterfaceAddrs, interface_addresses};
+pub use pci::{PciDevice, PciLink, PciPath, Relationship};
+pub use placement::{Placement, StreamRequest, place};
+pub use report::{TopologyArgs, command};
+
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use sysfs::Sysfs;
+use thiserror::Error;
+
+/// PCI vendor id of NVIDIA.
+const VENDOR_NVIDIA: &str = "0x10de";
+
+/// Errors of reading the topology and placing streams on it.
+#[derive(Debug, Error)]
+pub enum TopologyError {
+    #[error(
+        "cannot open the sysfs tree {}: {source}; pass --sysfs DIR with a sysfs root \
+         (default /sys, or a tree recorded by scripts/record-sysfs.sh)",
+        path.display()
+    )]
+    SysfsRoot {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot list the network interfaces' addresses (getifaddrs): {source}")]
+    Interfaces {
+        #[source]
+        source: nix::Error,
+    },
+    #[error(
+        "{stream} is set to `gpu = {gpu}` but this machine has {count} GPU(s); \
+         set gpu to 0..{count} (exclusive) or remove it to place the stream automatically"
+    )]
+    GpuOutOfRange { stream: String, gpu: usize, count: usize },
+    #[error(
+        "no NVIDIA GPU under /sys/bus/pci/devices to place {stream} on; \
+         check `nvidia-smi` and that the driver is loaded, or use the host backend"
+    )]
+    NoGpu { stream: String },
+    #[error("cannot write the topology report: {source}")]
+    Output {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A GPU: an NVIDIA PCI device of class VGA (0x0300) or 3D (0x0302).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gpu {
+    /// Its number: its position in PCI address order.
+    pub index: usize,
+    /// The PCI function.
+    pub pci: PciDevice,
+}
+
+/// Where a network interface's packets come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NicDevice {
+    /// A PCI function (the NIC port, or the virtio device behind it).
+    Pci(PciDevice),
+    /// A device that is not on PCI (platform, USB root, ...): its sysfs path.
+    NotPci { path: String },
+    /// No device at all: loopback, bridge, bond, VLAN, tunnel.
+    Virtual,
+}
+
+/// A network interface from `/sys/class/net`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Nic {
+    /// Interface name, e.g. `enp65s0f0`.
+    pub interface: String,
+    /// Its device.
+    pub device: NicDevice,
+}
+
+impl Nic {
+    /// Its PCI function, if it has one.
+    pub fn pci(&self) -> Option<&PciDevice> {
+        match &self.device {
+            NicDevice::Pci(pci) => Some(pci),
+            NicDevice::NotPci { .. } | NicDevice::Virtual => None,
+        }
+    }
+}
+
+/// A NUMA node and its CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NumaNode {
+    /// The node number (`nodeN`).
+    pub node: u32,
+    /// Its CPUs; `None` when `cpulist` is missing or unreadable.
+    pub cpus: Option<CpuList>,
+}
+
+/// GPUs, NICs and NUMA nodes of one machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    /// NVIDIA GPUs in PCI address order.
+    pub gpus: Vec<Gpu>,
+    /// Network interfaces by name.
+    pub nics: Vec<Nic>,
+    /// NUMA nodes by number.
+    pub numa_nodes: Vec<NumaNode>,
+}
+
+impl Topology {
+    /// Reads the tree at `root` (`/sys`, or a recorded copy). Only an
+    /// unopenable root is an error: anything missing below it is unknown.
+    pub fn read(root: &Path) -> Result<Topology, TopologyError> {
+        let sysfs = Sysfs::open(root)?;
+        Ok(Topology { gpus: read_gpus(&sysfs), nics: read_nics(&sysfs), numa_nodes: read_numa_nodes(&sysfs) })
+    }
+
+    /// The NIC named `interface`.
+    pub fn nic(&self, interface: &str) -> Option<&Nic> {
+        self.nics.iter().find(|n| n.interface == interface)
+    }
+
+    /// The CPUs of NUMA node `node`, if known.
+    pub fn cpus_of(&self, node: u32) -> Option<&CpuList> {
+        self.numa_nodes.iter().find(|n| n.node == node)?.cpus.as_ref()
+    }
+}
+
+fn read_gpus(sysfs: &Sysfs) -> Vec<Gpu> {
+    let mut gpus = Vec::new();
+    for address in sysfs.entries("bus/pci/devices").into_iter().filter(|a| pci::is_pci_address(a)) {
+        let dir = format!("bus/pci/devices/{address}");
+        let is_nvidia = sysfs.attribute(&format!("{dir}/vendor")).is_some_and(|v| v == VENDOR_NVIDIA);
+        let class = sysfs
+            .attribute(&format!("{dir}/class"))
+            .and_then(|c| u32::from_str_radix(c.trim_start_matches("0x"), 16).ok());
+        if !is_nvidia || !matches!(class.map(|c| c >> 8), Some(0x0300 | 0x0302)) {
+            continue;
+        }
+        let pci = sysfs.resolve(&dir).and_then(|c| PciDevice::read(sysfs, &c)).unwrap_or_else(|| PciDevice {
+            address: address.clone(),
+            path: PciPath { root: None, bridges: Vec::new() },
+            numa_node: None,
+            link: PciLink::default(),
+            max_link: PciLink::default(),
+        });
+        gpus.push(Gpu { index: gpus.len(), pci });
+    }
+    gpus
+}
+
+fn read_nics(sysfs: &Sysfs) -> Vec<Nic> {
+    sysfs
+        .entries("class/net")
+        .into_iter()
+        .map(|interface| {
+            let link = format!("class/net/{interface}/device");
+            let device = if !sysfs.exists(&link) {
+                NicDevice::Virtual
+            } else {
+                match sysfs.resolve(&link) {
+                    Some(components) => match PciDevice::read(sysfs, &components) {
+                        Some(pci) => NicDevice::Pci(pci),
+                        None => NicDevice::NotPci { path: components.join("/") },
+                    },
+                    None => NicDevice::NotPci { path: "?".into() },
+                }
+            };
+            Nic { interface, device }
+        })
+        .collect()
+}
+
+fn read_numa_nodes(sysfs: &Sysfs) -> Vec<NumaNode> {
+    let mut nodes: Vec<NumaNode> = sysfs
+        .entries("devices/system/node")
+        .into_iter()
+        .filter_map(|name| {
+            let node = name.strip_prefix("node")?.parse::<u32>().ok()?;
+            let cpus = sysfs.attribute(&format!("devices/system/node/{name}/cpulist")).and_then(|c| CpuList::parse(&c));
+            Some(NumaNode { node, cpus })
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.node);
+    nodes
+}
