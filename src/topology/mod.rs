@@ -205,3 +205,87 @@ fn read_numa_nodes(sysfs: &Sysfs) -> Vec<NumaNode> {
     nodes.sort_by_key(|n| n.node);
     nodes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs")
+    }
+
+    #[test]
+    fn two_socket_tree_reads_gpus_nics_and_nodes() {
+        let topo = Topology::read(&fixtures().join("two-socket")).unwrap();
+        // The ASPEED BMC display (vendor 0x1a03) is not a GPU.
+        let addresses: Vec<_> = topo.gpus.iter().map(|g| g.pci.address.as_str()).collect();
+        assert_eq!(addresses, ["0000:03:00.0", "0000:83:00.0"]);
+        let gpu1 = &topo.gpus[1];
+        assert_eq!(gpu1.index, 1);
+        assert_eq!(gpu1.pci.numa_node, Some(1));
+        assert_eq!(gpu1.pci.path.root.as_deref(), Some("pci0000:80"));
+        assert_eq!(gpu1.pci.path.bridges, ["0000:80:01.0", "0000:81:00.0", "0000:82:00.0"]);
+        assert_eq!(gpu1.pci.link, PciLink { generation: Some(5), width: Some(16) });
+        let nic = topo.nic("enp4s0f0np0").unwrap().pci().unwrap();
+        assert_eq!(nic.address, "0000:04:00.0");
+        assert_eq!(Relationship::between(nic, &topo.gpus[0].pci), Relationship::SameSwitch);
+        assert_eq!(Relationship::between(nic, &topo.gpus[1].pci), Relationship::AcrossSockets);
+        assert_eq!(topo.nic("lo").unwrap().device, NicDevice::Virtual);
+        assert_eq!(topo.cpus_of(1).unwrap().count(), 32);
+        assert_eq!(topo.cpus_of(2), None);
+    }
+
+    #[test]
+    fn build_vm_tree_finds_the_virtio_nic_behind_its_pci_function() {
+        let topo = Topology::read(&fixtures().join("build-vm")).unwrap();
+        assert!(topo.gpus.is_empty());
+        let eth0 = topo.nic("eth0").unwrap().pci().unwrap();
+        assert_eq!(eth0.address, "0000:00:03.0");
+        assert_eq!(eth0.path.root.as_deref(), Some("pci0000:00"));
+        assert!(eth0.path.bridges.is_empty());
+        assert_eq!(topo.nic("lo").unwrap().device, NicDevice::Virtual);
+        assert!(topo.cpus_of(0).is_some_and(|c| c.count() >= 1));
+    }
+
+    #[test]
+    fn damaged_trees_read_as_unknown_without_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let dev = root.join("devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
+        std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+        std::fs::write(dev.join("numa_node"), "-1\n").unwrap();
+        std::fs::write(dev.join("current_link_speed"), "Unknown\n").unwrap();
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        std::os::unix::fs::symlink("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0", root.join("bus/pci/devices/0000:01:00.0"))
+            .unwrap();
+        // A GPU whose link dangles: listed by address, place unknown.
+        std::fs::create_dir_all(root.join("gone")).unwrap();
+        std::os::unix::fs::symlink("../../../gone/0000:02:00.0", root.join("bus/pci/devices/0000:02:00.0")).unwrap();
+        std::fs::create_dir_all(root.join("class/net/eth9")).unwrap();
+        std::os::unix::fs::symlink("../../../nowhere", root.join("class/net/eth9/device")).unwrap();
+        std::fs::create_dir_all(root.join("devices/system/node/node0")).unwrap();
+        std::fs::write(root.join("devices/system/node/node0/cpulist"), "garbage\n").unwrap();
+        let topo = Topology::read(root).unwrap();
+        assert_eq!(topo.gpus.len(), 1, "the dangling device has no vendor to read");
+        assert_eq!(topo.gpus[0].pci.numa_node, None);
+        assert_eq!(topo.gpus[0].pci.link, PciLink::default());
+        assert_eq!(topo.nics[0].device, NicDevice::NotPci { path: "?".into() });
+        assert_eq!(topo.numa_nodes, [NumaNode { node: 0, cpus: None }]);
+    }
+
+    #[test]
+    fn the_record_script_copies_a_tree_that_reads_the_same() {
+        let out = tempfile::tempdir().unwrap();
+        let source = fixtures().join("two-socket");
+        let status = std::process::Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/record-sysfs.sh"))
+            .arg(out.path())
+            .arg(&source)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(Topology::read(out.path()).unwrap(), Topology::read(&source).unwrap());
+    }
+}

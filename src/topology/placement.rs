@@ -147,3 +147,142 @@ pub fn place(
     }
     Ok(placements)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> Topology {
+        Topology::read(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name)).unwrap()
+    }
+
+    fn iface(name: &str, addresses: &[&str]) -> InterfaceAddrs {
+        InterfaceAddrs { interface: name.into(), addresses: addresses.iter().map(|a| a.parse().unwrap()).collect() }
+    }
+
+    fn stream(id: usize, bind: &str, gpu: Option<usize>) -> StreamRequest {
+        StreamRequest { id, description: format!("udp {bind}:{}", 5000 + id), bind: bind.parse().unwrap(), gpu }
+    }
+
+    fn two_socket_interfaces() -> Vec<InterfaceAddrs> {
+        vec![
+            iface("lo", &["127.0.0.1", "::1"]),
+            iface("eno1", &["192.168.1.10"]),
+            iface("enp4s0f0np0", &["10.0.0.1", "fd00::1"]),
+            iface("enp132s0f0np0", &["10.0.1.1"]),
+        ]
+    }
+
+    #[test]
+    fn two_socket_streams_go_to_the_gpu_on_their_nics_switch() {
+        let topo = fixture("two-socket");
+        let streams = [stream(0, "10.0.1.1", None), stream(1, "10.0.0.1", None), stream(2, "fd00::1", None)];
+        let placed = place(&topo, &two_socket_interfaces(), &streams).unwrap();
+        assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [1, 0, 0]);
+        assert!(placed.iter().all(|p| p.relationship == Some(Relationship::SameSwitch)));
+        assert_eq!(
+            placed[0].reason,
+            "stream 0 (udp 10.0.1.1:5000 on enp132s0f0np0) -> GPU 1 (0000:83:00.0): same PCIe switch"
+        );
+        assert_eq!(placed[0].numa_node, Some(1));
+        assert_eq!(placed[0].cpus.as_ref().unwrap().to_string(), "16-31,48-63");
+        assert_eq!(placed[1].cpus.as_ref().unwrap().to_string(), "0-15,32-47");
+    }
+
+    #[test]
+    fn onboard_nic_prefers_its_root_complex_over_the_other_socket() {
+        let topo = fixture("two-socket");
+        let placed = place(&topo, &two_socket_interfaces(), &[stream(0, "192.168.1.10", None)]).unwrap();
+        assert_eq!(placed[0].gpu, 0);
+        assert_eq!(placed[0].relationship, Some(Relationship::SameRootComplex));
+        assert!(placed[0].reason.ends_with("GPU 0 (0000:03:00.0): same root complex"), "{}", placed[0].reason);
+    }
+
+    #[test]
+    fn explicit_gpu_wins_and_counts_as_load() {
+        let topo = fixture("two-socket");
+        let streams =
+            [stream(0, "0.0.0.0", None), stream(1, "10.0.1.1", Some(0)), stream(2, "10.0.0.1", Some(0))];
+        let placed = place(&topo, &two_socket_interfaces(), &streams).unwrap();
+        // The pinned streams load GPU 0 before the wildcard stream is placed.
+        assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [1, 0, 0]);
+        assert_eq!(placed[1].relationship, Some(Relationship::AcrossSockets));
+        assert!(placed[1].reason.ends_with("set by `gpu = 0` (across sockets as enp132s0f0np0)"), "{}", placed[1].reason);
+        assert!(placed[0].reason.contains("on any interface"), "{}", placed[0].reason);
+        assert!(placed[0].reason.ends_with("bound to every interface, least loaded (0 streams before)"));
+    }
+
+    #[test]
+    fn wildcard_unowned_and_virtual_binds_fall_back_to_load() {
+        let topo = fixture("two-socket");
+        let streams = [stream(0, "::", None), stream(1, "127.0.0.1", None), stream(2, "10.9.9.9", None)];
+        let placed = place(&topo, &two_socket_interfaces(), &streams).unwrap();
+        assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [0, 1, 0]);
+        assert!(placed.iter().all(|p| p.relationship.is_none()));
+        assert!(placed[1].reason.contains("lo has no PCI device"), "{}", placed[1].reason);
+        assert!(placed[2].reason.contains("no interface owns 10.9.9.9"), "{}", placed[2].reason);
+        assert_eq!(placed[2].interface, None);
+    }
+
+    #[test]
+    fn split_roots_ties_on_numa_node_are_broken_by_load() {
+        let topo = fixture("split-roots");
+        let interfaces = [iface("enp65s0f0", &["10.1.0.1"])];
+        let streams = [stream(0, "10.1.0.1", None), stream(1, "10.1.0.1", None), stream(2, "10.1.0.1", None)];
+        let placed = place(&topo, &interfaces, &streams).unwrap();
+        assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [0, 1, 0]);
+        assert!(placed.iter().all(|p| p.relationship == Some(Relationship::SameNumaNode)));
+        assert_eq!(
+            placed[1].reason,
+            "stream 1 (udp 10.1.0.1:5001 on enp65s0f0) -> GPU 1 (0000:21:00.0): same NUMA node, \
+             least loaded of 2 (0 streams before)"
+        );
+    }
+
+    #[test]
+    fn build_vm_has_no_gpu_to_place_on() {
+        let topo = fixture("build-vm");
+        let err = place(&topo, &[], &[stream(3, "0.0.0.0", None)]).unwrap_err();
+        assert!(matches!(err, TopologyError::NoGpu { .. }), "{err}");
+        assert!(err.to_string().contains("stream 3 (udp 0.0.0.0:5003)"), "{err}");
+        assert!(place(&topo, &[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_gpu_number_past_the_last_gpu_is_refused_with_the_range() {
+        let topo = fixture("split-roots");
+        let err = place(&topo, &[], &[stream(0, "0.0.0.0", Some(2))]).unwrap_err();
+        assert!(err.to_string().contains("`gpu = 2` but this machine has 2 GPU(s)"), "{err}");
+    }
+
+    /// On every recorded tree (the GPU machine's too, once added), a stream
+    /// bound on a PCI NIC lands on one of the closest GPUs.
+    #[test]
+    fn every_tree_places_each_pci_nic_on_a_closest_gpu() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs");
+        let mut trees = 0;
+        for entry in std::fs::read_dir(&root).unwrap() {
+            let path = entry.unwrap().path();
+            if !path.is_dir() {
+                continue;
+            }
+            trees += 1;
+            let topo = Topology::read(&path).unwrap();
+            if topo.gpus.is_empty() {
+                continue;
+            }
+            for (n, nic) in topo.nics.iter().enumerate() {
+                let Some(pci) = nic.pci() else { continue };
+                let bind = IpAddr::from([10, 200, (n / 256) as u8, (n % 256) as u8]);
+                let interfaces = [InterfaceAddrs { interface: nic.interface.clone(), addresses: vec![bind] }];
+                let request = StreamRequest { id: 0, description: "udp".into(), bind, gpu: None };
+                let placed = place(&topo, &interfaces, &[request]).unwrap();
+                let closest = topo.gpus.iter().map(|g| Relationship::between(pci, &g.pci)).min();
+                assert_eq!(placed[0].relationship, closest, "{}: {}", path.display(), placed[0].reason);
+                assert_eq!(placed[0].numa_node, topo.gpus[placed[0].gpu].pci.numa_node);
+            }
+        }
+        assert!(trees >= 3, "the fixture trees are missing under {}", root.display());
+    }
+}

@@ -117,6 +117,7 @@ fn render(topology: &Topology, addresses: &[InterfaceAddrs]) -> String {
         for gpu in &topology.gpus {
             let _ = write!(out, "  {:column$}", format!("GPU {}", gpu.index));
         }
+        out.truncate(out.trim_end().len());
         let _ = writeln!(out);
         for (interface, pci) in on_pci {
             let _ = write!(out, "  {interface:width$}");
