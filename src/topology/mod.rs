@@ -198,7 +198,9 @@ fn read_numa_nodes(sysfs: &Sysfs) -> Vec<NumaNode> {
         .into_iter()
         .filter_map(|name| {
             let node = name.strip_prefix("node")?.parse::<u32>().ok()?;
-            let cpus = sysfs.attribute(&format!("devices/system/node/{name}/cpulist")).and_then(|c| CpuList::parse(&c));
+            let cpus = sysfs
+                .attribute(&format!("devices/system/node/{name}/cpulist"))
+                .and_then(|c| CpuList::parse(&c));
             Some(NumaNode { node, cpus })
         })
         .collect();
@@ -258,11 +260,15 @@ mod tests {
         std::fs::write(dev.join("numa_node"), "-1\n").unwrap();
         std::fs::write(dev.join("current_link_speed"), "Unknown\n").unwrap();
         std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
-        std::os::unix::fs::symlink("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0", root.join("bus/pci/devices/0000:01:00.0"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+            root.join("bus/pci/devices/0000:01:00.0"),
+        )
+        .unwrap();
         // A GPU whose link dangles: listed by address, place unknown.
         std::fs::create_dir_all(root.join("gone")).unwrap();
-        std::os::unix::fs::symlink("../../../gone/0000:02:00.0", root.join("bus/pci/devices/0000:02:00.0")).unwrap();
+        std::os::unix::fs::symlink("../../../gone/0000:02:00.0", root.join("bus/pci/devices/0000:02:00.0"))
+            .unwrap();
         std::fs::create_dir_all(root.join("class/net/eth9")).unwrap();
         std::os::unix::fs::symlink("../../../nowhere", root.join("class/net/eth9/device")).unwrap();
         std::fs::create_dir_all(root.join("devices/system/node/node0")).unwrap();
@@ -279,12 +285,14 @@ mod tests {
     fn the_record_script_copies_a_tree_that_reads_the_same() {
         let out = tempfile::tempdir().unwrap();
         let source = fixtures().join("two-socket");
-        let status = std::process::Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/record-sysfs.sh"))
-            .arg(out.path())
-            .arg(&source)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
+        let status = std::process::Command::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/record-sysfs.sh"),
+        )
+        .arg(out.path())
+        .arg(&source)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
         assert!(status.success());
         assert_eq!(Topology::read(out.path()).unwrap(), Topology::read(&source).unwrap());
     }

@@ -60,7 +60,8 @@ impl Relationship {
     pub fn between(nic: &PciDevice, gpu: &PciDevice) -> Relationship {
         match (&nic.path.root, &gpu.path.root) {
             (Some(a), Some(b)) if a == b => {
-                let shared = nic.path.bridges.iter().zip(&gpu.path.bridges).take_while(|(x, y)| x == y).count();
+                let shared =
+                    nic.path.bridges.iter().zip(&gpu.path.bridges).take_while(|(x, y)| x == y).count();
                 // The first bridge is the root port; sharing one below it
                 // means both hang off the same switch.
                 if shared >= 2 { Relationship::SameSwitch } else { Relationship::SameRootComplex }
@@ -141,7 +142,11 @@ impl PciDevice {
         let bridges_from = root_at.map_or(0, |r| r + 1);
         let path = PciPath {
             root: root_at.map(|r| components[r].clone()),
-            bridges: components[bridges_from..device_at].iter().filter(|c| is_pci_address(c)).cloned().collect(),
+            bridges: components[bridges_from..device_at]
+                .iter()
+                .filter(|c| is_pci_address(c))
+                .cloned()
+                .collect(),
         };
         let dir = components[..=device_at].join("/");
         let attribute = |name: &str| sysfs.attribute(&format!("{dir}/{name}"));
@@ -159,7 +164,8 @@ impl PciLink {
     /// From `*_link_speed` ("16.0 GT/s PCIe", "8 GT/s", "Unknown") and
     /// `*_link_width` ("16"; 0 and 255 mean no link).
     fn parse(speed: Option<String>, width: Option<String>) -> PciLink {
-        let gts = speed.as_deref().and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse::<f32>().ok());
+        let gts =
+            speed.as_deref().and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse::<f32>().ok());
         let generation = gts.and_then(|gts| match gts {
             2.5 => Some(1),
             5.0 => Some(2),

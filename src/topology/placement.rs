@@ -73,7 +73,9 @@ pub fn place(
     let mut load = vec![0usize; gpus.len()];
     for stream in streams {
         if gpus.is_empty() {
-            return Err(TopologyError::NoGpu { stream: format!("stream {} ({})", stream.id, stream.description) });
+            return Err(TopologyError::NoGpu {
+                stream: format!("stream {} ({})", stream.id, stream.description),
+            });
         }
         if let Some(gpu) = stream.gpu {
             let slot = load.get_mut(gpu).ok_or_else(|| TopologyError::GpuOutOfRange {
@@ -154,15 +156,24 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixture(name: &str) -> Topology {
-        Topology::read(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name)).unwrap()
+        Topology::read(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name))
+            .unwrap()
     }
 
     fn iface(name: &str, addresses: &[&str]) -> InterfaceAddrs {
-        InterfaceAddrs { interface: name.into(), addresses: addresses.iter().map(|a| a.parse().unwrap()).collect() }
+        InterfaceAddrs {
+            interface: name.into(),
+            addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+        }
     }
 
     fn stream(id: usize, bind: &str, gpu: Option<usize>) -> StreamRequest {
-        StreamRequest { id, description: format!("udp {bind}:{}", 5000 + id), bind: bind.parse().unwrap(), gpu }
+        StreamRequest {
+            id,
+            description: format!("udp {bind}:{}", 5000 + id),
+            bind: bind.parse().unwrap(),
+            gpu,
+        }
     }
 
     fn two_socket_interfaces() -> Vec<InterfaceAddrs> {
@@ -196,7 +207,11 @@ mod tests {
         let placed = place(&topo, &two_socket_interfaces(), &[stream(0, "192.168.1.10", None)]).unwrap();
         assert_eq!(placed[0].gpu, 0);
         assert_eq!(placed[0].relationship, Some(Relationship::SameRootComplex));
-        assert!(placed[0].reason.ends_with("GPU 0 (0000:03:00.0): same root complex"), "{}", placed[0].reason);
+        assert!(
+            placed[0].reason.ends_with("GPU 0 (0000:03:00.0): same root complex"),
+            "{}",
+            placed[0].reason
+        );
     }
 
     #[test]
@@ -208,7 +223,11 @@ mod tests {
         // The pinned streams load GPU 0 before the wildcard stream is placed.
         assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [1, 0, 0]);
         assert_eq!(placed[1].relationship, Some(Relationship::AcrossSockets));
-        assert!(placed[1].reason.ends_with("set by `gpu = 0` (across sockets as enp132s0f0np0)"), "{}", placed[1].reason);
+        assert!(
+            placed[1].reason.ends_with("set by `gpu = 0` (across sockets as enp132s0f0np0)"),
+            "{}",
+            placed[1].reason
+        );
         assert!(placed[0].reason.contains("on any interface"), "{}", placed[0].reason);
         assert!(placed[0].reason.ends_with("bound to every interface, least loaded (0 streams before)"));
     }

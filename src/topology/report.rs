@@ -43,7 +43,8 @@ pub fn command(args: &TopologyArgs) -> Result<(), TopologyError> {
     let addresses = if live { interface_addresses()? } else { Vec::new() };
     let text = if args.json {
         let report = Report { topology: &topology, addresses: &addresses, relationships: pairs(&topology) };
-        let mut json = serde_json::to_string_pretty(&report).expect("the report holds only strings and numbers");
+        let mut json =
+            serde_json::to_string_pretty(&report).expect("the report holds only strings and numbers");
         json.push('\n');
         json
     } else {
@@ -98,7 +99,14 @@ fn render(topology: &Topology, addresses: &[InterfaceAddrs]) -> String {
     for nic in &topology.nics {
         let place = match &nic.device {
             NicDevice::Pci(pci) => {
-                format!("{}  NUMA {}  link {}  {}/{}", pci.address, numa(pci.numa_node), pci.link, pci.path, pci.address)
+                format!(
+                    "{}  NUMA {}  link {}  {}/{}",
+                    pci.address,
+                    numa(pci.numa_node),
+                    pci.link,
+                    pci.path,
+                    pci.address
+                )
             }
             NicDevice::NotPci { path } => format!("not on PCI ({path})"),
             NicDevice::Virtual => "virtual (no device)".to_owned(),
@@ -109,7 +117,8 @@ fn render(topology: &Topology, addresses: &[InterfaceAddrs]) -> String {
         });
         let _ = writeln!(out, "  {:width$}  {place}{owned}", nic.interface);
     }
-    let on_pci: Vec<_> = topology.nics.iter().filter_map(|n| Some((n.interface.as_str(), n.pci()?))).collect();
+    let on_pci: Vec<_> =
+        topology.nics.iter().filter_map(|n| Some((n.interface.as_str(), n.pci()?))).collect();
     if !topology.gpus.is_empty() && !on_pci.is_empty() {
         let _ = writeln!(out, "\nNIC-GPU relationships");
         let column = 18;
@@ -134,7 +143,10 @@ fn render(topology: &Topology, addresses: &[InterfaceAddrs]) -> String {
     }
     let _ = writeln!(out, "\nNUMA nodes ({})", topology.numa_nodes.len());
     for node in &topology.numa_nodes {
-        let cpus = node.cpus.as_ref().map_or_else(|| "CPUs unknown".to_owned(), |c| format!("CPUs {c} ({})", c.count()));
+        let cpus = node
+            .cpus
+            .as_ref()
+            .map_or_else(|| "CPUs unknown".to_owned(), |c| format!("CPUs {c} ({})", c.count()));
         let _ = writeln!(out, "  node {}  {cpus}", node.node);
     }
     out

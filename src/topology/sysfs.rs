@@ -61,8 +61,11 @@ impl Sysfs {
         let Ok(dir) = fs::read_dir(self.root.join(rel)) else {
             return Vec::new();
         };
-        let mut names: Vec<String> =
-            dir.filter_map(Result::ok).take(LISTING_LIMIT).filter_map(|e| e.file_name().into_string().ok()).collect();
+        let mut names: Vec<String> = dir
+            .filter_map(Result::ok)
+            .take(LISTING_LIMIT)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
         names.sort();
         names
     }
