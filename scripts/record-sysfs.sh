@@ -5,7 +5,8 @@
 #   bus/pci/devices/*            links, plus each device's and each parent
 #                                bridge's class, vendor, device, numa_node
 #                                and {current,max}_link_{speed,width}
-#   class/net/*                  links, plus each interface's `device` link
+#   class/net/*                  links, plus each interface's `device` and
+#                                `lower_*` links
 #   devices/system/node/node*/cpulist
 #
 # usage: scripts/record-sysfs.sh OUT [SYSFS_ROOT]   (SYSFS_ROOT default /sys)
@@ -77,6 +78,10 @@ for link in "$sys"/class/net/*; do
   target=$(resolved "$rel")
   [ -n "$target" ] || continue
   mkdir -p "$out/$target"
+  # A bond, VLAN or macvlan names the interfaces below it.
+  for lower in "$sys/$target"/lower_*; do
+    [ -L "$lower" ] && copy_link "$target/$(basename "$lower")"
+  done
   if [ -L "$sys/$target/device" ]; then
     copy_link "$target/device"
     device=$(resolved "$target/device")

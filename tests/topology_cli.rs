@@ -33,6 +33,9 @@ fn text_report_shows_gpus_nics_matrix_and_nodes() {
          pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:00.0/0000:83:00.0",
         "  eno1           0000:05:00.0  NUMA 0  link Gen2 x1  pci0000:00/0000:00:1c.0/0000:05:00.0",
         "  lo             virtual (no device)",
+        "  vlan10         0000:84:00.0  NUMA 1  via enp132s0f0np0  \
+         pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:01.0/0000:84:00.0",
+        "  vlan10         across sockets      same PCIe switch",
         "                 GPU 0               GPU 1",
         "  enp132s0f0np0  across sockets      same PCIe switch",
         "  enp4s0f0np0    same PCIe switch    across sockets",
@@ -67,4 +70,17 @@ fn a_missing_tree_says_how_to_point_at_one() {
     let (out, _, stderr) = topology(&["--sysfs", "/nonexistent/sysfs-tree"]);
     assert!(!out.status.success());
     assert!(stderr.contains("/nonexistent/sysfs-tree") && stderr.contains("--sysfs DIR"), "{stderr}");
+}
+
+#[test]
+fn help_lists_the_command_and_its_flags() {
+    let top = Command::new(env!("CARGO_BIN_EXE_frameloop")).arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&top.stdout).contains("topology"));
+    let (out, stdout, _) = topology(&["--help"]);
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("Usage: frameloop topology")
+            && stdout.contains("--sysfs")
+            && stdout.contains("--json")
+    );
 }

@@ -85,7 +85,10 @@ pub enum NicDevice {
     Pci(PciDevice),
     /// A device that is not on PCI (platform, USB root, ...): its sysfs path.
     NotPci { path: String },
-    /// No device at all: loopback, bridge, bond, VLAN, tunnel.
+    /// A bond, VLAN or macvlan over a PCI NIC: the first lower interface
+    /// on PCI (followed through stacked ones) and its PCI function.
+    Stacked { lower: String, pci: PciDevice },
+    /// No device at all, nor a lower interface on PCI: loopback, bridge, tunnel.
     Virtual,
 }
 
@@ -102,7 +105,7 @@ impl Nic {
     /// Its PCI function, if it has one.
     pub fn pci(&self) -> Option<&PciDevice> {
         match &self.device {
-            NicDevice::Pci(pci) => Some(pci),
+            NicDevice::Pci(pci) | NicDevice::Stacked { pci, .. } => Some(pci),
             NicDevice::NotPci { .. } | NicDevice::Virtual => None,
         }
     }
@@ -170,26 +173,41 @@ fn read_gpus(sysfs: &Sysfs) -> Vec<Gpu> {
     gpus
 }
 
+/// How deep stacked interfaces are followed (a VLAN on a bond on a port is 2).
+const STACK_LIMIT: usize = 4;
+
 fn read_nics(sysfs: &Sysfs) -> Vec<Nic> {
     sysfs
         .entries("class/net")
         .into_iter()
-        .map(|interface| {
-            let link = format!("class/net/{interface}/device");
-            let device = if !sysfs.exists(&link) {
-                NicDevice::Virtual
-            } else {
-                match sysfs.resolve(&link) {
-                    Some(components) => match PciDevice::read(sysfs, &components) {
-                        Some(pci) => NicDevice::Pci(pci),
-                        None => NicDevice::NotPci { path: components.join("/") },
-                    },
-                    None => NicDevice::NotPci { path: "?".into() },
-                }
-            };
-            Nic { interface, device }
-        })
+        .map(|interface| Nic { device: nic_device(sysfs, &interface, 0), interface })
         .collect()
+}
+
+/// The device of `interface`: its own, or for a bond, VLAN or macvlan
+/// without one, the first of its `lower_*` interfaces that is on PCI.
+fn nic_device(sysfs: &Sysfs, interface: &str, depth: usize) -> NicDevice {
+    let link = format!("class/net/{interface}/device");
+    if sysfs.exists(&link) {
+        return match sysfs.resolve(&link) {
+            Some(components) => match PciDevice::read(sysfs, &components) {
+                Some(pci) => NicDevice::Pci(pci),
+                None => NicDevice::NotPci { path: components.join("/") },
+            },
+            None => NicDevice::NotPci { path: "?".into() },
+        };
+    }
+    if depth < STACK_LIMIT {
+        for entry in sysfs.entries(&format!("class/net/{interface}")) {
+            let Some(lower) = entry.strip_prefix("lower_") else { continue };
+            match nic_device(sysfs, lower, depth + 1) {
+                NicDevice::Pci(pci) => return NicDevice::Stacked { lower: lower.to_owned(), pci },
+                NicDevice::Stacked { lower, pci } => return NicDevice::Stacked { lower, pci },
+                NicDevice::NotPci { .. } | NicDevice::Virtual => {}
+            }
+        }
+    }
+    NicDevice::Virtual
 }
 
 fn read_numa_nodes(sysfs: &Sysfs) -> Vec<NumaNode> {
@@ -233,6 +251,15 @@ mod tests {
         assert_eq!(Relationship::between(nic, &topo.gpus[0].pci), Relationship::SameSwitch);
         assert_eq!(Relationship::between(nic, &topo.gpus[1].pci), Relationship::AcrossSockets);
         assert_eq!(topo.nic("lo").unwrap().device, NicDevice::Virtual);
+        // vlan10 -> bond0 -> enp132s0f0np0: both stacked ones name the port.
+        for stacked in ["bond0", "vlan10"] {
+            match &topo.nic(stacked).unwrap().device {
+                NicDevice::Stacked { lower, pci } => {
+                    assert_eq!((lower.as_str(), pci.address.as_str()), ("enp132s0f0np0", "0000:84:00.0"))
+                }
+                other => panic!("{stacked} is {other:?}"),
+            }
+        }
         assert_eq!(topo.cpus_of(1).unwrap().count(), 32);
         assert_eq!(topo.cpus_of(2), None);
     }

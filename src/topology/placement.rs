@@ -182,6 +182,7 @@ mod tests {
             iface("eno1", &["192.168.1.10"]),
             iface("enp4s0f0np0", &["10.0.0.1", "fd00::1"]),
             iface("enp132s0f0np0", &["10.0.1.1"]),
+            iface("vlan10", &["10.10.0.1"]),
         ]
     }
 
@@ -199,6 +200,15 @@ mod tests {
         assert_eq!(placed[0].numa_node, Some(1));
         assert_eq!(placed[0].cpus.as_ref().unwrap().to_string(), "16-31,48-63");
         assert_eq!(placed[1].cpus.as_ref().unwrap().to_string(), "0-15,32-47");
+    }
+
+    #[test]
+    fn a_vlan_on_a_bond_is_placed_by_the_port_below_it() {
+        let topo = fixture("two-socket");
+        let placed = place(&topo, &two_socket_interfaces(), &[stream(0, "10.10.0.1", None)]).unwrap();
+        assert_eq!(placed[0].gpu, 1);
+        assert_eq!(placed[0].interface.as_deref(), Some("vlan10"));
+        assert_eq!(placed[0].relationship, Some(Relationship::SameSwitch));
     }
 
     #[test]

@@ -108,6 +108,13 @@ fn render(topology: &Topology, addresses: &[InterfaceAddrs]) -> String {
                     pci.address
                 )
             }
+            NicDevice::Stacked { lower, pci } => format!(
+                "{}  NUMA {}  via {lower}  {}/{}",
+                pci.address,
+                numa(pci.numa_node),
+                pci.path,
+                pci.address
+            ),
             NicDevice::NotPci { path } => format!("not on PCI ({path})"),
             NicDevice::Virtual => "virtual (no device)".to_owned(),
         };
