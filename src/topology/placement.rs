@@ -99,7 +99,7 @@ pub fn place(
         let (gpu, why) = match stream.gpu {
             Some(gpu) => {
                 let why = match relationship_to(gpu) {
-                    Some(rel) => format!("set by `gpu = {gpu}` ({rel} as {on})"),
+                    Some(rel) => format!("set by `gpu = {gpu}` ({rel} from {on})"),
                     None => format!("set by `gpu = {gpu}`"),
                 };
                 (gpu, why)
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(placed.iter().map(|p| p.gpu).collect::<Vec<_>>(), [1, 0, 0]);
         assert_eq!(placed[1].relationship, Some(Relationship::AcrossSockets));
         assert!(
-            placed[1].reason.ends_with("set by `gpu = 0` (across sockets as enp132s0f0np0)"),
+            placed[1].reason.ends_with("set by `gpu = 0` (across sockets from enp132s0f0np0)"),
             "{}",
             placed[1].reason
         );
