@@ -46,6 +46,8 @@ the config has an [rtp] section); the result is the same on every run.\n\n\
 A summary (frames, datagrams, packets skipped by reason) is printed at the end. A truncated or \
 corrupt capture is replayed up to the damage, then reported with a non-zero exit status.")]
     Replay(ReplayCommand),
+    /// Show the GPUs, NICs, their PCIe/NUMA relationships and each NUMA node's CPUs.
+    Topology(frameloop::topology::TopologyArgs),
 }
 
 /// `frameloop replay`: the replay arguments and the config for in-process replay.
@@ -69,7 +71,13 @@ fn main() -> ExitCode {
         Command::Validate(a) => app::validate(&a),
         Command::Record(a) => app::record(&a),
         Command::Replay(a) => app::replay(&a.replay, a.config.as_deref()),
+        Command::Topology(a) => return finish(frameloop::topology::command(&a)),
     };
+    finish(result)
+}
+
+/// The exit status of a command, its error (if any) printed first.
+fn finish<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
