@@ -573,29 +573,29 @@ fn run<R: Read>(
                 skipped[skip_index(reason)] += 1;
                 continue;
             }
+            if matches!(target, Target::Socket { .. }) && !args.max_rate {
+                let due = match paced {
+                    None => start_mono,
+                    Some((prev_ts, prev_due)) => {
+                        let gap = (ts.saturating_sub(prev_ts) as f64 / args.speed) as u64;
+                        if gap > max_gap_ns {
+                            summary.gaps_shortened += 1;
+                            summary.longest_gap_ns = summary.longest_gap_ns.max(gap);
+                        }
+                        prev_due.saturating_add(gap.min(max_gap_ns))
+                    }
+                };
+                paced = Some((ts, due));
+                if !sleep_until(due, stop) {
+                    break;
+                }
+            }
             first_ts.get_or_insert(ts);
             last_ts = last_ts.max(ts);
             summary.datagrams += 1;
             summary.bytes += payload.len() as u64;
             match &mut target {
                 Target::Socket { socket, to } => {
-                    if !args.max_rate {
-                        let due = match paced {
-                            None => start_mono,
-                            Some((prev_ts, prev_due)) => {
-                                let gap = (ts.saturating_sub(prev_ts) as f64 / args.speed) as u64;
-                                if gap > max_gap_ns {
-                                    summary.gaps_shortened += 1;
-                                    summary.longest_gap_ns = summary.longest_gap_ns.max(gap);
-                                }
-                                prev_due.saturating_add(gap.min(max_gap_ns))
-                            }
-                        };
-                        paced = Some((ts, due));
-                        if !sleep_until(due, stop) {
-                            break;
-                        }
-                    }
                     boundaries.observe(payload);
                     if socket.send_to(payload, *to).is_err() {
                         summary.send_errors += 1;
