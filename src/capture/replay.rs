@@ -651,3 +651,23 @@ fn sleep_until(due_ns: u64, stop: &AtomicBool) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_payloads_split_at_each_header_and_keep_the_rest_as_leftover() {
+        let a = native::encode_frame(1, 1, &[1u8; 250], 100, 0);
+        let mut payload = a.concat();
+        payload.extend_from_slice(&[0xee; 7]);
+        let mut split = NativeDatagrams::of(&payload).expect("starts with a native datagram");
+        let parts: Vec<&[u8]> = split.by_ref().collect();
+        assert_eq!(parts, a.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert_eq!(split.leftover(), 7);
+        // A lone datagram has nothing left over; a non-native payload is not split.
+        let mut lone = NativeDatagrams::of(&a[0]).unwrap();
+        assert_eq!((lone.by_ref().count(), lone.leftover()), (1, 0));
+        assert!(NativeDatagrams::of(b"\x80\x60 RTP-ish bytes of some length").is_none());
+    }
+}
