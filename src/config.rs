@@ -396,7 +396,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 
 /// Reads and parses a config file.
 pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::small_file::read_text(path, crate::small_file::SMALL_FILE_LIMIT)
         .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
     parse(&text)
 }

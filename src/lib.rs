@@ -21,4 +21,5 @@ pub mod rtp;
 pub mod sender;
 pub mod service;
 pub mod topology;
+pub mod small_file;
 pub mod wire;

@@ -116,7 +116,17 @@ fn help_describes_both_commands() {
         ("record", &["--out", "--duration", "--count", "--bind", "pcapng", "frameloop run --record"][..]),
         (
             "replay",
-            &["--to", "--speed", "--max-rate", "--port", "--stream", "--rtp", "--config", "[rtp]"][..],
+            &[
+                "--to",
+                "--speed",
+                "--max-rate",
+                "--max-gap-ms",
+                "--port",
+                "--stream",
+                "--rtp",
+                "--config",
+                "[rtp]",
+            ][..],
         ),
         ("run", &["--record"][..]),
     ] {

@@ -49,51 +49,79 @@ fn setup() -> InProcessSetup {
     }
 }
 
-#[test]
-fn tcpdump_capture_of_loopback_sender_replays() {
-    let Some(tcpdump) = tool("tcpdump") else { return };
+/// `tcpdump -i lo` writing UDP datagrams to one port into a file.
+struct Tcpdump {
+    child: std::process::Child,
+    stderr: BufReader<std::process::ChildStderr>,
+    first_line: String,
+}
+
+impl Tcpdump {
+    /// Starts recording to `path` (whose directory must be writable by all:
+    /// tcpdump drops its privileges before opening the file), or `None`
+    /// (with a message) when tcpdump is missing or may not capture here.
+    fn start(path: &std::path::Path, port: u16) -> Option<Self> {
+        let tcpdump = tool("tcpdump")?;
+        let mut child = Command::new(tcpdump)
+            .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "32768", "-w"])
+            .arg(path)
+            .args(["udp", "and", "dst", "port", &port.to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // tcpdump says "listening on lo" once its capture is open.
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut first_line = String::new();
+        stderr.read_line(&mut first_line).unwrap();
+        if !first_line.contains("listening") {
+            let _ = child.kill();
+            let _ = child.wait();
+            if std::env::var_os("FRAMELOOP_REQUIRE_TOOLS").is_some() {
+                panic!("tcpdump could not capture on lo: {first_line}");
+            }
+            eprintln!("skipping: tcpdump cannot capture here (needs CAP_NET_RAW): {first_line}");
+            return None;
+        }
+        // The filter may be attached just after the message; give it a moment.
+        std::thread::sleep(Duration::from_millis(500));
+        Some(Self { child, stderr, first_line })
+    }
+
+    /// Stops it and returns what it printed on stderr.
+    fn stop(mut self) -> String {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: plain kill(2) of the child this test started, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        let mut text = self.first_line;
+        std::io::Read::read_to_string(&mut self.stderr, &mut text).unwrap();
+        assert!(status.success(), "tcpdump failed: {text}");
+        text
+    }
+}
+
+/// A directory tcpdump can write into after dropping its privileges.
+fn open_tempdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    // tcpdump drops its privileges (to user tcpdump) before opening the file.
     let open = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o777);
     std::fs::set_permissions(dir.path(), open).unwrap();
+    dir
+}
+
+#[test]
+fn tcpdump_capture_of_loopback_sender_replays() {
+    let dir = open_tempdir();
     let path = dir.path().join("lo.pcap");
     let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = receiver.local_addr().unwrap().port();
-    let mut child = Command::new(tcpdump)
-        .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-w"])
-        .arg(&path)
-        .args(["udp", "and", "dst", "port", &port.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // tcpdump says "listening on lo" once its capture is open.
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    if !line.contains("listening") {
-        let _ = child.kill();
-        let _ = child.wait();
-        if std::env::var_os("FRAMELOOP_REQUIRE_TOOLS").is_some() {
-            panic!("tcpdump could not capture on lo: {line}");
-        }
-        eprintln!("skipping: tcpdump cannot capture here (needs CAP_NET_RAW): {line}");
-        return;
-    }
-    // The filter may be attached just after the message; give it a moment.
-    std::thread::sleep(Duration::from_millis(500));
+    let Some(tcpdump) = Tcpdump::start(&path, port) else { return };
     let datagrams = native_frames(4, 6000, 1400);
     let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
     for d in &datagrams {
         sender.send_to(d, ("127.0.0.1", port)).unwrap();
         std::thread::sleep(Duration::from_micros(200));
     }
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: plain kill(2) of the child this test started, by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
-    assert!(status.success(), "tcpdump failed: {line}{rest}");
+    let rest = tcpdump.stop();
     let filter = DatagramFilter { ports: vec![port], streams: vec![9] };
     let s = replay_in_process(CaptureReader::open(&path).unwrap(), &filter, &setup()).unwrap();
     assert_eq!(s.datagrams, datagrams.len() as u64, "{}tcpdump: {rest}", s.render());
@@ -102,6 +130,40 @@ fn tcpdump_capture_of_loopback_sender_replays() {
     for (i, f) in s.processed.iter().enumerate() {
         assert_eq!((f.frame_seq, f.flags), (i as u64 + 1, SLOT_COMPLETE));
         assert_eq!(f.payload_digest, fnv1a64(&frame_bytes(i as u64 + 1, 6000)));
+    }
+    drop(receiver);
+}
+
+#[test]
+fn tcpdump_capture_of_a_gso_send_replays_every_frame() {
+    const FRAMES: u64 = 300;
+    let dir = open_tempdir();
+    let path = dir.path().join("gso.pcap");
+    let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    let Some(tcpdump) = Tcpdump::start(&path, port) else { return };
+    // Default send: 64 KiB frames in 8972-byte datagrams, UDP GSO when the
+    // kernel has it, which tcpdump on lo records as one datagram per send.
+    let out = Command::new(env!("CARGO_BIN_EXE_frameloop"))
+        .args(["send", "--to", &format!("127.0.0.1:{port}"), "--count", &FRAMES.to_string(), "--rate", "300"])
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let rest = tcpdump.stop();
+    assert!(out.status.success(), "send failed: {}", String::from_utf8_lossy(&out.stderr));
+    let sent = String::from_utf8_lossy(&out.stdout);
+    let mut setup = setup();
+    setup.ring.slot_bytes = 65536;
+    let filter = DatagramFilter { ports: vec![port], streams: vec![] };
+    let s = replay_in_process(CaptureReader::open(&path).unwrap(), &filter, &setup).unwrap();
+    let what = format!("{}send: {sent}\ntcpdump: {rest}", s.render());
+    assert_eq!(s.processed.len() as u64, FRAMES, "{what}");
+    assert!(s.processed.iter().all(|f| f.flags & SLOT_COMPLETE != 0), "{what}");
+    assert_eq!(s.datagrams, FRAMES * 8, "{what}");
+    assert_eq!(s.unparsed_tails, 0, "{what}");
+    if sent.contains("\"gso\": \"active\"") {
+        assert!(s.packets < s.datagrams, "GSO sends are recorded coalesced: {what}");
     }
     drop(receiver);
 }

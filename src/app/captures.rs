@@ -64,6 +64,22 @@ pub fn replay(args: &ReplayArgs, config: Option<&Path>) -> Result<(), AppError> 
     let stop = signals::stop_flag();
     let summary = capture::replay(&replay_args, setup.as_ref(), stop).map_err(capture_error)?;
     print!("{}", summary.render());
+    if summary.unparsed_tails > 0 {
+        tracing::warn!(
+            "{}: {} bytes after the native datagrams of {} UDP payloads are no native datagram and were not replayed",
+            args.file.display(),
+            summary.unparsed_tail_bytes,
+            summary.unparsed_tails
+        );
+    }
+    if summary.gaps_shortened > 0 {
+        tracing::info!(
+            "{} gaps between datagrams shortened to --max-gap-ms {} (the longest {:.3} s)",
+            summary.gaps_shortened,
+            args.max_gap_ms,
+            summary.longest_gap_ns as f64 / 1e9
+        );
+    }
     match summary.ended_early {
         Some(why) if !stop.load(Ordering::Acquire) => {
             Err(AppError::Runtime(format!("{}: {why}", args.file.display())))

@@ -4,6 +4,16 @@
 //! possible) or fed in-process into reassembly (native or RFC 4175) and the
 //! CPU operator chain.
 //!
+//! A UDP payload that starts with a native datagram is split into the
+//! native datagrams it holds back to back, each header saying where the
+//! next begins: tcpdump records a UDP GSO send as one large datagram, as
+//! GRO hands it to the receiver. Bytes after the last datagram that parse
+//! as none are counted and reported, not replayed. RTP payloads are never
+//! split (one RTP packet per datagram).
+//!
+//! Pacing bounds each wait by `--max-gap-ms`, so a capture whose clock
+//! jumps does not stall the replay; waits end early when a stop is raised.
+//!
 //! In-process replay is deterministic: the capture's own timestamps are the
 //! receive times (no clock is read), the ring is drained after every
 //! datagram, so replaying a capture twice gives identical results.
@@ -52,6 +62,11 @@ pub struct ReplayArgs {
     /// Print the progress line even when stderr is not a terminal.
     #[arg(long)]
     pub progress: bool,
+    /// Longest wait between two datagrams when pacing, in milliseconds:
+    /// longer gaps in the capture's timestamps (a clock jump, a pause while
+    /// recording) are shortened to this and counted in the summary.
+    #[arg(long, default_value_t = ReplayArgs::DEFAULT_MAX_GAP_MS)]
+    pub max_gap_ms: u64,
 }
 
 impl ReplayArgs {
@@ -66,8 +81,12 @@ impl ReplayArgs {
             streams: Vec::new(),
             rtp: false,
             progress: false,
+            max_gap_ms: Self::DEFAULT_MAX_GAP_MS,
         }
     }
+
+    /// Default of `--max-gap-ms`.
+    pub const DEFAULT_MAX_GAP_MS: u64 = 1000;
 
     fn check(&self) -> Result<(), CaptureError> {
         if !(self.speed.is_finite() && self.speed > 0.0) {
@@ -105,6 +124,39 @@ impl DatagramFilter {
             }
         }
         Ok(())
+    }
+}
+
+/// The native datagrams of one UDP payload, back to back as a GSO send
+/// leaves them, and the bytes after the last one that parse as none.
+struct NativeDatagrams<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> NativeDatagrams<'a> {
+    /// `None` when the payload does not start with a native datagram (RTP,
+    /// or something else): it is then replayed whole.
+    fn of(payload: &'a [u8]) -> Option<Self> {
+        native::parse(payload).ok().map(|_| Self { rest: payload })
+    }
+
+    /// Bytes left that are no native datagram (valid once the iterator is exhausted).
+    fn leftover(&self) -> usize {
+        self.rest.len()
+    }
+}
+
+impl<'a> Iterator for NativeDatagrams<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (_, payload) = native::parse(self.rest).ok()?;
+        // The payload is a subslice of `rest`, so it ends inside it.
+        let end = (payload.as_ptr() as usize - self.rest.as_ptr() as usize) + payload.len();
+        debug_assert!(end > 0 && end <= self.rest.len());
+        let (datagram, rest) = self.rest.split_at(end);
+        self.rest = rest;
+        Some(datagram)
     }
 }
 
@@ -173,6 +225,14 @@ pub struct ReplaySummary {
     pub processed: Vec<ProcessedFrame>,
     /// In-process: non-zero reassembly counters (name, value).
     pub ingest_counters: Vec<(&'static str, u64)>,
+    /// UDP payloads whose native datagrams were followed by bytes that are
+    /// no native datagram, and those bytes (not replayed).
+    pub unparsed_tails: u64,
+    pub unparsed_tail_bytes: u64,
+    /// Pacing waits shortened to `--max-gap-ms`, and the longest such gap
+    /// of the capture's timestamps (ns, after `--speed`).
+    pub gaps_shortened: u64,
+    pub longest_gap_ns: u64,
     /// The error that ended the replay early (truncated or corrupt capture);
     /// everything before it was replayed.
     pub ended_early: Option<String>,
@@ -204,6 +264,19 @@ impl ReplaySummary {
         s.push('\n');
         if self.send_errors > 0 {
             s.push_str(&format!("send errors: {}\n", self.send_errors));
+        }
+        if self.unparsed_tails > 0 {
+            s.push_str(&format!(
+                "warning: {} bytes after the native datagrams of {} UDP payloads are no native datagram; not replayed\n",
+                self.unparsed_tail_bytes, self.unparsed_tails
+            ));
+        }
+        if self.gaps_shortened > 0 {
+            s.push_str(&format!(
+                "pacing: {} gaps shortened to --max-gap-ms, the longest {:.3} s\n",
+                self.gaps_shortened,
+                self.longest_gap_ns as f64 / 1e9
+            ));
         }
         if !self.ingest_counters.is_empty() {
             let parts: Vec<String> = self.ingest_counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -456,6 +529,11 @@ fn run<R: Read>(
     let mut progress = Progress::new(args.progress);
     let start_mono = clock::monotonic_ns();
     let (mut first_ts, mut last_ts) = (None::<u64>, 0u64);
+    let max_gap_ns = args.max_gap_ms.saturating_mul(1_000_000);
+    // Pacing: the previous datagram's capture time and when it was due.
+    let mut paced: Option<(u64, u64)> = None;
+    let ports_only = DatagramFilter { ports: filter.ports.clone(), streams: Vec::new() };
+    let streams_only = DatagramFilter { ports: Vec::new(), streams: filter.streams.clone() };
     loop {
         if stop.load(Ordering::Acquire) {
             summary.ended_early = Some("stopped by signal".into());
@@ -473,33 +551,64 @@ fn run<R: Read>(
             Err(e) => return Err(e),
         };
         summary.packets += 1;
-        let udp = match decode_udp(packet.link_type, packet.data).and_then(|u| filter.check(&u).map(|()| u)) {
-            Ok(u) => u,
-            Err(reason) => {
-                skipped[SkipReason::ALL.iter().position(|r| *r == reason).unwrap_or(0)] += 1;
+        let udp =
+            match decode_udp(packet.link_type, packet.data).and_then(|u| ports_only.check(&u).map(|()| u)) {
+                Ok(u) => u,
+                Err(reason) => {
+                    skipped[skip_index(reason)] += 1;
+                    continue;
+                }
+            };
+        let ts = packet.ts_ns;
+        // RTP is one packet per datagram; native payloads may hold several.
+        let mut natives = if args.rtp { None } else { NativeDatagrams::of(udp.payload) };
+        let whole = [udp.payload];
+        let datagrams: Vec<&[u8]> = match natives.as_mut() {
+            Some(n) => n.by_ref().collect(),
+            None => whole.to_vec(),
+        };
+        if let Some(left) = natives.as_ref().map(NativeDatagrams::leftover).filter(|&n| n > 0) {
+            summary.unparsed_tails += 1;
+            summary.unparsed_tail_bytes += left as u64;
+        }
+        for payload in datagrams {
+            if let Err(reason) = streams_only.check(&UdpView { payload, ..udp }) {
+                skipped[skip_index(reason)] += 1;
                 continue;
             }
-        };
-        let ts = packet.ts_ns;
-        let first = *first_ts.get_or_insert(ts);
-        last_ts = last_ts.max(ts);
-        summary.datagrams += 1;
-        summary.bytes += udp.payload.len() as u64;
-        match &mut target {
-            Target::Socket { socket, to } => {
-                if !args.max_rate {
-                    let due = start_mono + (ts.saturating_sub(first) as f64 / args.speed) as u64;
-                    sleep_until(due);
+            if matches!(target, Target::Socket { .. }) && !args.max_rate {
+                let due = match paced {
+                    None => start_mono,
+                    Some((prev_ts, prev_due)) => {
+                        let gap = (ts.saturating_sub(prev_ts) as f64 / args.speed) as u64;
+                        if gap > max_gap_ns {
+                            summary.gaps_shortened += 1;
+                            summary.longest_gap_ns = summary.longest_gap_ns.max(gap);
+                        }
+                        prev_due.saturating_add(gap.min(max_gap_ns))
+                    }
+                };
+                paced = Some((ts, due));
+                if !sleep_until(due, stop) {
+                    break;
                 }
-                boundaries.observe(udp.payload);
-                if socket.send_to(udp.payload, *to).is_err() {
-                    summary.send_errors += 1;
-                }
-                summary.frames = boundaries.frames;
             }
-            Target::InProcess(p) => {
-                p.on_datagram(udp.payload, ts);
-                summary.frames = p.processed().len() as u64;
+            first_ts.get_or_insert(ts);
+            last_ts = last_ts.max(ts);
+            summary.datagrams += 1;
+            summary.bytes += payload.len() as u64;
+            match &mut target {
+                Target::Socket { socket, to } => {
+                    boundaries.observe(payload);
+                    if socket.send_to(payload, *to).is_err() {
+                        summary.send_errors += 1;
+                    }
+                    summary.frames = boundaries.frames;
+                }
+                Target::InProcess(p) => {
+                    p.on_datagram(payload, ts);
+                    summary.frames = p.processed().len() as u64;
+                }
             }
         }
         progress.update(summary.frames, summary.datagrams, summary.bytes);
@@ -519,18 +628,49 @@ fn run<R: Read>(
     Ok(summary)
 }
 
-/// Sleeps until CLOCK_MONOTONIC reaches `due_ns` (coarse sleep, then a short spin).
-fn sleep_until(due_ns: u64) {
+fn skip_index(reason: SkipReason) -> usize {
+    SkipReason::ALL.iter().position(|r| *r == reason).unwrap_or(0)
+}
+
+/// Longest single sleep while pacing, so a stop is seen within this time.
+const MAX_SLEEP_NS: u64 = 20_000_000;
+
+/// Sleeps until CLOCK_MONOTONIC reaches `due_ns` (coarse sleeps of at most
+/// [`MAX_SLEEP_NS`], then a short spin); false if `stop` was raised first.
+fn sleep_until(due_ns: u64, stop: &AtomicBool) -> bool {
     loop {
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
         let now = clock::monotonic_ns();
         if now >= due_ns {
-            return;
+            return true;
         }
         let left = due_ns - now;
         if left > 200_000 {
-            std::thread::sleep(std::time::Duration::from_nanos(left - 100_000));
+            std::thread::sleep(std::time::Duration::from_nanos((left - 100_000).min(MAX_SLEEP_NS)));
         } else {
             std::hint::spin_loop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_payloads_split_at_each_header_and_keep_the_rest_as_leftover() {
+        let a = native::encode_frame(1, 1, &[1u8; 250], 100, 0);
+        let mut payload = a.concat();
+        payload.extend_from_slice(&[0xee; 7]);
+        let mut split = NativeDatagrams::of(&payload).expect("starts with a native datagram");
+        let parts: Vec<&[u8]> = split.by_ref().collect();
+        assert_eq!(parts, a.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert_eq!(split.leftover(), 7);
+        // A lone datagram has nothing left over; a non-native payload is not split.
+        let mut lone = NativeDatagrams::of(&a[0]).unwrap();
+        assert_eq!((lone.by_ref().count(), lone.leftover()), (1, 0));
+        assert!(NativeDatagrams::of(b"\x80\x60 RTP-ish bytes of some length").is_none());
     }
 }

@@ -108,7 +108,7 @@ impl RtpConfig {
                     "set together with rtp.sdp; give the geometry in one place",
                 ));
             }
-            match std::fs::read_to_string(path) {
+            match crate::small_file::read_text(path, crate::small_file::SMALL_FILE_LIMIT) {
                 Err(e) => {
                     problems.push(ConfigProblem::new(
                         "rtp.sdp",
