@@ -86,7 +86,7 @@ ingest_counters! {
     bad_magic: DatagramDrop,
     /// Unsupported header version.
     bad_version: DatagramDrop,
-    /// Header length field below the version-1 header size.
+    /// Header length field below the version-1 header size or beyond the datagram.
     bad_header_len: DatagramDrop,
     /// Fewer payload bytes than announced, or cut by the kernel (`MSG_TRUNC`).
     truncated: DatagramDrop,
