@@ -80,6 +80,8 @@ ingest_counters! {
     frames_timed_out: Total,
     /// Datagrams that arrived inside a GRO-coalesced buffer.
     gro_segments: Total,
+    /// Streams whose frame sequence jumped outside `ingest.restart_window` (a restarted sender).
+    stream_restarts: Total,
     /// Shorter than the native header.
     short_header: DatagramDrop,
     /// Wrong magic: not a frameloop datagram.
