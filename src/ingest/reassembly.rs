@@ -983,5 +983,96 @@ mod tests {
             let s = snap(&re);
             prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
         }
+
+        /// Valid datagrams of a few streams, some mutated (a header field set
+        /// to an arbitrary value, `header_len` changed, cut short, a byte
+        /// flipped) and some replaced by arbitrary bytes: nothing panics, every
+        /// datagram is accounted for, and no byte outside a published frame's
+        /// payload changes (slot padding, payload past the longest frame a slot
+        /// held, and guard bytes after the ring stay zero).
+        #[test]
+        fn mutated_and_arbitrary_datagrams_stay_inside_their_slots(
+            frames in prop::collection::vec((0u32..3, 0u64..80, 0usize..400, 1u32..160), 1..8),
+            mutations in prop::collection::vec(
+                (0u8..6, any::<u32>(), any::<u16>(), prop::collection::vec(any::<u8>(), 0..120)),
+                0..60,
+            ),
+        ) {
+            const SLOTS: usize = 4;
+            const CAPACITY: usize = 200;
+            const GUARD: usize = 4096;
+            let ring_len = ring_bytes(SLOTS, CAPACITY);
+            let mem = HostMemory::new(ring_len + GUARD).unwrap();
+            let r = FrameRing::new(Box::new(mem), SLOTS, CAPACITY, OverrunPolicy::Every).unwrap();
+            let mut rd = r.reader().unwrap();
+            let cfg = ReassemblyConfig { restart_window: 8, max_frames_in_flight: 2, ..Default::default() };
+            let mut re = Reassembler::new(cfg, r.writer().unwrap(), Arc::default());
+
+            let mut datagrams: Vec<Vec<u8>> = Vec::new();
+            for &(stream, seq, len, mp) in &frames {
+                datagrams.extend(packets(stream, seq, &frame_bytes(len, seq as u8), mp));
+            }
+            let valid = datagrams.clone();
+            for (i, (kind, value, small, bytes)) in mutations.into_iter().enumerate() {
+                let mut d = valid[value as usize % valid.len()].clone();
+                match kind {
+                    0 => {
+                        // An arbitrary 4-byte field of the header after the version.
+                        let off = 8 + 4 * (small as usize % 10);
+                        d[off..off + 4].copy_from_slice(&value.to_le_bytes());
+                    }
+                    1 => d[6..8].copy_from_slice(&small.to_le_bytes()),
+                    2 => d.truncate(small as usize % (d.len() + 1)),
+                    3 => {
+                        let i = small as usize % d.len();
+                        d[i] ^= value as u8 | 1;
+                    }
+                    4 => d = bytes,
+                    _ => d.extend_from_slice(&bytes),
+                }
+                datagrams.insert((i * 7 + small as usize) % (datagrams.len() + 1), d);
+            }
+
+            let mut longest = [0usize; SLOTS];
+            let mut published = 0u64;
+            let drain_into = |rd: &mut RingReader, longest: &mut [usize; SLOTS]| {
+                let mut n = 0;
+                while let Some(slot) = rd.claim() {
+                    let i = ((slot.seq - 1) % SLOTS as u64) as usize;
+                    longest[i] = longest[i].max(slot.header.payload_len as usize);
+                    assert!(slot.header.packets_received <= slot.header.packets_expected);
+                    let seq = slot.seq;
+                    rd.finish(seq);
+                    n += 1;
+                }
+                n
+            };
+            for (t, d) in datagrams.iter().enumerate() {
+                re.on_datagram(d, t as u64);
+                published += drain_into(&mut rd, &mut longest);
+            }
+            re.flush(u64::MAX);
+            published += drain_into(&mut rd, &mut longest);
+
+            prop_assert!(r.memory().len() >= ring_len + GUARD);
+            // SAFETY: host memory of at least `ring_len + GUARD` bytes (checked
+            // above), alive while `r` is; nothing writes it while this borrow lives.
+            let mem = unsafe { std::slice::from_raw_parts(r.memory().as_ptr(), ring_len + GUARD) };
+            prop_assert!(mem[ring_len..].iter().all(|&b| b == 0), "guard bytes after the ring changed");
+            let stride = crate::ring::layout::slot_stride(CAPACITY);
+            let slots = crate::ring::layout::SLOTS_OFFSET;
+            for (i, &l) in longest.iter().enumerate() {
+                let payload = slots + i * stride + crate::ring::layout::SLOT_PAYLOAD_OFFSET;
+                prop_assert!(
+                    mem[payload + l..slots + (i + 1) * stride].iter().all(|&b| b == 0),
+                    "slot {} written past its longest frame ({} bytes)", i, l
+                );
+            }
+            let s = snap(&re);
+            prop_assert_eq!(s.datagrams, datagrams.len() as u64);
+            prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
+            prop_assert_eq!(s.frames_complete + s.frames_incomplete, s.frames_started);
+            prop_assert_eq!(s.frames_started, published);
+        }
     }
 }
