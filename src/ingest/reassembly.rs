@@ -83,7 +83,12 @@ pub struct ReassemblyConfig {
 
 impl Default for ReassemblyConfig {
     fn default() -> Self {
-        Self { frame_timeout_ms: 20, max_frames_in_flight: 4, max_packets_per_frame: 65536, restart_window: 32 }
+        Self {
+            frame_timeout_ms: 20,
+            max_frames_in_flight: 4,
+            max_packets_per_frame: 65536,
+            restart_window: 32,
+        }
     }
 }
 
@@ -756,8 +761,12 @@ mod tests {
         let mut problems = Vec::new();
         ReassemblyConfig::default().validate(&mut problems);
         assert!(problems.is_empty());
-        let bad =
-            ReassemblyConfig { frame_timeout_ms: 0, max_frames_in_flight: 65, max_packets_per_frame: 0, restart_window: 8 };
+        let bad = ReassemblyConfig {
+            frame_timeout_ms: 0,
+            max_frames_in_flight: 65,
+            max_packets_per_frame: 0,
+            restart_window: 8,
+        };
         bad.validate(&mut problems);
         let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(
@@ -836,10 +845,20 @@ mod tests {
         // Another stream's sequences are independent of stream 1's.
         send_frames(&mut r, 2, [1_000_000, 0], 3);
         // A malformed packet far away is not a restart either.
-        let h = NativeHeader { stream_id: 1, frame_seq: 1 << 40, packet_count: 5, frame_len: 4, ..Default::default() };
+        let h = NativeHeader {
+            stream_id: 1,
+            frame_seq: 1 << 40,
+            packet_count: 5,
+            frame_len: 4,
+            ..Default::default()
+        };
         r.on_datagram(&native::encode(&h, &[]), 4);
         let s = snap(&r);
-        assert_eq!((s.stream_restarts, s.bad_packet_count), (1, 1), "stream 2 jumped back by 1e6: one restart");
+        assert_eq!(
+            (s.stream_restarts, s.bad_packet_count),
+            (1, 1),
+            "stream 2 jumped back by 1e6: one restart"
+        );
         assert_eq!(drain(&mut rd).len(), 42);
     }
 
