@@ -33,9 +33,9 @@
 //!    room (rule 4), or on [`Reassembler::flush`].
 //!
 //! 7. A stream restart (a rebooted sender): when a packet that would start a
-//!    new frame (it passed the checks of rule 4 up to the layout) carries a
-//!    `frame_seq` more than `restart_window` frames before or after its
-//!    stream's high-water mark (the highest sequence that started a frame),
+//!    new frame (it passes the checks of rule 4 up to the frame length) carries
+//!    a `frame_seq` more than `restart_window` frames before or after its
+//!    stream's high-water mark (the highest sequence of a frame that fit),
 //!    the stream restarted: `stream_restarts` counts it, a warning is logged,
 //!    the frames in flight up to the stream's last one are published
 //!    (incomplete ones flagged, ring order kept), the stream's remembered
@@ -329,10 +329,10 @@ impl Reassembler {
         let Some(stride) = implied_stride(h) else {
             return IngestCounters::bump(&self.counters.layout_mismatch);
         };
-        self.high_water.update(h.stream_id, h.frame_seq, true);
         if h.frame_len as usize > self.capacity {
             return self.drop_frame(key, |c| &c.frame_too_large);
         }
+        self.high_water.update(h.stream_id, h.frame_seq, true);
         if self.in_flight.len() >= self.max_in_flight {
             self.publish_oldest(now_ns, false);
         }
@@ -360,7 +360,7 @@ impl Reassembler {
         self.add_to_frame(self.in_flight.len() - 1, h, payload, rx_ns);
     }
 
-    /// Whether `h` would start a frame (its count and cut are plausible) with
+    /// Whether `h` would start a frame (its count, cut and length pass rule 4) with
     /// a sequence outside the restart window around its stream's high-water mark.
     fn is_restart(&self, h: &NativeHeader) -> bool {
         let Some(mark) = self.high_water.get(h.stream_id) else { return false };
@@ -368,6 +368,7 @@ impl Reassembler {
             && h.packet_count <= h.frame_len.max(1)
             && h.packet_count <= self.max_packets
             && implied_stride(h).is_some()
+            && h.frame_len as usize <= self.capacity
     }
 
     /// Rule 7: counts and logs the restart of `stream_id`, publishes the frames
@@ -859,7 +860,13 @@ mod tests {
             (1, 1),
             "stream 2 jumped back by 1e6: one restart"
         );
-        assert_eq!(drain(&mut rd).len(), 42);
+        // Nor is a frame too large for a slot, and it does not move the mark.
+        let big = packets(1, 5000, &frame_bytes(100, 0), 50);
+        r.on_datagram(&big[0], 5);
+        send_frames(&mut r, 1, [41], 5);
+        let s = snap(&r);
+        assert_eq!((s.stream_restarts, s.frame_too_large, s.frames_complete), (1, 1, 43));
+        assert_eq!(drain(&mut rd).len(), 43);
     }
 
     /// One packet of the property test: which frame, which index, its bytes.
