@@ -80,13 +80,15 @@ ingest_counters! {
     frames_timed_out: Total,
     /// Datagrams that arrived inside a GRO-coalesced buffer.
     gro_segments: Total,
+    /// Streams whose frame sequence jumped outside `ingest.restart_window` (a restarted sender).
+    stream_restarts: Total,
     /// Shorter than the native header.
     short_header: DatagramDrop,
     /// Wrong magic: not a frameloop datagram.
     bad_magic: DatagramDrop,
     /// Unsupported header version.
     bad_version: DatagramDrop,
-    /// Header length field below the version-1 header size.
+    /// Header length field below the version-1 header size or beyond the datagram.
     bad_header_len: DatagramDrop,
     /// Fewer payload bytes than announced, or cut by the kernel (`MSG_TRUNC`).
     truncated: DatagramDrop,

@@ -1,21 +1,34 @@
 //! Ingest: datagrams off the network, reassembled into frame-ring slots, with
 //! every drop counted by reason (wire format and rules: `docs/wire-format.md`).
 //!
+//! - [`config`]: [`UdpConfig`], the `[ingest]` table and its validation.
+//! - [`transport`]: [`Transport`], the `ingest.transport` choice.
+//! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
+//! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
+//! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
 //! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
 //!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
 //!   machine from datagrams to published slots.
-//! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, `recvmmsg`,
-//!   kernel timestamps, UDP GRO, an optional datagram tap) feeding a
+//! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, kernel
+//!   timestamps, UDP GRO, an optional datagram tap) feeding a
 //!   [`FrameAssembler`].
 
+mod allow;
 pub mod assembler;
+mod batch;
+pub mod config;
 pub mod counters;
 pub mod reassembly;
+pub mod tap;
+pub mod transport;
 pub mod udp;
 
 pub use assembler::FrameAssembler;
+pub use config::UdpConfig;
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
 pub use reassembly::{Reassembler, ReassemblyConfig};
-pub use udp::{IngestError, UdpConfig, UdpReceiver};
+pub use tap::DatagramTap;
+pub use transport::Transport;
+pub use udp::{IngestError, UdpReceiver};

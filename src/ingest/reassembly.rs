@@ -32,6 +32,17 @@
 //!    after its first packet; also `SLOT_TIMED_OUT`), when a new frame needs
 //!    room (rule 4), or on [`Reassembler::flush`].
 //!
+//! 7. A stream restart (a rebooted sender): when a packet that would start a
+//!    new frame (it passes the checks of rule 4 up to the frame length) carries
+//!    a `frame_seq` more than `restart_window` frames before or after its
+//!    stream's high-water mark (the highest sequence of a frame that fit),
+//!    the stream restarted: `stream_restarts` counts it, a warning is logged,
+//!    the frames in flight up to the stream's last one are published
+//!    (incomplete ones flagged, ring order kept), the stream's remembered
+//!    finished keys are forgotten and its high-water mark becomes the new
+//!    sequence. Reordering and duplicates inside the window are rules 2-3.
+//!    The first [`TRACKED_STREAMS`] streams seen are tracked.
+//!
 //! The regular cut: every packet but the last carries `stride` bytes at
 //! `packet_index * stride`, the last carries the rest up to `frame_len`, and
 //! `packet_count == ceil(frame_len / stride)` (see
@@ -49,6 +60,9 @@ use std::sync::atomic::AtomicU64;
 
 /// How many finished frame keys are remembered to tell `late` packets apart.
 pub const RECENT_FRAMES: usize = 4096;
+/// How many streams have a high-water mark for restart detection; later
+/// streams are reassembled as usual but a restart of theirs is not detected.
+pub const TRACKED_STREAMS: usize = 256;
 
 /// Reassembly settings (keys of the `[ingest]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,11 +75,20 @@ pub struct ReassemblyConfig {
     pub max_frames_in_flight: usize,
     /// Largest packet count accepted for one frame (bounds the packet bitmap).
     pub max_packets_per_frame: u32,
+    /// A new frame's sequence further than this many frames before or after
+    /// its stream's high-water mark is a stream restart (rule 7). Packets
+    /// this many frames late are useless anyway (their frame timed out).
+    pub restart_window: u64,
 }
 
 impl Default for ReassemblyConfig {
     fn default() -> Self {
-        Self { frame_timeout_ms: 20, max_frames_in_flight: 4, max_packets_per_frame: 65536 }
+        Self {
+            frame_timeout_ms: 20,
+            max_frames_in_flight: 4,
+            max_packets_per_frame: 65536,
+            restart_window: 32,
+        }
     }
 }
 
@@ -75,6 +98,18 @@ impl ReassemblyConfig {
         check_range(problems, "ingest.frame_timeout_ms", self.frame_timeout_ms, 1, 60_000);
         check_range(problems, "ingest.max_frames_in_flight", self.max_frames_in_flight, 1, 64);
         check_range(problems, "ingest.max_packets_per_frame", self.max_packets_per_frame, 1, 1 << 20);
+        check_range(problems, "ingest.restart_window", self.restart_window, 8, 1 << 40);
+        // A smaller window could take ordinary reordering across the frames in flight for a restart.
+        let floor = 2 * self.max_frames_in_flight as u64;
+        if self.restart_window < floor {
+            problems.push(ConfigProblem::new(
+                "ingest.restart_window",
+                format!(
+                    "{} is below twice ingest.max_frames_in_flight ({floor}); raise ingest.restart_window",
+                    self.restart_window
+                ),
+            ));
+        }
     }
 }
 
@@ -134,6 +169,38 @@ impl RecentFrames {
             _ => Outcome::Empty,
         }
     }
+    /// Forgets every finished frame of `stream_id` (after a restart).
+    fn forget_stream(&mut self, stream_id: u32) {
+        for e in self.entries.iter_mut().filter(|e| e.0.0 == stream_id) {
+            *e = ((0, 0), Outcome::Empty);
+        }
+    }
+}
+
+/// The high-water mark (highest frame sequence that started a frame) of each
+/// tracked stream, in a vector allocated once.
+struct HighWaterMarks {
+    /// `(stream_id, high-water mark)`. Invariant: `len() <= TRACKED_STREAMS`.
+    marks: Vec<(u32, u64)>,
+}
+
+impl HighWaterMarks {
+    fn new() -> Self {
+        Self { marks: Vec::with_capacity(TRACKED_STREAMS) }
+    }
+    fn get(&self, stream_id: u32) -> Option<u64> {
+        self.marks.iter().find(|m| m.0 == stream_id).map(|m| m.1)
+    }
+    /// Sets the stream's mark to `seq` (`raise`: to the larger of the two);
+    /// an untracked stream is tracked while there is room.
+    fn update(&mut self, stream_id: u32, seq: u64, raise: bool) {
+        if let Some(m) = self.marks.iter_mut().find(|m| m.0 == stream_id) {
+            m.1 = if raise { m.1.max(seq) } else { seq };
+        } else if self.marks.len() < TRACKED_STREAMS {
+            self.marks.push((stream_id, seq));
+        }
+        debug_assert!(self.marks.len() <= TRACKED_STREAMS);
+    }
 }
 
 /// The regular cut's stride implied by one packet, or `None` when the packet
@@ -166,6 +233,7 @@ pub struct Reassembler {
     timeout_ns: u64,
     max_in_flight: usize,
     max_packets: u32,
+    restart_window: u64,
     writer: RingWriter,
     /// Payload capacity of one slot (cached from the ring).
     capacity: usize,
@@ -176,6 +244,7 @@ pub struct Reassembler {
     /// Bitmaps of finished frames, reused so that steady state never allocates.
     spare_bitmaps: Vec<Vec<u64>>,
     recent: RecentFrames,
+    high_water: HighWaterMarks,
 }
 
 impl Reassembler {
@@ -188,12 +257,14 @@ impl Reassembler {
             timeout_ns: cfg.frame_timeout_ms.max(1).saturating_mul(1_000_000),
             max_in_flight,
             max_packets: cfg.max_packets_per_frame.max(1),
+            restart_window: cfg.restart_window.max(1),
             capacity: writer.ring().payload_capacity(),
             writer,
             counters,
             in_flight: VecDeque::with_capacity(max_in_flight),
             spare_bitmaps: (0..max_in_flight).map(|_| Vec::new()).collect(),
             recent: RecentFrames::new(),
+            high_water: HighWaterMarks::new(),
         }
     }
 
@@ -244,6 +315,9 @@ impl Reassembler {
             self.add_to_frame(pos, h, payload, rx_ns);
             return;
         }
+        if self.is_restart(h) {
+            self.restart_stream(h.stream_id, h.frame_seq, now_ns);
+        }
         match self.recent.get(key) {
             Outcome::Published => return IngestCounters::bump(&self.counters.late),
             Outcome::Dropped => return IngestCounters::bump(&self.counters.dropped_frame_packets),
@@ -258,6 +332,7 @@ impl Reassembler {
         if h.frame_len as usize > self.capacity {
             return self.drop_frame(key, |c| &c.frame_too_large);
         }
+        self.high_water.update(h.stream_id, h.frame_seq, true);
         if self.in_flight.len() >= self.max_in_flight {
             self.publish_oldest(now_ns, false);
         }
@@ -283,6 +358,42 @@ impl Reassembler {
             seen,
         });
         self.add_to_frame(self.in_flight.len() - 1, h, payload, rx_ns);
+    }
+
+    /// Whether `h` would start a frame (its count, cut and length pass rule 4) with
+    /// a sequence outside the restart window around its stream's high-water mark.
+    fn is_restart(&self, h: &NativeHeader) -> bool {
+        let Some(mark) = self.high_water.get(h.stream_id) else { return false };
+        mark.abs_diff(h.frame_seq) > self.restart_window
+            && h.packet_count <= h.frame_len.max(1)
+            && h.packet_count <= self.max_packets
+            && implied_stride(h).is_some()
+            && h.frame_len as usize <= self.capacity
+    }
+
+    /// Rule 7: counts and logs the restart of `stream_id`, publishes the frames
+    /// in flight up to the stream's last one, forgets its finished frames and
+    /// moves its high-water mark to `frame_seq`.
+    #[cold]
+    fn restart_stream(&mut self, stream_id: u32, frame_seq: u64, now_ns: u64) {
+        let mark = self.high_water.get(stream_id).unwrap_or_default();
+        IngestCounters::bump(&self.counters.stream_restarts);
+        let in_flight = self.in_flight.iter().filter(|f| f.key.0 == stream_id).count();
+        tracing::warn!(
+            stream_id,
+            from_seq = mark,
+            to_seq = frame_seq,
+            frames_in_flight = in_flight,
+            "stream restart: frame sequence jumped more than ingest.restart_window frames; \
+             its frames in flight are published (incomplete ones flagged) and the stream starts over"
+        );
+        if let Some(last) = self.in_flight.iter().rposition(|f| f.key.0 == stream_id) {
+            for _ in 0..=last {
+                self.publish_oldest(now_ns, false);
+            }
+        }
+        self.recent.forget_stream(stream_id);
+        self.high_water.update(stream_id, frame_seq, false);
     }
 
     /// Counts a frame dropped whole (once) and its first datagram, and
@@ -313,7 +424,8 @@ impl Reassembler {
         let start = h.payload_offset as usize;
         // The regular cut and `frame_len <= capacity` keep this inside the
         // slot; `get_mut` makes that hold even if those checks were wrong.
-        let Some(dst) = self.writer.payload_mut(f.ring_seq).get_mut(start..start + payload.len()) else {
+        let end = start.saturating_add(payload.len());
+        let Some(dst) = self.writer.payload_mut(f.ring_seq).get_mut(start..end) else {
             debug_assert!(false, "packet passed the layout checks but leaves the slot");
             return IngestCounters::bump(&c.layout_mismatch);
         };
@@ -650,17 +762,111 @@ mod tests {
         let mut problems = Vec::new();
         ReassemblyConfig::default().validate(&mut problems);
         assert!(problems.is_empty());
-        let bad =
-            ReassemblyConfig { frame_timeout_ms: 0, max_frames_in_flight: 65, max_packets_per_frame: 0 };
+        let bad = ReassemblyConfig {
+            frame_timeout_ms: 0,
+            max_frames_in_flight: 65,
+            max_packets_per_frame: 0,
+            restart_window: 8,
+        };
         bad.validate(&mut problems);
         let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(
             keys,
-            ["ingest.frame_timeout_ms", "ingest.max_frames_in_flight", "ingest.max_packets_per_frame"]
+            [
+                "ingest.frame_timeout_ms",
+                "ingest.max_frames_in_flight",
+                "ingest.max_packets_per_frame",
+                "ingest.restart_window"
+            ]
         );
+        assert!(problems[3].message.contains("max_frames_in_flight"), "{}", problems[3]);
         assert!(toml::from_str::<ReassemblyConfig>("frame_timeout_ms = 3\nbogus = 1").is_err());
         let parsed: ReassemblyConfig = toml::from_str("frame_timeout_ms = 3").unwrap();
         assert_eq!((parsed.frame_timeout_ms, parsed.max_frames_in_flight), (3, 4));
+    }
+
+    /// Sends frames `seqs` of `stream` whole (10 bytes each) at time `t`.
+    fn send_frames(r: &mut Reassembler, stream: u32, seqs: impl IntoIterator<Item = u64>, t: u64) {
+        for seq in seqs {
+            for p in packets(stream, seq, &frame_bytes(10, seq as u8), 4) {
+                r.on_datagram(&p, t);
+            }
+        }
+    }
+
+    #[test]
+    fn backwards_jump_beyond_the_window_is_a_restart() {
+        let (mut r, mut rd) = setup(128, 64, ReassemblyConfig::default());
+        send_frames(&mut r, 1, 0..50, 1);
+        // A half-received frame of another stream, in flight across the restart.
+        r.on_datagram(&packets(2, 7, &frame_bytes(10, 0), 4)[0], 1);
+        assert_eq!(drain(&mut rd).len(), 50);
+        // The sender rebooted: sequences start at 0 again.
+        send_frames(&mut r, 1, 0..50, 2);
+        let out = drain(&mut rd);
+        let s = snap(&r);
+        assert_eq!((s.stream_restarts, s.late, s.datagrams_accounted()), (1, 0, s.datagrams));
+        // Ring order: stream 2's frame (older) is published incomplete first.
+        assert_eq!((out[0].0.stream_id, out[0].0.frame_seq, out[0].0.flags), (2, 7, SLOT_INCOMPLETE));
+        let second: Vec<_> = out[1..].iter().map(|(h, _)| (h.frame_seq, h.flags)).collect();
+        assert_eq!(second, (0..50).map(|q| (q, SLOT_COMPLETE)).collect::<Vec<_>>());
+        // The restarted stream's old frames are forgotten, the new ones remembered.
+        send_frames(&mut r, 1, [40], 3);
+        assert_eq!((snap(&r).late, snap(&r).stream_restarts), (3, 1));
+    }
+
+    #[test]
+    fn forwards_jump_beyond_the_window_is_a_restart_that_flushes_the_stream() {
+        let cfg = ReassemblyConfig { restart_window: 100, ..Default::default() };
+        let (mut r, mut rd) = setup(128, 64, cfg);
+        send_frames(&mut r, 1, 0..5, 1);
+        r.on_datagram(&packets(1, 5, &frame_bytes(10, 0), 4)[0], 1);
+        assert_eq!(r.frames_in_flight(), 1);
+        send_frames(&mut r, 1, 106..108, 2);
+        let out = drain(&mut rd);
+        let seqs: Vec<_> = out.iter().map(|(h, _)| (h.frame_seq, h.flags)).collect();
+        assert_eq!(&seqs[5..], [(5, SLOT_INCOMPLETE), (106, SLOT_COMPLETE), (107, SLOT_COMPLETE)]);
+        let s = snap(&r);
+        assert_eq!((s.stream_restarts, s.frames_incomplete, s.frames_complete), (1, 1, 7));
+        // Exactly the window away is not a restart; one frame more is.
+        send_frames(&mut r, 1, [207], 3);
+        assert_eq!(snap(&r).stream_restarts, 1);
+        send_frames(&mut r, 1, [308], 3);
+        assert_eq!(snap(&r).stream_restarts, 2);
+    }
+
+    #[test]
+    fn reordering_and_duplicates_inside_the_window_are_not_restarts() {
+        let (mut r, mut rd) = setup(128, 64, ReassemblyConfig::default());
+        send_frames(&mut r, 1, 0..40, 1);
+        // 30 frames back: late, not a restart; an unseen older frame is reassembled.
+        send_frames(&mut r, 1, [10], 2);
+        let s = snap(&r);
+        assert_eq!((s.late, s.stream_restarts), (3, 0));
+        // Another stream's sequences are independent of stream 1's.
+        send_frames(&mut r, 2, [1_000_000, 0], 3);
+        // A malformed packet far away is not a restart either.
+        let h = NativeHeader {
+            stream_id: 1,
+            frame_seq: 1 << 40,
+            packet_count: 5,
+            frame_len: 4,
+            ..Default::default()
+        };
+        r.on_datagram(&native::encode(&h, &[]), 4);
+        let s = snap(&r);
+        assert_eq!(
+            (s.stream_restarts, s.bad_packet_count),
+            (1, 1),
+            "stream 2 jumped back by 1e6: one restart"
+        );
+        // Nor is a frame too large for a slot, and it does not move the mark.
+        let big = packets(1, 5000, &frame_bytes(100, 0), 50);
+        r.on_datagram(&big[0], 5);
+        send_frames(&mut r, 1, [41], 5);
+        let s = snap(&r);
+        assert_eq!((s.stream_restarts, s.frame_too_large, s.frames_complete), (1, 1, 43));
+        assert_eq!(drain(&mut rd).len(), 43);
     }
 
     /// One packet of the property test: which frame, which index, its bytes.
@@ -802,6 +1008,97 @@ mod tests {
             }
             let s = snap(&re);
             prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
+        }
+
+        /// Valid datagrams of a few streams, some mutated (a header field set
+        /// to an arbitrary value, `header_len` changed, cut short, a byte
+        /// flipped) and some replaced by arbitrary bytes: nothing panics, every
+        /// datagram is accounted for, and no byte outside a published frame's
+        /// payload changes (slot padding, payload past the longest frame a slot
+        /// held, and guard bytes after the ring stay zero).
+        #[test]
+        fn mutated_and_arbitrary_datagrams_stay_inside_their_slots(
+            frames in prop::collection::vec((0u32..3, 0u64..80, 0usize..400, 1u32..160), 1..8),
+            mutations in prop::collection::vec(
+                (0u8..6, any::<u32>(), any::<u16>(), prop::collection::vec(any::<u8>(), 0..120)),
+                0..60,
+            ),
+        ) {
+            const SLOTS: usize = 4;
+            const CAPACITY: usize = 200;
+            const GUARD: usize = 4096;
+            let ring_len = ring_bytes(SLOTS, CAPACITY);
+            let mem = HostMemory::new(ring_len + GUARD).unwrap();
+            let r = FrameRing::new(Box::new(mem), SLOTS, CAPACITY, OverrunPolicy::Every).unwrap();
+            let mut rd = r.reader().unwrap();
+            let cfg = ReassemblyConfig { restart_window: 8, max_frames_in_flight: 2, ..Default::default() };
+            let mut re = Reassembler::new(cfg, r.writer().unwrap(), Arc::default());
+
+            let mut datagrams: Vec<Vec<u8>> = Vec::new();
+            for &(stream, seq, len, mp) in &frames {
+                datagrams.extend(packets(stream, seq, &frame_bytes(len, seq as u8), mp));
+            }
+            let valid = datagrams.clone();
+            for (i, (kind, value, small, bytes)) in mutations.into_iter().enumerate() {
+                let mut d = valid[value as usize % valid.len()].clone();
+                match kind {
+                    0 => {
+                        // An arbitrary 4-byte field of the header after the version.
+                        let off = 8 + 4 * (small as usize % 10);
+                        d[off..off + 4].copy_from_slice(&value.to_le_bytes());
+                    }
+                    1 => d[6..8].copy_from_slice(&small.to_le_bytes()),
+                    2 => d.truncate(small as usize % (d.len() + 1)),
+                    3 => {
+                        let i = small as usize % d.len();
+                        d[i] ^= value as u8 | 1;
+                    }
+                    4 => d = bytes,
+                    _ => d.extend_from_slice(&bytes),
+                }
+                datagrams.insert((i * 7 + small as usize) % (datagrams.len() + 1), d);
+            }
+
+            let mut longest = [0usize; SLOTS];
+            let mut published = 0u64;
+            let drain_into = |rd: &mut RingReader, longest: &mut [usize; SLOTS]| {
+                let mut n = 0;
+                while let Some(slot) = rd.claim() {
+                    let i = ((slot.seq - 1) % SLOTS as u64) as usize;
+                    longest[i] = longest[i].max(slot.header.payload_len as usize);
+                    assert!(slot.header.packets_received <= slot.header.packets_expected);
+                    let seq = slot.seq;
+                    rd.finish(seq);
+                    n += 1;
+                }
+                n
+            };
+            for (t, d) in datagrams.iter().enumerate() {
+                re.on_datagram(d, t as u64);
+                published += drain_into(&mut rd, &mut longest);
+            }
+            re.flush(u64::MAX);
+            published += drain_into(&mut rd, &mut longest);
+
+            prop_assert!(r.memory().len() >= ring_len + GUARD);
+            // SAFETY: host memory of at least `ring_len + GUARD` bytes (checked
+            // above), alive while `r` is; nothing writes it while this borrow lives.
+            let mem = unsafe { std::slice::from_raw_parts(r.memory().as_ptr(), ring_len + GUARD) };
+            prop_assert!(mem[ring_len..].iter().all(|&b| b == 0), "guard bytes after the ring changed");
+            let stride = crate::ring::layout::slot_stride(CAPACITY);
+            let slots = crate::ring::layout::SLOTS_OFFSET;
+            for (i, &l) in longest.iter().enumerate() {
+                let payload = slots + i * stride + crate::ring::layout::SLOT_PAYLOAD_OFFSET;
+                prop_assert!(
+                    mem[payload + l..slots + (i + 1) * stride].iter().all(|&b| b == 0),
+                    "slot {} written past its longest frame ({} bytes)", i, l
+                );
+            }
+            let s = snap(&re);
+            prop_assert_eq!(s.datagrams, datagrams.len() as u64);
+            prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
+            prop_assert_eq!(s.frames_complete + s.frames_incomplete, s.frames_started);
+            prop_assert_eq!(s.frames_started, published);
         }
     }
 }

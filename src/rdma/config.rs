@@ -1,33 +1,11 @@
-//! The ingest transport choice (`ingest.transport`) and the `[rdma]` table:
+//! The `[rdma]` table:
 //! where rdma_cm listens, which device and port, GID index and path MTU.
 
 use crate::config::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-/// How frames reach the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// RDMA when a device is usable and the ring registers with it, UDP
-    /// otherwise (saying why in one log line).
-    #[default]
-    Auto,
-    /// RDMA only: start-up fails, with the reason, when RDMA is not usable.
-    Rdma,
-    /// UDP only.
-    Udp,
-}
-
-impl Transport {
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::Auto => "auto",
-            Transport::Rdma => "rdma",
-            Transport::Udp => "udp",
-        }
-    }
-}
+pub use crate::ingest::Transport;
 
 /// Path MTUs a RoCE QP can use, in bytes.
 pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];

@@ -56,8 +56,10 @@ pub enum ParseError {
         "unsupported header version {found} (this build reads version {VERSION}); upgrade frameloop or the sender"
     )]
     BadVersion { found: u8 },
-    #[error("header length {found} is smaller than {HEADER_LEN}")]
-    BadHeaderLen { found: u16 },
+    #[error(
+        "header length {found} is outside [{HEADER_LEN}, {len}] (the datagram's {len} bytes); the sender writes a bad header_len field"
+    )]
+    BadHeaderLen { found: u16, len: usize },
     #[error("datagram holds {available} payload bytes but the header announces {announced}")]
     Truncated { announced: u32, available: usize },
     #[error("packet index {index} is not below packet count {count}")]
@@ -113,8 +115,8 @@ pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
         return Err(ParseError::BadVersion { found: datagram[4] });
     }
     let header_len = u16_at(datagram, 6);
-    if (header_len as usize) < HEADER_LEN {
-        return Err(ParseError::BadHeaderLen { found: header_len });
+    if (header_len as usize) < HEADER_LEN || header_len as usize > datagram.len() {
+        return Err(ParseError::BadHeaderLen { found: header_len, len: datagram.len() });
     }
     let h = NativeHeader {
         flags: datagram[5],
@@ -127,10 +129,13 @@ pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
         payload_len: u32_at(datagram, 36),
         sender_ts_ns: u64_at(datagram, 40),
     };
-    let available = datagram.len().saturating_sub(header_len as usize);
-    if (h.payload_len as usize) > available {
-        return Err(ParseError::Truncated { announced: h.payload_len, available });
-    }
+    let start = header_len as usize;
+    let available = datagram.len() - start;
+    let truncated = ParseError::Truncated { announced: h.payload_len, available };
+    let payload = usize::try_from(h.payload_len)
+        .ok()
+        .and_then(|len| datagram.get(start..start.checked_add(len)?))
+        .ok_or(truncated)?;
     if h.packet_index >= h.packet_count {
         return Err(ParseError::BadPacketIndex { index: h.packet_index, count: h.packet_count });
     }
@@ -142,8 +147,7 @@ pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
             frame_len: h.frame_len,
         });
     }
-    let start = header_len as usize;
-    Ok((h, &datagram[start..start + h.payload_len as usize]))
+    Ok((h, payload))
 }
 
 /// Writes a version-1 header into `out[..HEADER_LEN]`.
@@ -304,10 +308,55 @@ mod tests {
         }
     }
 
+    #[test]
+    fn header_len_beyond_the_datagram_is_rejected_not_a_panic() {
+        let mut d = encode(&NativeHeader { packet_count: 1, ..Default::default() }, &[]);
+        assert_eq!(d.len(), HEADER_LEN);
+        d[6..8].copy_from_slice(&200u16.to_le_bytes());
+        assert_eq!(parse(&d).unwrap_err(), ParseError::BadHeaderLen { found: 200, len: 48 });
+        d[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(parse(&d).unwrap_err().kind(), "bad_header_len");
+        // A header_len that fits but leaves too little room for the payload.
+        let mut d = encode(&sample(), &[0u8; 100]);
+        d[6..8].copy_from_slice(&60u16.to_le_bytes());
+        assert_eq!(parse(&d).unwrap_err(), ParseError::Truncated { announced: 100, available: 88 });
+        // header_len exactly the datagram: payload must be empty.
+        let mut d = encode(&NativeHeader { packet_count: 1, ..Default::default() }, &[1, 2]);
+        d[6..8].copy_from_slice(&50u16.to_le_bytes());
+        assert_eq!(parse(&d).unwrap_err().kind(), "truncated");
+        d[36..40].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(parse(&d).unwrap().1, &[] as &[u8]);
+    }
+
+    #[test]
+    fn payload_len_near_u32_max_is_truncated() {
+        let mut d = encode(&sample(), &[0u8; 100]);
+        d[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(parse(&d).unwrap_err().kind(), "truncated");
+    }
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
         #[test]
         fn parse_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
             let _ = parse(&bytes);
+        }
+
+        /// Valid magic and version, every other header byte arbitrary: the
+        /// payload returned always lies inside the datagram.
+        #[test]
+        fn parse_of_arbitrary_header_fields_stays_inside(
+            mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN..400),
+            header_len in 0u16..450,
+        ) {
+            bytes[..4].copy_from_slice(&MAGIC);
+            bytes[4] = VERSION;
+            bytes[6..8].copy_from_slice(&header_len.to_le_bytes());
+            if let Ok((h, payload)) = parse(&bytes) {
+                proptest::prop_assert_eq!(payload.len(), h.payload_len as usize);
+                proptest::prop_assert!(header_len as usize + payload.len() <= bytes.len());
+                proptest::prop_assert!(h.packet_index < h.packet_count);
+            }
         }
     }
 }

@@ -1,0 +1,139 @@
+//! The `[ingest]` table: [`UdpConfig`] (socket, allowlist, receive thread,
+//! transport) with the reassembly keys flattened in from [`ReassemblyConfig`],
+//! and its validation naming each key.
+
+use super::allow::parse_cidr;
+use super::reassembly::ReassemblyConfig;
+use super::transport::Transport;
+use crate::config::{ConfigProblem, check_range};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// Settings of the UDP receiver (the `[ingest]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UdpConfig {
+    /// Local address and port to listen on (`"0.0.0.0:5000"`, `"[::]:5000"`).
+    pub bind: String,
+    /// Sources allowed to send, as CIDR blocks or single addresses
+    /// (`"10.0.0.0/8"`, `"127.0.0.1"`, `"fd00::/8"`); empty allows every source.
+    pub allow: Vec<String>,
+    /// Socket receive buffer to ask for (bytes). The kernel caps it at
+    /// `net.core.rmem_max` unless the process may use `SO_RCVBUFFORCE`.
+    pub recv_buffer_bytes: usize,
+    /// `SO_BUSY_POLL` time (µs); 0 leaves it off. Needs `CAP_NET_ADMIN` to raise.
+    pub busy_poll_us: u32,
+    /// After datagrams arrived, keep reading without blocking (spinning on
+    /// `recvmmsg`) for this long (µs) before waiting in epoll again; 0 always
+    /// waits. Spinning saves the wake-up per burst at the price of a busy core.
+    pub poll_budget_us: u32,
+    /// Run the receiving thread under `SCHED_FIFO` at this priority (1-99) so
+    /// that other busy threads on the same cores cannot delay it until the
+    /// socket buffer overflows; 0 leaves the thread's scheduling alone. Needs
+    /// `CAP_SYS_NICE` (otherwise logged and skipped). Keep
+    /// `poll_budget_us` small with it: a real-time thread that spins starves
+    /// ordinary threads on its core for that long.
+    pub realtime_priority: u8,
+    /// Datagrams (or GRO buffers) read per `recvmmsg` call.
+    pub batch: usize,
+    /// Ask the kernel for UDP GRO (coalesced receive), falling back if refused.
+    pub gro: bool,
+    /// Set `SO_REUSEPORT` so several receivers can share the port.
+    pub reuse_port: bool,
+    /// Reassembly keys, flattened into the same table.
+    #[serde(flatten)]
+    pub reassembly: ReassemblyConfig,
+    /// `auto` (RDMA when a device is usable, UDP otherwise, saying why),
+    /// `rdma` (fail unless RDMA works) or `udp`. RDMA settings: `[rdma]`.
+    pub transport: Transport,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            bind: "0.0.0.0:5000".into(),
+            allow: Vec::new(),
+            recv_buffer_bytes: 8 << 20,
+            busy_poll_us: 0,
+            poll_budget_us: 0,
+            realtime_priority: 0,
+            batch: 64,
+            gro: true,
+            reuse_port: true,
+            reassembly: ReassemblyConfig::default(),
+            transport: Transport::default(),
+        }
+    }
+}
+
+impl UdpConfig {
+    /// Records every problem, naming its `ingest.*` key.
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        if self.bind.parse::<SocketAddr>().is_err() {
+            problems.push(ConfigProblem::new(
+                "ingest.bind",
+                format!(
+                    "{:?} is not an address and port; write it like \"0.0.0.0:5000\" or \"[::]:5000\"",
+                    self.bind
+                ),
+            ));
+        }
+        for entry in &self.allow {
+            if let Err(reason) = parse_cidr(entry) {
+                problems.push(ConfigProblem::new("ingest.allow", format!("{entry:?}: {reason}")));
+            }
+        }
+        check_range(problems, "ingest.recv_buffer_bytes", self.recv_buffer_bytes, 65536, 1 << 30);
+        check_range(problems, "ingest.busy_poll_us", self.busy_poll_us, 0, 100_000);
+        check_range(problems, "ingest.poll_budget_us", self.poll_budget_us, 0, 1_000_000);
+        check_range(problems, "ingest.realtime_priority", self.realtime_priority, 0, 99);
+        check_range(problems, "ingest.batch", self.batch, 1, 1024);
+        self.reassembly.validate(problems);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_parse_and_validation() {
+        let cfg: UdpConfig = toml::from_str("").unwrap();
+        assert_eq!(cfg, UdpConfig::default());
+        let cfg: UdpConfig = toml::from_str(
+            "bind = \"127.0.0.1:6000\"\nallow = [\"10.0.0.0/8\"]\nframe_timeout_ms = 7\ngro = false",
+        )
+        .unwrap();
+        assert_eq!((cfg.reassembly.frame_timeout_ms, cfg.gro, cfg.allow.len()), (7, false, 1));
+        let unknown =
+            toml::from_str::<UdpConfig>("bind = \"127.0.0.1:6000\"\nframe_timeout = 7").unwrap_err();
+        assert!(unknown.to_string().contains("frame_timeout"), "{unknown}");
+        let mut problems = Vec::new();
+        UdpConfig::default().validate(&mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let bad = UdpConfig {
+            bind: "5000".into(),
+            allow: vec!["10.0.0.0/40".into()],
+            recv_buffer_bytes: 10,
+            poll_budget_us: 2_000_000,
+            realtime_priority: 100,
+            batch: 0,
+            reassembly: ReassemblyConfig { max_frames_in_flight: 0, ..Default::default() },
+            ..Default::default()
+        };
+        bad.validate(&mut problems);
+        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "ingest.bind",
+                "ingest.allow",
+                "ingest.recv_buffer_bytes",
+                "ingest.poll_budget_us",
+                "ingest.realtime_priority",
+                "ingest.batch",
+                "ingest.max_frames_in_flight"
+            ]
+        );
+    }
+}
