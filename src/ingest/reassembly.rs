@@ -1027,7 +1027,7 @@ mod tests {
             const SLOTS: usize = 4;
             const CAPACITY: usize = 200;
             const GUARD: usize = 4096;
-            let ring_len = ring_bytes(SLOTS, CAPACITY);
+            let ring_len = ring_bytes(SLOTS, CAPACITY).unwrap();
             let mem = HostMemory::new(ring_len + GUARD).unwrap();
             let r = FrameRing::new(Box::new(mem), SLOTS, CAPACITY, OverrunPolicy::Every).unwrap();
             let mut rd = r.reader().unwrap();
@@ -1085,7 +1085,7 @@ mod tests {
             // above), alive while `r` is; nothing writes it while this borrow lives.
             let mem = unsafe { std::slice::from_raw_parts(r.memory().as_ptr(), ring_len + GUARD) };
             prop_assert!(mem[ring_len..].iter().all(|&b| b == 0), "guard bytes after the ring changed");
-            let stride = crate::ring::layout::slot_stride(CAPACITY);
+            let stride = crate::ring::layout::slot_stride(CAPACITY).unwrap();
             let slots = crate::ring::layout::SLOTS_OFFSET;
             for (i, &l) in longest.iter().enumerate() {
                 let payload = slots + i * stride + crate::ring::layout::SLOT_PAYLOAD_OFFSET;
