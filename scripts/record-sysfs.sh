@@ -78,6 +78,10 @@ for link in "$sys"/class/net/*; do
   target=$(resolved "$rel")
   [ -n "$target" ] || continue
   mkdir -p "$out/$target"
+  # The interface's link type, so that the directory is never empty (git
+  # keeps no empty directory, and a virtual interface has little else).
+  copy_attribute "$target/type"
+  [ -e "$out/$target/type" ] || echo 1 >"$out/$target/type"
   # A bond, VLAN or macvlan names the interfaces below it.
   for lower in "$sys/$target"/lower_*; do
     [ -L "$lower" ] && copy_link "$target/$(basename "$lower")"
