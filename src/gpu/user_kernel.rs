@@ -34,15 +34,18 @@ const PROLOGUE_THREADS: u32 = 32;
 // The prologue reads the slot header's first three 16-byte words, through sender_ts_ns.
 const _: () = assert!(std::mem::offset_of!(crate::ring::layout::SlotHeader, sender_ts_ns) + 8 <= 48);
 
-/// The chain with every user kernel's relative `source` made relative to the
-/// directory of `config_file` (the file the chain was loaded from), as the
-/// config documents; the operators read `source` as it stands.
+/// The chain with every user kernel's `source` made absolute, a relative
+/// one taken relative to the directory of `config_file` (the file the chain
+/// was loaded from) as the config documents; the operators read `source` as
+/// it stands. Resolving twice changes nothing.
 pub fn with_sources_resolved(chain: &[OpSpec], config_file: &Path) -> Vec<OpSpec> {
     chain
         .iter()
         .map(|op| match op {
             OpSpec::Kernel(k) => {
-                OpSpec::Kernel(UserKernelSpec { source: k.source_path(config_file), ..k.clone() })
+                let path = k.source_path(config_file);
+                let source = std::path::absolute(&path).unwrap_or(path);
+                OpSpec::Kernel(UserKernelSpec { source, ..k.clone() })
             }
             other => other.clone(),
         })
@@ -259,5 +262,9 @@ mod tests {
             })
             .collect();
         assert_eq!(sources, [Path::new("/etc/frameloop/k/gain.cu"), Path::new("/abs/sum.cu")]);
+        let relative = with_sources_resolved(&chain, Path::new("conf/frameloop.toml"));
+        let OpSpec::Kernel(k) = &relative[1] else { unreachable!() };
+        assert_eq!(k.source, std::env::current_dir().unwrap().join("conf/k/gain.cu"));
+        assert_eq!(with_sources_resolved(&relative, Path::new("elsewhere/x.toml")), relative, "idempotent");
     }
 }
