@@ -1,10 +1,12 @@
 // user_support: what the appliance runs around a user kernel (an
 // `op = "kernel"` chain entry, kernels/frameloop.cuh). In front of each user
 // kernel, fl_user_prologue fills the operator's fl_frame from the claimed
-// slot's header and the FrameDesc, clamps the sample counts to the
-// operator's buffers, and makes the FrameDesc's sample count the operator's
-// output count for the operators after it. The first user kernel's prologue
-// also zeroes the frame's user result words.
+// slot's header (the chain's first user kernel) or from the first user
+// kernel's fl_frame (the others: device memory, no second read of the slot)
+// and the FrameDesc, clamps the sample counts to the operator's buffers,
+// and makes the FrameDesc's sample count the operator's output count for
+// the operators after it. The first user kernel's prologue also zeroes the
+// frame's user result words.
 #include "ops_common.cuh"
 #include "frameloop.cuh"
 
@@ -17,33 +19,44 @@
 
 static_assert(FL_USER_RESULT_WORDS == FL_RESULT_USER_WORDS, "fl_user_result is the record's user words");
 
-// fd: the FrameDesc; frame: this operator's fl_frame; user: the frame's user
-// result words; in_capacity / out_capacity: floats the operator's input and
-// output buffers hold; fixed_out: output samples per frame (`output = {
-// samples = N }`), 0 for `output = "same"`; zero_user: 1 for the chain's
-// first user kernel. One block of FL_USER_PROLOGUE_THREADS.
+// fd: the FrameDesc; frame: this operator's fl_frame; first: the chain's
+// first user kernel's fl_frame, already filled for this frame, or null for
+// that kernel itself (which reads the slot header and zeroes `user`, the
+// frame's user result words); in_capacity / out_capacity: floats the
+// operator's input and output buffers hold; fixed_out: output samples per
+// frame (`output = { samples = N }`), 0 for `output = "same"`. One block of
+// FL_USER_PROLOGUE_THREADS.
 extern "C" __global__ void __launch_bounds__(FL_USER_PROLOGUE_THREADS)
-    fl_user_prologue(FrameDesc* fd, fl_frame* frame, fl_user_result* user, uint32_t in_capacity,
-                     uint32_t out_capacity, uint32_t fixed_out, uint32_t zero_user) {
+    fl_user_prologue(FrameDesc* fd, fl_frame* frame, const fl_frame* first, fl_user_result* user,
+                     uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  __shared__ uint4 head[FL_USER_SLOT_WORDS];
+  __shared__ alignas(64) uint4 head[FL_USER_SLOT_WORDS];  // read as the SlotHeader's start
   const uint32_t t = threadIdx.x;
-  // One round trip for the three words when the slot is in mapped memory.
-  if (t < FL_USER_SLOT_WORDS) head[t] = ((const uint4*)fd->slot_dptr)[t];
-  if (zero_user != 0 && t < FL_USER_RESULT_WORDS) user->words[t] = 0u;
+  if (first == nullptr) {
+    // One round trip for the three words when the slot is in mapped memory.
+    if (t < FL_USER_SLOT_WORDS) head[t] = ((const uint4*)fd->slot_dptr)[t];
+    if (t < FL_USER_RESULT_WORDS) user->words[t] = 0u;
+  }
   __syncthreads();
   if (t != 0) return;
-  const SlotHeader* s = (const SlotHeader*)head;
   const uint32_t in_count = fl_frame_samples(fd, in_capacity);
   uint32_t out_count = fixed_out != 0 ? fixed_out : in_count;
   if (out_count > out_capacity) out_count = out_capacity;
-  frame->sequence = s->frame_seq;
+  if (first == nullptr) {
+    const SlotHeader* s = (const SlotHeader*)head;
+    frame->sequence = s->frame_seq;
+    frame->sender_ts_ns = s->sender_ts_ns;
+    frame->stream_id = s->stream_id;
+    frame->flags = s->flags;
+  } else {
+    frame->sequence = first->sequence;
+    frame->sender_ts_ns = first->sender_ts_ns;
+    frame->stream_id = first->stream_id;
+    frame->flags = first->flags;
+  }
   frame->ring_sequence = fd->ring_seq;
-  frame->sender_ts_ns = s->sender_ts_ns;
-  frame->stream_id = s->stream_id;
   frame->length_bytes = fd->payload_len;
-  frame->flags = s->flags;
   frame->in_count = in_count;
   frame->out_count = out_count;
   frame->_reserved0 = 0u;

@@ -2,8 +2,8 @@
 //! `handlers/hsb_ready.cu`): NVRTC compiles the good ones against
 //! `kernels/frameloop.cuh`, reports a planted syntax error with its file and
 //! line and an entry that does not exist by name, the parameter layout agrees
-//! with the C compiler's, and the host backend (and, until it launches them,
-//! the CUDA backend) refuses a chain with a user kernel. Needs only libnvrtc,
+//! with the C compiler's, the host backend refuses a chain with a user kernel
+//! and the CUDA backend plans one as graph operators. Needs only libnvrtc,
 //! no GPU; fails instead of skipping without it under FRAMELOOP_REQUIRE_NVRTC=1.
 //! `validate_cli_reports_the_planted_error_with_its_line` needs `frameloop
 //! validate` to call `gpu::user_source::check_user_code`.

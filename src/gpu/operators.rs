@@ -411,7 +411,7 @@ pub fn build_main_fragment_with(
         PayloadPath::ZeroCopy => None,
         PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
     };
-    let mut user_kernels_seen = false;
+    let mut user_kernels = super::user_kernel::UserKernels::new();
     let mut i = 0;
     while i < chain.len() {
         let name = |op: &str| format!("{op}[{i}]");
@@ -450,8 +450,7 @@ pub fn build_main_fragment_with(
             ),
             OpSpec::Kernel(k) => {
                 let name = format!("chain[{i}] kernel \"{}\"", k.entry);
-                let op = super::user_kernel::UserKernelOp::new(&name, k, max_samples, !user_kernels_seen)?;
-                user_kernels_seen = true;
+                let op = user_kernels.next(&name, k, max_samples)?;
                 max_samples = op.max_output_samples();
                 (fragment.add_operator(op)?, 1)
             }

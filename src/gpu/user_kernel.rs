@@ -4,6 +4,8 @@
 //! its parameter block in device memory it owns, and per frame two graph
 //! nodes: `fl_user_prologue` (kernels/user_support.cu) fills the
 //! operator's `fl_frame` and clamps the counts, then the user kernel runs.
+//! The chain's first user kernel's prologue reads the slot header and zeroes
+//! the frame's user result words; the others copy its `fl_frame`'s fields.
 //!
 //! Ports: `in` (the previous operator's samples), `out` (this operator's
 //! own output buffer, sized for its largest output) and `frame` (its
@@ -15,6 +17,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -70,16 +73,53 @@ pub struct UserKernelOp {
     params: Vec<u8>,
     max_in: usize,
     max_out: usize,
-    /// Whether this is the chain's first user kernel (its prologue zeroes the user words).
+    /// The chain's first user kernel: its prologue reads the slot header and
+    /// zeroes the user words, and it publishes its `fl_frame` in `first_frame`.
     first: bool,
+    /// Device address of the chain's first user kernel's `fl_frame`, shared
+    /// by the chain's user kernels; set when the first one is enqueued.
+    first_frame: Arc<AtomicU64>,
     loaded: Option<Loaded>,
+}
+
+/// What the user kernels of one chain share: made once per chain by
+/// [`UserKernels::new`], handed to each of its user kernels in order.
+#[derive(Default)]
+pub struct UserKernels {
+    first_frame: Arc<AtomicU64>,
+    count: usize,
+}
+
+impl UserKernels {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The chain's next user kernel (see [`UserKernelOp::new`]).
+    pub fn next(
+        &mut self,
+        name: &str,
+        spec: &UserKernelSpec,
+        max_in: usize,
+    ) -> Result<UserKernelOp, FragmentError> {
+        let op = UserKernelOp::new(name, spec, max_in, self.count == 0, Arc::clone(&self.first_frame))?;
+        self.count += 1;
+        Ok(op)
+    }
 }
 
 impl UserKernelOp {
     /// The user kernel of `spec` over at most `max_in` input samples per
     /// frame, named `name` (`chain[i] kernel "entry"`). `first`: the first
-    /// user kernel of its chain. The source is read when the graph is built.
-    pub fn new(name: &str, spec: &UserKernelSpec, max_in: usize, first: bool) -> Result<Self, FragmentError> {
+    /// user kernel of its chain, enqueued before the others that share
+    /// `first_frame`. The source is read when the graph is built.
+    fn new(
+        name: &str,
+        spec: &UserKernelSpec,
+        max_in: usize,
+        first: bool,
+        first_frame: Arc<AtomicU64>,
+    ) -> Result<Self, FragmentError> {
         let problem = |p: String| FragmentError::Operator { operator: name.to_owned(), problem: p };
         let problems = spec.problems();
         if !problems.is_empty() {
@@ -91,7 +131,16 @@ impl UserKernelOp {
             OutputSize::Same => max_in,
             OutputSize::Samples(n) => n as usize,
         };
-        Ok(Self { name: name.to_owned(), spec: spec.clone(), params, max_in, max_out, first, loaded: None })
+        Ok(Self {
+            name: name.to_owned(),
+            spec: spec.clone(),
+            params,
+            max_in,
+            max_out,
+            first,
+            first_frame,
+            loaded: None,
+        })
     }
 
     /// Samples of the largest output: the `out` port's size in floats, and
@@ -176,7 +225,16 @@ impl GpuResidentOperator for UserKernelOp {
         let in_capacity = u32::try_from(x.bytes / 4).unwrap_or(u32::MAX);
         let out_capacity = u32::try_from(y.bytes / 4).unwrap_or(u32::MAX);
         let (fd, stream) = (ctx.frame_desc(), ctx.stream());
-        let (fixed_out, zero_user) = (fixed_output(&self.spec), u32::from(self.first));
+        let fixed_out = fixed_output(&self.spec);
+        let first_frame = if self.first {
+            self.first_frame.store(frame.dptr, Ordering::Relaxed);
+            0
+        } else {
+            match self.first_frame.load(Ordering::Relaxed) {
+                0 => return Err(self.problem("enqueued before the chain's first user kernel")),
+                f => f,
+            }
+        };
         let shape = self.spec.launch(out_capacity);
         // Before the first node, so that a source that does not compile enqueues nothing.
         self.load(stream)?;
@@ -187,16 +245,18 @@ impl GpuResidentOperator for UserKernelOp {
         launch
             .arg(&fd)
             .arg(&frame.dptr)
+            .arg(&first_frame)
             .arg(&user)
             .arg(&in_capacity)
             .arg(&out_capacity)
-            .arg(&fixed_out)
-            .arg(&zero_user);
+            .arg(&fixed_out);
         let one_warp =
             LaunchConfig { grid_dim: (1, 1, 1), block_dim: (PROLOGUE_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: (FrameDesc*, fl_frame*, fl_user_result*, uint32_t x4) is fl_user_prologue's
-        // signature; it writes the 64 bytes of `frame` (checked above), the 48 user result
-        // bytes the executor keeps, and the FrameDesc's sample count; one block of its 32 threads.
+        // SAFETY: (FrameDesc*, fl_frame*, const fl_frame*, fl_user_result*, uint32_t x3) is
+        // fl_user_prologue's signature; it writes the 64 bytes of `frame` (checked above), the
+        // 48 user result bytes the executor keeps, and the FrameDesc's sample count, and reads
+        // `first_frame` (0, or the first user kernel's 64-byte `frame` port, enqueued before
+        // this one); one block of its 32 threads.
         unsafe { launch.launch(one_warp) }.map_err(|e| ctx.enqueue_error("fl_user_prologue", e))?;
 
         let params = loaded.params.as_ref().map_or(0, DeviceBuffer::dptr);
@@ -229,10 +289,14 @@ mod tests {
 
     #[test]
     fn output_size_follows_the_config() {
-        let same = UserKernelOp::new("k", &spec("source='a.cu'\nentry='k'"), 1000, true).unwrap();
+        let mut chain = UserKernels::new();
+        let same = chain.next("k", &spec("source='a.cu'\nentry='k'"), 1000).unwrap();
         assert_eq!(same.max_output_samples(), 1000);
         let fixed = spec("source='a.cu'\nentry='k'\noutput={samples=16}");
-        assert_eq!(UserKernelOp::new("k", &fixed, 1000, false).unwrap().max_output_samples(), 16);
+        let second = chain.next("k2", &fixed, 1000).unwrap();
+        assert_eq!(second.max_output_samples(), 16);
+        assert!(same.first && !second.first, "only the chain's first user kernel reads the slot");
+        assert!(Arc::ptr_eq(&same.first_frame, &second.first_frame));
         assert_eq!(fixed_output(&fixed), 16);
         assert_eq!(fixed_output(&spec("source='a.cu'\nentry='k'")), 0);
     }
@@ -240,7 +304,7 @@ mod tests {
     #[test]
     fn bad_specs_are_refused_with_their_keys() {
         let bad = spec("source='a.cu'\nentry='k'\nparams={g=1.5}\nparam_types=['g: u32']");
-        let err = UserKernelOp::new("chain[1] kernel \"k\"", &bad, 10, true).err().unwrap();
+        let err = UserKernels::new().next("chain[1] kernel \"k\"", &bad, 10).err().unwrap();
         let text = err.to_string();
         assert!(text.contains("chain[1] kernel \"k\"") && text.contains("params.g"), "{text}");
     }
