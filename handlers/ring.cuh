@@ -23,6 +23,8 @@
 #define FL_RESULT_HAS_DETECT (1u << 1)
 #define FL_RESULT_GPU_CLOCK (1u << 2)
 #define FL_RESULTS_OFFSET 128u
+// Words of a frame's user result (fl_user_result in kernels/frameloop.cuh).
+#define FL_RESULT_USER_WORDS 12
 
 struct alignas(64) RingHeader {
   uint32_t magic;
@@ -86,7 +88,7 @@ struct alignas(64) ResultRecord {
   uint32_t output_len;
   uint32_t result_flags;
   uint64_t skipped_before;
-  uint64_t _reserved[6];
+  uint32_t user[FL_RESULT_USER_WORDS];  // the frame's fl_user_result words (kernels/frameloop.cuh)
 };
 
 // Filled by the data-ready handler for the frame of this loop iteration; every
@@ -173,7 +175,8 @@ struct alignas(64) DeviceLoopState {
   uint64_t idle_iterations;
   uint64_t frames;
   uint64_t counters_ns;  // %globaltimer when the handler last published the counters
-  uint64_t _pad1[6];
+  uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed by the first
+                                       // user kernel's prologue, published in ResultRecord::user
 };
 
 // The fused chain (kernels/fused.cu): the built-in operators of a chain as
@@ -290,7 +293,7 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
   r.result_flags = p.chain_flags | FL_RESULT_GPU_CLOCK;
   r.skipped_before = d.skipped;
 #pragma unroll
-  for (int i = 0; i < 6; ++i) r._reserved[i] = 0;
+  for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
   r.done_ns = fl_globaltimer();
 
   // p.result_capacity is the ring's slot count: one more than the results the

@@ -22,8 +22,9 @@
 #define FL_FRAME_INCOMPLETE (1u << 1)  // packets are missing: the missing bytes are zero
 #define FL_FRAME_TIMED_OUT (1u << 2)   // published by the assembly timeout, not by its last packet
 
-// The frame an operator runs on. In device memory, rewritten by the appliance
-// before the chain runs on each frame: a kernel reads everything that changes
+// The frame an operator runs on. In device memory, one per operator,
+// rewritten by the appliance (fl_user_prologue, kernels/user_support.cu)
+// right before the kernel runs on each frame: a kernel reads everything that changes
 // from frame to frame here, because its arguments are fixed once, when the
 // resident graph is built.
 struct fl_frame {
@@ -39,8 +40,9 @@ struct fl_frame {
   uint64_t _reserved[2];
 };
 
-// Per-frame values a kernel may write; zeroed when the frame is claimed, they
-// travel with the frame's result record to the host. Kernels of one chain
+// Per-frame values a kernel may write; zeroed for each frame before the
+// chain's first user kernel runs, they travel with the frame's result record
+// (ResultRecord::user) to the host. Kernels of one chain
 // share it: agree on which words each writes.
 #define FL_USER_RESULT_WORDS 12
 struct fl_user_result {

@@ -208,8 +208,13 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                 let payload = mem.alloc(max_frame);
                 let last = *plan.order().last().unwrap();
                 let out = buffers[plan.port_buffer(last, "out", PortDirection::Output).unwrap()];
-                let target =
-                    EnqueueTarget { stream: &stream, frame_desc, chain_result, kernels: &rt.library };
+                let target = EnqueueTarget {
+                    stream: &stream,
+                    frame_desc,
+                    chain_result,
+                    user_result: 0,
+                    kernels: &rt.library,
+                };
                 let graph = match mode {
                     Enqueue::Direct => None,
                     Enqueue::CapturedAfterPlan | Enqueue::Captured => {

@@ -249,6 +249,7 @@ impl Rig {
             stream: &gpu.stream,
             frame_desc: self.frame_desc,
             chain_result: self.chain_result,
+            user_result: 0,
             kernels: &gpu.kernels,
         };
         self.fragment.enqueue(&self.plan, &self.buffers, &target).unwrap();
@@ -620,6 +621,7 @@ fn whole_chains_match_the_cpu_chain_also_when_captured_into_a_graph() {
                     stream: &gpu.stream,
                     frame_desc: rig.frame_desc,
                     chain_result: rig.chain_result,
+                    user_result: 0,
                     kernels: &gpu.kernels,
                 };
                 let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);

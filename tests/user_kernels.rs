@@ -2,8 +2,8 @@
 //! `handlers/hsb_ready.cu`): NVRTC compiles the good ones against
 //! `kernels/frameloop.cuh`, reports a planted syntax error with its file and
 //! line and an entry that does not exist by name, the parameter layout agrees
-//! with the C compiler's, and the host backend (and, until it launches them,
-//! the CUDA backend) refuses a chain with a user kernel. Needs only libnvrtc,
+//! with the C compiler's, the host backend refuses a chain with a user kernel
+//! and the CUDA backend plans one as graph operators. Needs only libnvrtc,
 //! no GPU; fails instead of skipping without it under FRAMELOOP_REQUIRE_NVRTC=1.
 //! `validate_cli_reports_the_planted_error_with_its_line` needs `frameloop
 //! validate` to call `gpu::user_source::check_user_code`.
@@ -153,7 +153,7 @@ fn the_abi_agrees_with_the_ring_layout() {
     let check = "#include \"ring.cuh\"\n#include \"frameloop.cuh\"\n\
         static_assert(FL_FRAME_COMPLETE == FL_SLOT_COMPLETE && FL_FRAME_INCOMPLETE == FL_SLOT_INCOMPLETE \
                       && FL_FRAME_TIMED_OUT == FL_SLOT_TIMED_OUT, \"flags\");\n\
-        static_assert(sizeof(fl_user_result) == sizeof(((ResultRecord*)0)->_reserved), \"user result fits the record\");\n\
+        static_assert(sizeof(fl_user_result) == sizeof(((ResultRecord*)0)->user), \"user result fits the record\");\n\
         static_assert(FL_SLOT_META_WORDS * 4 == FL_SLOT_PAYLOAD_OFFSET, \"metadata is the slot header\");\n";
     nvrtc::compile_ptx("abi_check.cu", check, "compute_75").unwrap_or_else(|e| panic!("{e}"));
 }
@@ -308,12 +308,21 @@ fn config_lists_every_parameter_problem_at_once() {
 }
 
 #[test]
-fn the_cuda_backend_refuses_a_user_kernel_until_it_can_launch_one() {
+fn the_cuda_backend_builds_user_kernels_as_graph_operators() {
     let cfg = config::load(&fixture("gain.toml")).unwrap();
     let fused = FusedChain::encode(&cfg.chain, 4096).unwrap_err();
     assert_eq!(fused, NotFused::UserKernel("gain_offset".into()));
-    let Err(err) = build_main_fragment(&cfg.chain, 4096, ChainLayout::default()) else {
-        panic!("a chain with a user kernel became a fragment")
-    };
-    assert!(err.to_string().contains("user kernel \"gain_offset\" cannot be launched"), "{err}");
+    let fragment = build_main_fragment(&cfg.chain, 4096, ChainLayout::default()).unwrap();
+    let plan = fragment.plan().unwrap();
+    let names: Vec<&str> = plan.order().iter().map(|&id| fragment.operator_name(id).unwrap()).collect();
+    assert_eq!(
+        names,
+        ["unpack[0]", "chain[1] kernel \"gain_offset\"", "chain[2] kernel \"moving_sum\"", "stats[3]"]
+    );
+    assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
+    // Three sample buffers (unpack -> gain_offset -> moving_sum -> stats) and
+    // each user kernel's own 64-byte fl_frame.
+    let mut sizes: Vec<usize> = plan.buffers().iter().map(|b| b.bytes).collect();
+    sizes.sort();
+    assert_eq!(sizes, [64, 64, 2048 * 4, 2048 * 4, 2048 * 4]);
 }

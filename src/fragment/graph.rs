@@ -42,6 +42,10 @@ pub struct EnqueueTarget<'a> {
     pub frame_desc: DevicePtr,
     /// Device address of the `ChainResult` the reductions write.
     pub chain_result: DevicePtr,
+    /// Device address of the frame's user result words (`fl_user_result`,
+    /// 48 bytes) that user kernels write and the result record carries;
+    /// 0 where there are none (a chain with a user kernel then refuses to enqueue).
+    pub user_result: DevicePtr,
     pub kernels: &'a dyn KernelLookup,
 }
 
@@ -247,6 +251,7 @@ impl Fragment {
             buffers,
             frame_desc: target.frame_desc,
             chain_result: target.chain_result,
+            user_result: target.user_result,
             kernels: target.kernels,
             result_publisher: publisher,
             publisher_taken: false,

@@ -177,6 +177,8 @@ pub struct ComputeContext<'a> {
     pub(crate) buffers: &'a [DeviceRegion],
     pub(crate) frame_desc: DevicePtr,
     pub(crate) chain_result: DevicePtr,
+    /// 0 when the target has no user result words.
+    pub(crate) user_result: DevicePtr,
     pub(crate) kernels: &'a dyn KernelLookup,
     /// Device address of the loop parameters, offered to the chain's last
     /// operator so that its kernel can publish the frame's result itself.
@@ -214,6 +216,12 @@ impl<'a> ComputeContext<'a> {
     /// Device address of the `ChainResult` the reductions write.
     pub fn chain_result(&self) -> DevicePtr {
         self.chain_result
+    }
+
+    /// Device address of the frame's user result words (`fl_user_result`),
+    /// or `None` outside a target that publishes them.
+    pub fn user_result(&self) -> Option<DevicePtr> {
+        (self.user_result != 0).then_some(self.user_result)
     }
 
     /// A loaded kernel.

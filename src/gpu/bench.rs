@@ -4,7 +4,9 @@
 //! and measures publish → result seen by the host for: the resident loop with
 //! a poll budget, the resident loop with Holoscan-style sleep intervals,
 //! graph-launch-per-frame, stream-launch-per-frame, an empty-workload resident
-//! loop, and a persistent-kernel round-trip floor.
+//! loop, and a persistent-kernel round-trip floor; with a second chain
+//! (`--compare-chain FILE`, e.g. the default chain written as user kernels)
+//! also that chain in the resident graph.
 
 use super::driver::{self, LaunchDims};
 use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
@@ -43,6 +45,9 @@ pub struct CompareOptions {
     /// How long each resident mode idles (no frames) to measure its idle cost.
     pub idle_ms: u64,
     pub cache: CacheDir,
+    /// A second chain run as the extra mode "resident poll, compare chain"
+    /// (see [`load_compare_chain`]), its user kernel sources resolved.
+    pub compare_chain: Option<Vec<OpSpec>>,
 }
 
 impl Default for CompareOptions {
@@ -59,6 +64,7 @@ impl Default for CompareOptions {
             poll_interval_ns: 200,
             idle_ms: 200,
             cache: CacheDir::Default,
+            compare_chain: None,
         }
     }
 }
@@ -102,6 +108,8 @@ pub struct TargetCheck {
 pub struct CompareReport {
     pub device: String,
     pub chain: Vec<String>,
+    /// The operators of the compare chain, when one ran.
+    pub compare_chain: Option<Vec<String>>,
     pub frame_bytes: usize,
     pub frames_per_mode: usize,
     pub clock_error_ns: u64,
@@ -124,6 +132,9 @@ impl CompareReport {
             self.frames_per_mode,
             self.clock_error_ns
         );
+        if let Some(other) = &self.compare_chain {
+            s.push_str(&format!("compare chain {}\n", other.join(" → ")));
+        }
         s.push_str(&format!(
             "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9}  {:>12} {:>9} {:>9} {:>9}\n",
             "mode (publish → result seen, µs)",
@@ -260,6 +271,20 @@ pub fn publish(w: &mut RingWriter, seed: u64, index: u64, len: usize) -> Result<
     Ok((seq, t0))
 }
 
+/// The chain of the config file `path` for [`CompareOptions::compare_chain`]:
+/// loaded and checked like `frameloop validate` does (user kernels compiled
+/// by NVRTC), its user kernel sources made relative to the file's directory.
+pub fn load_compare_chain(path: &std::path::Path) -> Result<Vec<OpSpec>, GpuError> {
+    let what = |e: String| GpuError::Setup(format!("--compare-chain {}: {e}", path.display()));
+    let cfg = crate::config::load(path).map_err(|e| what(e.to_string()))?;
+    let problems = super::user_source::check_user_code(&cfg, path);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(what(list.join("; ")));
+    }
+    Ok(super::user_kernel::with_sources_resolved(&cfg.chain, path))
+}
+
 struct ModeSpec {
     name: &'static str,
     style: LaunchStyle,
@@ -272,12 +297,21 @@ struct ModeSpec {
     publish_from_last_kernel: bool,
     /// Run the chain fused into the handler's kernel.
     fused: bool,
+    /// Run [`CompareOptions::compare_chain`] instead of the chain.
+    compare_chain: bool,
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
     let rings = MappedRings::new(rt, 64, o.frame_bytes, 8192, OverrunPolicy::Every)?;
     rings.frames.take_reader_for_device();
-    let chain: &[OpSpec] = if m.empty { &[] } else { &o.chain };
+    let chain: &[OpSpec] = match (m.empty, m.compare_chain, &o.compare_chain) {
+        (true, _, _) => &[],
+        (false, true, Some(other)) => other,
+        (false, true, None) => {
+            return Err(GpuError::Setup(format!("{}: no compare chain was given", m.name)));
+        }
+        (false, false, _) => &o.chain,
+    };
     let mut opts = ExecutorOptions::new(m.cfg.clone());
     let fragment = if m.fused {
         opts.fused =
@@ -417,6 +451,16 @@ fn kernel_resources(rt: &GpuRuntime) -> Vec<String> {
         .collect()
 }
 
+/// The operators `chain` runs as, in order (`unpack[0]`, `chain[1] kernel "fir5"`, ...).
+fn operator_names(chain: &[OpSpec], frame_bytes: usize) -> Result<Vec<String>, GpuError> {
+    let fragment = chain_fragment(chain, frame_bytes)?;
+    let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
+    Ok(plan.order().iter().filter_map(|&id| fragment.operator_name(id).map(str::to_string)).collect())
+}
+
+/// The mode that runs [`CompareOptions::compare_chain`].
+const COMPARE_CHAIN_MODE: &str = "resident poll, compare chain";
+
 /// Runs every mode and checks the targets.
 pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     let rt = GpuRuntime::open(o.ordinal, o.cache.clone())?;
@@ -445,6 +489,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         programmatic_edges: true,
         publish_from_last_kernel: true,
         fused: false,
+        compare_chain: false,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
@@ -454,7 +499,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
         Err(_) => resident("resident poll budget, auto: graph IF body"),
     };
-    let modes = [
+    let mut modes = vec![
         default_mode,
         resident("resident poll, graph IF body"),
         ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
@@ -478,6 +523,9 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             ..spec("resident + stage markers", LaunchStyle::Resident, &poll, false)
         },
     ];
+    if o.compare_chain.is_some() {
+        modes.push(ModeSpec { compare_chain: true, ..resident(COMPARE_CHAIN_MODE) });
+    }
     let mut results = vec![run_floor(&rt, o)?];
     for m in &modes {
         results.push(run_mode(&rt, o, m)?);
@@ -544,14 +592,20 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         versus("programmatic edges against plain edges", &if_body, &plain),
         versus("result published by the last kernel against an end-marker node", &if_body, &marker),
     ];
+    if let Some(other) = results.iter().find(|r| r.mode == COMPARE_CHAIN_MODE) {
+        comparisons.push(versus(
+            "the chain against the compare chain, both in the graph IF body",
+            &if_body,
+            other,
+        ));
+    }
     if let Err(why) = auto {
         comparisons.insert(0, format!("loop.fused_chain = \"auto\" does not fuse this chain: {why}"));
     }
-    let chain = chain_fragment(&o.chain, o.frame_bytes)?;
-    let plan = chain.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     Ok(CompareReport {
         device: rt.info.to_string(),
-        chain: plan.order().iter().filter_map(|&id| chain.operator_name(id).map(str::to_string)).collect(),
+        chain: operator_names(&o.chain, o.frame_bytes)?,
+        compare_chain: o.compare_chain.as_deref().map(|c| operator_names(c, o.frame_bytes)).transpose()?,
         frame_bytes: o.frame_bytes,
         frames_per_mode: o.frames,
         clock_error_ns: rt.clock().error_ns,
@@ -560,4 +614,33 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         comparisons,
         kernel_resources: kernel_resources(&rt),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_default_chain_loads_with_its_sources_resolved() {
+        if !super::super::nvrtc_present() {
+            eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
+            return;
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/configs");
+        let chain = load_compare_chain(&dir.join("user-default-chain.toml")).unwrap();
+        let entries: Vec<(&str, bool)> = chain
+            .iter()
+            .filter_map(|op| match op {
+                OpSpec::Kernel(k) => Some((k.entry.as_str(), k.source.is_file())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(entries, [("fir5", true), ("stats_threshold", true)]);
+        assert_eq!(
+            operator_names(&chain, 8192).unwrap(),
+            ["unpack[0]", "chain[1] kernel \"fir5\"", "chain[2] kernel \"stats_threshold\""]
+        );
+        let err = load_compare_chain(&dir.join("no-such.toml")).unwrap_err().to_string();
+        assert!(err.contains("--compare-chain") && err.contains("no-such.toml"), "{err}");
+    }
 }

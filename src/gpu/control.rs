@@ -3,7 +3,7 @@
 //! in device memory ([`DeviceLoopState`]) and the parameters of the loop
 //! kernels ([`LoopParams`]).
 
-use crate::ring::layout::{ChainResult, FrameDesc, SlotHeader};
+use crate::ring::layout::{ChainResult, FrameDesc, SlotHeader, USER_RESULT_WORDS};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Loop state values of [`LoopControl::state`].
@@ -77,7 +77,10 @@ pub struct DeviceLoopState {
     pub frames: u64,
     /// `%globaltimer` when the handler last published the idle counters.
     pub counters_ns: u64,
-    pub _pad1: [u64; 6],
+    /// The frame's user result words, published in
+    /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user); the
+    /// first user kernel's prologue zeroes them for each frame.
+    pub user: [u32; USER_RESULT_WORDS],
 }
 
 /// Parameters of the handler, controller and end-marker kernels (passed by value).
@@ -119,6 +122,7 @@ const _: () = {
 /// Byte offsets of the device-side structures inside [`DeviceLoopState`].
 pub const DESC_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, desc);
 pub const CHAIN_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, chain);
+pub const USER_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, user);
 
 /// `(name, size or offset)` pairs the layout test checks against `ring.cuh`.
 pub fn layout_facts() -> Vec<(String, usize)> {
@@ -143,6 +147,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ("FL_SLOT_PAYLOAD_OFFSET".into(), SLOT_PAYLOAD_OFFSET),
         ("FL_SLOT_ALIGN".into(), SLOT_ALIGN),
         ("FL_RESULTS_OFFSET".into(), RESULTS_OFFSET),
+        ("FL_RESULT_USER_WORDS".into(), USER_RESULT_WORDS),
         ("FL_RING_MAGIC".into(), RING_MAGIC as usize),
         ("FL_RING_LAYOUT_VERSION".into(), RING_LAYOUT_VERSION as usize),
         ("FL_RESULT_MAGIC".into(), RESULT_MAGIC as usize),
@@ -166,11 +171,11 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(RingHeader: magic, version, slot_count, slot_stride, payload_capacity, policy, slots_offset, head_seq, claimed_seq, consumed_seq);
     offsets!(SlotHeader: ring_seq, frame_seq, stream_id, flags, payload_len, packets_expected, packets_received, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns);
     offsets!(ResultRingHeader: magic, capacity, head_seq);
-    offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before);
+    offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before, user);
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
-    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns);
+    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user);
     offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program);
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
     offsets!(FusedProgram: step_count, capacity, stage_bytes, shared_buffers, buffers, steps);

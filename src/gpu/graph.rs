@@ -273,6 +273,7 @@ impl ExecutorCore {
             stream,
             frame_desc: self.state.dptr() + DESC_OFFSET as u64,
             chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+            user_result: self.state.dptr() + USER_OFFSET as u64,
             kernels: &self.rt.library,
         };
         let fragment = match self.builtin_handler.as_mut() {
@@ -310,6 +311,7 @@ impl ExecutorCore {
                 stream,
                 frame_desc: self.state.dptr() + DESC_OFFSET as u64,
                 chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
+                user_result: self.state.dptr() + USER_OFFSET as u64,
                 kernels: &self.rt.library,
             };
             let bound =
@@ -351,6 +353,7 @@ impl ExecutorCore {
             buffers: &bound.buffers,
             frame_desc,
             chain_result,
+            user_result: self.state.dptr() + USER_OFFSET as u64,
             kernels: &self.rt.library,
             result_publisher: None,
             publisher_taken: false,

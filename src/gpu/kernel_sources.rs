@@ -23,6 +23,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("stage.cu", include_str!("../../kernels/stage.cu")),
     ("fused.cu", include_str!("../../kernels/fused.cu")),
     ("fft.cu", include_str!("../../kernels/fft.cu")),
+    ("user_support.cu", include_str!("../../kernels/user_support.cu")),
 ];
 
 /// The `extern "C"` kernels the built-in operators launch, by source file.
@@ -35,6 +36,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("stage.cu", &["fl_stage_payload"]),
     ("fused.cu", &["fl_fused_chain"]),
     ("fft.cu", &["fl_fft_window", "fl_fft_spectrum"]),
+    ("user_support.cu", &["fl_user_prologue"]),
 ];
 
 #[cfg(test)]

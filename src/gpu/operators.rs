@@ -382,7 +382,10 @@ pub enum PayloadPath {
 /// Builds the main fragment for a configured chain and frames of at most
 /// `max_frame_bytes`: one operator per chain entry (a stats next to a
 /// threshold fused when asked), linked `out -> in`. Operators are named
-/// `"<op>[<chain index>]"`, e.g. `fir[1]` or `stats+threshold[2]`.
+/// `"<op>[<chain index>]"`, e.g. `fir[1]` or `stats+threshold[2]`; a user
+/// kernel by its entry, `chain[2] kernel "beamform"`. User kernel sources
+/// are read as they stand when the graph is built (see
+/// [`super::user_kernel::with_sources_resolved`]).
 pub fn build_main_fragment(
     chain: &[OpSpec],
     max_frame_bytes: usize,
@@ -408,6 +411,7 @@ pub fn build_main_fragment_with(
         PayloadPath::ZeroCopy => None,
         PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
     };
+    let mut user_kernels = super::user_kernel::UserKernels::new();
     let mut i = 0;
     while i < chain.len() {
         let name = |op: &str| format!("{op}[{i}]");
@@ -445,13 +449,10 @@ pub fn build_main_fragment_with(
                 1,
             ),
             OpSpec::Kernel(k) => {
-                return Err(FragmentError::Operator {
-                    operator: name("kernel"),
-                    problem: format!(
-                        "user kernel \"{}\" cannot be launched in the resident graph yet",
-                        k.entry
-                    ),
-                });
+                let name = format!("chain[{i}] kernel \"{}\"", k.entry);
+                let op = user_kernels.next(&name, k, max_samples)?;
+                max_samples = op.max_output_samples();
+                (fragment.add_operator(op)?, 1)
             }
             OpSpec::Stats | OpSpec::Threshold { .. } => {
                 let (reduction, consumed) = match (&chain[i], next) {

@@ -135,8 +135,14 @@ pub struct ResultRecord {
     pub result_flags: u32,
     /// Frames the consumer skipped before this one (policy `latest`).
     pub skipped_before: u64,
-    pub _reserved: [u64; 6],
+    /// The frame's user result words (`fl_user_result` in
+    /// `kernels/frameloop.cuh`): what the chain's user kernels wrote, zero
+    /// for a chain without any and on the host backend.
+    pub user: [u32; USER_RESULT_WORDS],
 }
+
+/// Words of a frame's user result ([`ResultRecord::user`], `FL_USER_RESULT_WORDS`).
+pub const USER_RESULT_WORDS: usize = 12;
 
 /// Result flag: the chain has a stats operator and `sum/min/max/mean` are valid.
 pub const RESULT_HAS_STATS: u32 = 1 << 0;

@@ -288,7 +288,7 @@ mod protocol_props {
             sum: seq as f32,
             detect_count: (seq as u32).wrapping_mul(5),
             skipped_before: seq.wrapping_mul(13),
-            _reserved: [seq; 6],
+            user: [seq as u32; 12],
             ..Default::default()
         }
     }
