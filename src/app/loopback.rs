@@ -96,6 +96,12 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
         frames: args.frames,
         poll_budget_us: cfg.loop_.poll_budget_us,
         poll_interval_ns: cfg.loop_.poll_interval_ns,
+        compare_chain: args
+            .compare_chain
+            .as_deref()
+            .map(crate::gpu::bench::load_compare_chain)
+            .transpose()
+            .map_err(|e| AppError::Startup(e.to_string()))?,
         ..Default::default()
     };
     // The measuring thread publishes frames and spins on results, like the

@@ -66,7 +66,12 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
 /// Loads `path` or returns the embedded defaults.
 pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppError> {
     Ok(match path {
-        Some(p) => config::load(p)?,
+        Some(p) => {
+            let mut cfg = config::load(p)?;
+            // User kernel sources are named relative to the config file.
+            cfg.chain = crate::gpu::user_kernel::with_sources_resolved(&cfg.chain, p);
+            cfg
+        }
         None => Config::default(),
     })
 }
@@ -118,6 +123,11 @@ pub struct BenchArgs {
     /// slowest 0.1%: 20 frames at the default).
     #[arg(long, default_value_t = 20000)]
     pub frames: usize,
+    /// With --compare: a second config whose chain runs as one more mode
+    /// ("resident poll, compare chain") in the same run, e.g. the same math
+    /// written as user kernels (bench/configs/user-default-chain.toml).
+    #[arg(long, value_name = "CONFIG")]
+    pub compare_chain: Option<PathBuf>,
 }
 
 /// Arguments of `frameloop run`.
