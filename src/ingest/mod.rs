@@ -3,6 +3,8 @@
 //!
 //! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
 //!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
+//! - [`hsb`]: the emulated HSB sensor bridge's DMA engine (frames placed in
+//!   slots with big-endian metadata words, no head sequence) and its receiver.
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
 //!   machine from datagrams to published slots.
@@ -12,6 +14,7 @@
 
 pub mod assembler;
 pub mod counters;
+pub mod hsb;
 pub mod reassembly;
 pub mod udp;
 
