@@ -9,12 +9,14 @@ use super::control::LoopParams;
 use super::driver::{self, DeviceBuffer, LaunchDims};
 use super::nvrtc::{CacheDir, Compiler};
 use super::runtime::GpuRuntime;
-use super::user_source::{EntryKind, UserCodeError, check_source};
+use super::user_source::{EntryKind, UserCodeError, check_source, read_source};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec};
+use crate::ops::handler::HandlerConfig;
 use crate::ops::user_kernel::is_c_identifier;
 use cudarc::driver::CudaFunction;
 use cudarc::nvrtc::Ptx;
 use std::ffi::c_void;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The generated wrapper kernel's name.
@@ -35,6 +37,16 @@ pub struct UserHandlerSource {
     pub text: String,
     /// The `__device__` function (`fl_handler_fn`).
     pub entry: String,
+}
+
+impl UserHandlerSource {
+    /// Reads the `[handler]` section's source (relative to the directory of
+    /// `config_file`, the file the section was loaded from).
+    pub fn from_config(h: &HandlerConfig, config_file: &Path) -> Result<Self, UserCodeError> {
+        let path = h.source_path(config_file);
+        let text = read_source(&path)?;
+        Ok(Self { file: path.display().to_string(), text, entry: h.entry.clone() })
+    }
 }
 
 /// The wrapper kernel `fl_user_handler(LoopParams p, fl_handler_state* state)`
