@@ -252,6 +252,37 @@ mod tests {
         assert!(ptx.contains(&format!(".entry {WRAPPER_KERNEL}(")), "{ptx}");
     }
 
+    /// `frameloop validate`'s problems for a config with `[handler]`.
+    fn validate(handler: &str, backend: &str) -> Vec<crate::config::ConfigProblem> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("hsb.cu"), HSB).unwrap();
+        let cfg = crate::config::parse(&format!("backend = \"{backend}\"\n[handler]\n{handler}")).unwrap();
+        super::super::user_source::check_user_code(&cfg, &dir.path().join("frameloop.toml"))
+    }
+
+    #[test]
+    fn validate_checks_the_handler_and_refuses_it_on_the_host_backend() {
+        let host = validate("source = \"hsb.cu\"\nentry = \"hsb_ready\"", "host");
+        assert_eq!(host.len(), 1);
+        assert_eq!(host[0].key, "handler.entry");
+        assert!(host[0].message.contains("host backend cannot run it"), "{}", host[0].message);
+        let missing = validate("source = \"nope.cu\"\nentry = \"hsb_ready\"", "cuda");
+        assert_eq!(missing[0].key, "handler.source", "{missing:?}");
+        if !super::super::nvrtc_present() {
+            eprintln!("NVRTC not present; skipping the compiled checks");
+            return;
+        }
+        assert!(validate("source = \"hsb.cu\"\nentry = \"hsb_ready\"", "cuda").is_empty());
+        let wrong = validate("source = \"hsb.cu\"\nentry = \"hsb_redy\"", "auto");
+        assert_eq!(wrong.len(), 1, "{wrong:?}");
+        assert_eq!(wrong[0].key, "handler.entry");
+        assert!(
+            wrong[0].message.contains("defines no __device__ function \"hsb_redy\""),
+            "{}",
+            wrong[0].message
+        );
+    }
+
     #[test]
     fn a_handler_with_the_wrong_signature_is_named_before_the_wrapper() {
         if !super::super::nvrtc_present() {
