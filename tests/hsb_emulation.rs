@@ -266,3 +266,18 @@ fn the_sender_checks_its_hsb_settings() {
     }
     assert_eq!(SendFormat::default(), SendFormat::Native);
 }
+
+/// The host backend cannot run a handler: the appliance says so, naming the
+/// key, instead of running the built-in handler in its place.
+#[test]
+fn the_host_appliance_refuses_a_user_handler() {
+    let mut cfg = frameloop::config::parse(
+        "backend = \"host\"\n[handler]\nsource = \"handlers/hsb_ready.cu\"\nentry = \"hsb_ready\"\n",
+    )
+    .unwrap();
+    cfg.ingest.bind = "127.0.0.1:0".into();
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("a [handler] is refused on the host");
+    let msg = err.to_string();
+    assert!(msg.contains("handler.entry") && msg.contains("host backend cannot run it"), "{msg}");
+}

@@ -150,6 +150,17 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend(cfg.backend)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
+        if let Some(h) = &cfg.handler {
+            // Refused rather than ignored: the built-in handler would run instead.
+            return Err(AppError::Startup(match pick.name {
+                "cuda" => format!(
+                    "handler.entry \"{}\": the appliance does not start user handlers yet; remove [handler] \
+                     (ResidentExecutor runs one with ExecutorOptions::user_handler, docs/operators.md)",
+                    h.entry
+                ),
+                _ => format!("handler.entry: {}", h.host_refusal()),
+            }));
+        }
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {
             AppError::Startup("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
         })?;
