@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The generated wrapper kernel's name.
-pub const WRAPPER_KERNEL: &str = "fl_user_handler";
+const WRAPPER_KERNEL: &str = "fl_user_handler";
 
 /// The file name NVRTC sees for the generated wrapper.
 const WRAPPER_FILE: &str = "frameloop-user-handler";
@@ -57,7 +57,7 @@ impl UserHandlerSource {
 /// `DeviceLoopState::desc`, `slot` (the header copy the result record is
 /// built from) and resets `chain`; always leaves the verdict for the
 /// controller node. `state` is zeroed on the loop's first iteration.
-pub fn wrapper_source(user_text: &str, entry: &str) -> String {
+fn wrapper_source(user_text: &str, entry: &str) -> String {
     debug_assert!(is_c_identifier(entry));
     format!(
         r#"{user_text}
@@ -138,9 +138,9 @@ extern "C" __global__ void {WRAPPER_KERNEL}(LoopParams p, fl_handler_state* stat
 }
 
 /// Compiles `src` with the wrapper to PTX for a virtual architecture, without
-/// a GPU (what `frameloop validate` and the tests use to check the wrapper
-/// builds around a handler): the problems of the user's file, if any.
-pub fn check_wrapper(src: &UserHandlerSource, arch: &str) -> Result<String, Vec<UserCodeError>> {
+/// a GPU: the problems of the user's file, if any, else the PTX.
+#[cfg(test)]
+fn check_wrapper(src: &UserHandlerSource, arch: &str) -> Result<String, Vec<UserCodeError>> {
     let problems = check_source(&src.file, &src.text, &src.entry, EntryKind::Handler);
     if !problems.is_empty() {
         return Err(problems);

@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Metadata word of the frame counter (written last).
-pub const META_COUNTER: usize = 0;
+const META_COUNTER: usize = 0;
 /// Metadata word of the frame length in bytes.
-pub const META_LENGTH: usize = 1;
+const META_LENGTH: usize = 1;
 /// Metadata word of the status.
-pub const META_STATUS: usize = 2;
+const META_STATUS: usize = 2;
 /// Status bit: datagrams of the frame were missing (their bytes are zero).
 pub const STATUS_TRUNCATED: u32 = 1;
 
@@ -211,7 +211,7 @@ impl HsbDma {
     }
 
     /// The slot frame `counter` goes to.
-    pub fn slot_of(&self, counter: u32) -> usize {
+    fn slot_of(&self, counter: u32) -> usize {
         debug_assert!(counter != 0);
         (counter - 1) as usize % self.slots.ring.slot_count()
     }

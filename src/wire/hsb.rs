@@ -112,11 +112,6 @@ pub fn parse(datagram: &[u8]) -> Result<(HsbHeader, &[u8]), HsbWireError> {
     Ok((h, payload))
 }
 
-/// The counter of the frame after `counter` (skipping the reserved 0).
-pub fn next_counter(counter: u32) -> u32 {
-    counter.checked_add(1).unwrap_or(1)
-}
-
 /// Cuts `frame` into datagrams of at most `chunk` payload bytes (at least
 /// 1), in order; an empty frame is one datagram with no payload.
 pub fn encode_frame(counter: u32, frame: &[u8], chunk: usize) -> Vec<Vec<u8>> {
@@ -174,11 +169,5 @@ mod tests {
         // Not the last datagram, yet flagged; the last one, not flagged.
         assert!(matches!(with(12, &[0, 0, 0, 9]), Err(HsbWireError::LastFlag { .. })));
         assert!(matches!(with(3, &[0]), Err(HsbWireError::LastFlag { .. })));
-    }
-
-    #[test]
-    fn counters_skip_zero() {
-        assert_eq!(next_counter(1), 2);
-        assert_eq!(next_counter(u32::MAX), 1);
     }
 }
