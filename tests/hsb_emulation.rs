@@ -281,3 +281,56 @@ fn the_host_appliance_refuses_a_user_handler() {
     let msg = err.to_string();
     assert!(msg.contains("handler.entry") && msg.contains("host backend cannot run it"), "{msg}");
 }
+
+/// `handlers/hsb_ready.cu` on the CPU, reading the ring memory the receiver
+/// wrote: one call per poll of the slot the next frame is due in.
+struct HsbReadyModel {
+    last_claimed: u64,
+    last_counter: u32,
+}
+
+impl HsbReadyModel {
+    /// `(counter, length, truncated)` when the due slot holds a new frame.
+    fn poll(&mut self, ring: &FrameRing) -> Option<(u32, u32, bool)> {
+        let s = slot(ring, (self.last_claimed % SLOTS as u64) as usize);
+        let last = self.last_counter;
+        if s.counter == 0 || s.counter == last || (last != 0 && (s.counter.wrapping_sub(last) as i32) < 0) {
+            return None;
+        }
+        self.last_counter = s.counter;
+        self.last_claimed += 1;
+        Some((s.counter, s.length, s.status & STATUS_TRUNCATED != 0))
+    }
+}
+
+#[test]
+fn a_handler_polling_slots_in_turn_finds_every_frame_even_after_loss() {
+    let ring = ring();
+    let mut dma = HsbDma::new(Arc::clone(&ring)).unwrap();
+    let mut handler = HsbReadyModel { last_claimed: 0, last_counter: 0 };
+    let mut found = Vec::new();
+    for counter in 1..=20u32 {
+        // Frames 7 and 8 are lost whole; frame 12 loses its first datagram.
+        if counter == 7 || counter == 8 {
+            continue;
+        }
+        for (i, d) in hsb::encode_frame(counter, &frame(counter, 1500), 600).iter().enumerate() {
+            if counter == 12 && i == 0 {
+                continue;
+            }
+            dma.on_datagram(d);
+        }
+        dma.flush();
+        while let Some(f) = handler.poll(&ring) {
+            found.push(f);
+        }
+        assert!(handler.poll(&ring).is_none(), "nothing new after frame {counter}");
+    }
+    let counters: Vec<u32> = found.iter().map(|f| f.0).collect();
+    assert_eq!(counters, (1..=20).collect::<Vec<_>>(), "every counter, in order, none twice");
+    for &(counter, len, truncated) in &found {
+        let lost = counter == 7 || counter == 8;
+        assert_eq!(len, if lost { 0 } else { 1500 }, "frame {counter}");
+        assert_eq!(truncated, lost || counter == 12, "frame {counter}");
+    }
+}

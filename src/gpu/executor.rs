@@ -178,7 +178,8 @@ pub struct ExecutorCore {
     pub(super) workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
     pub(super) workload_plan: Option<BoundPlan>,
-    /// The built-in handler fragment, or `None` when the workload registered its own.
+    /// The handler fragment the executor built (built-in, or the `[handler]`
+    /// wrapper), or `None` when the workload registered its own.
     pub(super) builtin_handler: Option<Fragment>,
     pub(super) handler: BoundPlan,
     pub(super) handler_params: Arc<Mutex<LoopParams>>,

@@ -160,8 +160,9 @@ pub struct UserHandler {
 }
 
 impl UserHandler {
-    /// Checks and compiles `src` for the runtime's GPU (cubin cache as the
-    /// built-in kernels) and loads the wrapper kernel.
+    /// Checks and compiles `src` for the runtime's GPU (the cubin kept in the
+    /// default cubin cache, keyed by the source like the built-in kernels)
+    /// and loads the wrapper kernel.
     pub fn load(rt: &GpuRuntime, src: &UserHandlerSource) -> Result<Self, GpuError> {
         let setup = |problems: Vec<UserCodeError>| {
             let text: Vec<String> = problems.iter().map(|p| format!("handler.{}: {p}", p.key())).collect();
