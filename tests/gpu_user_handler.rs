@@ -5,9 +5,13 @@
 //! DMA engine, which writes the ring and its metadata words but never the
 //! head sequence. Every frame is processed once, in order, and each result
 //! equals the CPU chain's on the same bytes; lossy frames arrive flagged;
-//! tear-down and the loop timeout still end the graph.
+//! tear-down and the loop timeout still end the graph; and the appliance
+//! runs the same from a config (`[handler]`, `ingest.format = "hsb"`).
 
-use frameloop::config::LoopConfig;
+mod appliance_support;
+
+use appliance_support::{Running, check_result as check_expected, reference_chain};
+use frameloop::config::{BackendChoice, LoopConfig};
 use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
@@ -210,4 +214,45 @@ fn with_no_frames_the_user_handler_honours_tear_down_and_the_timeout() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(ex.state(), STATE_TIMED_OUT);
+}
+
+/// The whole appliance from a config: `[handler]` and `ingest.format = "hsb"`.
+#[test]
+#[ignore = "needs a GPU"]
+fn the_appliance_runs_a_handler_and_the_hsb_receiver_from_its_config() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = format!(
+        "backend = \"cuda\"\n[ring]\nslots = {SLOTS}\nslot_bytes = {FRAME_BYTES}\n\
+         [ingest]\nbind = \"127.0.0.1:0\"\nformat = \"hsb\"\ntransport = \"udp\"\n\
+         [handler]\nsource = \"{}\"\nentry = \"hsb_ready\"\n",
+        dir.join("handlers/hsb_ready.cu").display()
+    );
+    let mut cfg = frameloop::config::parse(&text).expect("the config parses");
+    cfg.chain = chain();
+    assert_eq!(cfg.backend, BackendChoice::Cuda);
+    let running = Running::start_any(&cfg);
+    assert_eq!(running.app.backend().name, "cuda");
+    let frames = 300u64;
+    let args = SendArgs {
+        to: running.addr().to_string(),
+        rate: 1000.0,
+        frame_bytes: FRAME_BYTES as u64,
+        packet_bytes: 1472,
+        count: Some(frames),
+        duration: None,
+        streams: 1,
+        pattern: Pattern::Random,
+        gso: GsoMode::Off,
+        bind: None,
+    };
+    run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
+    let results = running.wait_results(frames as usize);
+    let (_, results_at_stop) = running.stop();
+    assert_eq!(results_at_stop.len(), results.len(), "no result after the last frame");
+    for (k, r) in results.iter().enumerate() {
+        assert_eq!(r.frame_seq, k as u64 + 1);
+        assert_eq!(r.slot_flags, SLOT_COMPLETE, "frame {}", r.frame_seq);
+        let payload = hsb_frame_payload(Pattern::Random, k as u64, FRAME_BYTES);
+        check_expected(r, &reference_chain(&chain(), &payload));
+    }
 }

@@ -334,3 +334,24 @@ fn a_handler_polling_slots_in_turn_finds_every_frame_even_after_loss() {
         assert_eq!(truncated, lost || counter == 12, "frame {counter}");
     }
 }
+
+/// `ingest.format = "hsb"` parses, and without a `[handler]` (nothing would
+/// find the frames) the appliance refuses to start, saying what to add.
+#[test]
+fn hsb_ingest_without_a_handler_is_refused() {
+    let mut cfg =
+        frameloop::config::parse("backend = \"host\"\n[ingest]\nformat = \"hsb\"\ntransport = \"udp\"\n")
+            .unwrap();
+    assert_eq!(cfg.ingest.format, frameloop::ingest::hsb::IngestFormat::Hsb);
+    assert!(frameloop::config::parse("[ingest]\nformat = \"hsv\"\n").is_err());
+    cfg.ingest.bind = "127.0.0.1:0".into();
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("hsb ingest needs a handler");
+    let msg = err.to_string();
+    assert!(msg.contains("ingest.format") && msg.contains("add [handler]"), "{msg}");
+    // Over RDMA (or auto, which may pick it) the HSB receiver would not run.
+    cfg.ingest.transport = frameloop::rdma::Transport::Auto;
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("hsb ingest needs udp");
+    assert!(err.to_string().contains("ingest.transport = \"udp\""), "{err}");
+}

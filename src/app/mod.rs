@@ -66,7 +66,14 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
 /// Loads `path` or returns the embedded defaults.
 pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppError> {
     Ok(match path {
-        Some(p) => config::load(p)?,
+        Some(p) => {
+            let mut cfg = config::load(p)?;
+            // [handler] source is relative to the config file, like chain kernels.
+            if let Some(h) = &mut cfg.handler {
+                h.source = h.source_path(p);
+            }
+            cfg
+        }
         None => Config::default(),
     })
 }

@@ -39,6 +39,20 @@ const FLUSH_IDLE: Duration = Duration::from_millis(20);
 /// How long one receive call blocks (the stop flag is checked in between).
 const RECV_TIMEOUT: Duration = Duration::from_millis(5);
 
+/// `ingest.format`: what the UDP receiver makes of datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IngestFormat {
+    /// frameloop's native datagrams (or RFC 4175 RTP with `[rtp]`),
+    /// reassembled and published with the ring's head sequence.
+    #[default]
+    Native,
+    /// HSB datagrams (`frameloop send --format hsb`), written into the ring
+    /// like the bridge's DMA engine: no head sequence, so it needs a
+    /// `[handler]` that reads the slots' metadata (`handlers/hsb_ready.cu`).
+    Hsb,
+}
+
 /// Why the emulated DMA engine or its receiver cannot start.
 #[derive(Debug, Error)]
 pub enum HsbIngestError {

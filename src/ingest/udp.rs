@@ -80,6 +80,8 @@ pub struct UdpConfig {
     /// `auto` (RDMA when a device is usable, UDP otherwise, saying why),
     /// `rdma` (fail unless RDMA works) or `udp`. RDMA settings: `[rdma]`.
     pub transport: crate::rdma::Transport,
+    /// `native` (default) or `hsb`: the emulated HSB sensor bridge (needs `[handler]`).
+    pub format: super::hsb::IngestFormat,
 }
 
 impl Default for UdpConfig {
@@ -96,6 +98,7 @@ impl Default for UdpConfig {
             reuse_port: true,
             reassembly: ReassemblyConfig::default(),
             transport: crate::rdma::Transport::default(),
+            format: Default::default(),
         }
     }
 }
