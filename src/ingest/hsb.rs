@@ -383,9 +383,8 @@ impl HsbReceiver {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // An ICMP error queued on the socket (for example): counted, not fatal.
+                    // An ICMP error queued on the socket, for example: not fatal.
                     tracing::debug!("HSB receiver: {e}");
-                    self.dma.counters.malformed += 1;
                 }
             }
         }
