@@ -9,7 +9,10 @@
 //
 // The handler reports a slot when its counter is newer than the last one it
 // reported, so it resynchronises by itself after frames were overwritten.
-// A user handler has the fl_handler_fn signature of frameloop.cuh.
+// A user handler has the fl_handler_fn signature of frameloop.cuh. Name it in
+// the config with [handler] source = "handlers/hsb_ready.cu", entry =
+// "hsb_ready"; `frameloop send --format hsb` emulates the sensor
+// (docs/operators.md).
 #include "frameloop.cuh"
 
 #define HSB_META_COUNTER 0u

@@ -192,6 +192,9 @@ pub struct Config {
     /// frames of this geometry instead of native frameloop datagrams.
     #[serde(default)]
     pub rtp: Option<crate::rtp::RtpConfig>,
+    /// A user data-ready handler (CUDA backend only), replacing the built-in one.
+    #[serde(default)]
+    pub handler: Option<ops::handler::HandlerConfig>,
 }
 
 impl Default for Config {
@@ -206,6 +209,7 @@ impl Default for Config {
             service: Default::default(),
             rdma: Default::default(),
             rtp: None,
+            handler: None,
         }
     }
 }
@@ -350,7 +354,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let mut problems = Vec::new();
     const SECTIONS: &[&str] =
-        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp"];
+        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -386,7 +390,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let rdma = section("rdma", table.get("rdma"), &mut problems);
     // Absent means native ingest; present (even empty) means RTP video.
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma };
+    let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

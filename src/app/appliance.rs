@@ -150,6 +150,24 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend(cfg.backend)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
+        if let Some(h) = &cfg.handler
+            && pick.name != "cuda"
+        {
+            return Err(AppError::Startup(format!("handler.entry: {}", h.host_refusal())));
+        }
+        if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
+            && cfg.ingest.transport != Transport::Udp
+        {
+            return Err(AppError::Startup(
+                "ingest.format = \"hsb\" receives UDP datagrams: set ingest.transport = \"udp\"".into(),
+            ));
+        }
+        let user_handler = cfg
+            .handler
+            .as_ref()
+            .map(|h| crate::gpu::user_handler::UserHandlerSource::from_config(h, Path::new("")))
+            .transpose()
+            .map_err(|e| AppError::Startup(format!("handler.source: {e}")))?;
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {
             AppError::Startup("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
         })?;
@@ -165,12 +183,13 @@ impl Appliance {
                     let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
                     let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)
                         .map_err(|e| AppError::Startup(e.to_string()))?;
-                    let lp = crate::gpu::CudaLoop::new(
+                    let lp = crate::gpu::CudaLoop::with_handler(
                         Arc::clone(&rt),
                         Arc::clone(&fr),
                         Arc::clone(&rr),
                         &cfg.chain,
                         cfg.loop_.clone(),
+                        user_handler,
                     )
                     .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
                     (fr, rr, Box::new(lp), plan, placement)
@@ -468,6 +487,15 @@ fn start_udp(
     rx_stop: &Arc<AtomicBool>,
     record: Option<&std::path::Path>,
 ) -> Result<IngestParts, AppError> {
+    if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
+        if record.is_some() {
+            return Err(AppError::Startup(
+                "--record taps the native receiver; with ingest.format = \"hsb\" record with tcpdump instead"
+                    .into(),
+            ));
+        }
+        return start_hsb(cfg, frame_ring, rx_stop);
+    }
     let writer = frame_ring
         .writer()
         .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
@@ -515,6 +543,43 @@ fn start_udp(
     }
     tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
     Ok(IngestParts { local_addr, gro_active, rtp_counters, recording, thread: rx_thread })
+}
+
+/// `ingest.format = "hsb"`: the emulated HSB bridge's receiver writes the
+/// ring like its DMA engine (no head sequence: the `[handler]` finds frames).
+fn start_hsb(
+    cfg: &Config,
+    frame_ring: &Arc<FrameRing>,
+    rx_stop: &Arc<AtomicBool>,
+) -> Result<IngestParts, AppError> {
+    use crate::ingest::hsb::{HsbDma, HsbReceiver};
+    if cfg.handler.is_none() || cfg.rtp.is_some() {
+        return Err(AppError::Startup(
+            "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
+             finds them: add [handler] (handlers/hsb_ready.cu, docs/operators.md) and remove [rtp]"
+                .into(),
+        ));
+    }
+    let listen: SocketAddr = cfg.ingest.bind.parse().map_err(|e| {
+        AppError::Startup(format!(
+            "ingest.bind {:?} is not ADDR:PORT ({e}); for example \"0.0.0.0:5000\"",
+            cfg.ingest.bind
+        ))
+    })?;
+    let dma = HsbDma::new(Arc::clone(frame_ring)).map_err(|e| AppError::Startup(e.to_string()))?;
+    let receiver = HsbReceiver::bind(listen, dma).map_err(|e| AppError::Startup(e.to_string()))?;
+    let local_addr = receiver.local_addr().map_err(|e| AppError::Startup(e.to_string()))?;
+    let stop = Arc::clone(rx_stop);
+    let thread = std::thread::Builder::new()
+        .name("frameloop-hsb".into())
+        .spawn(move || {
+            let counters = receiver.run(&stop);
+            tracing::info!("HSB receiver: {counters:?}");
+            Ok(())
+        })
+        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+    tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
+    Ok(IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread })
 }
 
 fn on_off(b: bool) -> &'static str {

@@ -131,6 +131,12 @@ pub struct SendCommand {
     /// appliance's registered ring; --to is the appliance's rdma.listen).
     #[arg(long, value_enum, default_value = "udp")]
     pub transport: crate::rdma::Transport,
+    /// native (frameloop datagrams; the default), or hsb: emulate an HSB-style
+    /// sensor bridge (16-byte big-endian header: frame counter, offset, frame
+    /// length, last flag; one stream), for an appliance whose [handler] is
+    /// handlers/hsb_ready.cu (docs/operators.md).
+    #[arg(long, value_enum, default_value = "native")]
+    pub format: crate::sender::hsb::SendFormat,
     #[cfg(feature = "rdma")]
     #[command(flatten)]
     pub rdma: crate::rdma::sender::RdmaSendArgs,
@@ -155,7 +161,7 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
         #[cfg(not(feature = "rdma"))]
         return Err(AppError::Startup("this build has no RDMA support (cargo feature rdma)".into()));
     }
-    let stats = crate::sender::run_sender(&args.send, signals::stop_flag(), |s| {
+    let show = |s: &crate::sender::SenderStats| {
         progress.show(|| {
             format!(
                 "{:>6.1}s  {} frames ({:.0}/s)  {} packets  {:.2} Gb/s  worst lag {:.0} µs",
@@ -167,7 +173,15 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
                 s.max_schedule_lag_ns as f64 / 1000.0
             )
         });
-    })
+    };
+    let stats = match args.format {
+        crate::sender::hsb::SendFormat::Native => {
+            crate::sender::run_sender(&args.send, signals::stop_flag(), show)
+        }
+        crate::sender::hsb::SendFormat::Hsb => {
+            crate::sender::hsb::run_hsb_sender(&args.send, signals::stop_flag(), show)
+        }
+    }
     .map_err(|e| AppError::Runtime(e.to_string()))?;
     progress.done();
     println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());

@@ -70,6 +70,10 @@ pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppErro
             let mut cfg = config::load(p)?;
             // User kernel sources are named relative to the config file.
             cfg.chain = crate::gpu::user_kernel::with_sources_resolved(&cfg.chain, p);
+            // [handler] source is relative to the config file, like chain kernels.
+            if let Some(h) = &mut cfg.handler {
+                h.source = h.source_path(p);
+            }
             cfg
         }
         None => Config::default(),

@@ -8,6 +8,7 @@ use super::executor::{ExecutorOptions, ResidentExecutor};
 use super::fused::plan_fusion;
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::runtime::GpuRuntime;
+use super::user_handler::UserHandlerSource;
 use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
@@ -30,10 +31,39 @@ impl CudaLoop {
         chain: &[OpSpec],
         cfg: LoopConfig,
     ) -> Result<Self, GpuError> {
+        Self::with_handler(rt, frame_ring, result_ring, chain, cfg, None)
+    }
+
+    /// As [`CudaLoop::new`], with a user data-ready handler (`[handler]`)
+    /// instead of the built-in one when `handler` is given (the chain then
+    /// runs one kernel per operator, never fused).
+    pub fn with_handler(
+        rt: Arc<GpuRuntime>,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain: &[OpSpec],
+        cfg: LoopConfig,
+        handler: Option<UserHandlerSource>,
+    ) -> Result<Self, GpuError> {
         if !frame_ring.take_reader_for_device() {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
         let mut opts = ExecutorOptions::new(cfg);
+        if let Some(h) = handler {
+            if opts.loop_cfg.fused_chain == FusedChainMode::On {
+                return Err(GpuError::Setup(
+                    "loop.fused_chain = \"on\" but a [handler] runs the chain one kernel per operator; \
+                     set it to \"auto\" or \"off\""
+                        .into(),
+                ));
+            }
+            tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
+            opts.user_handler = Some(h);
+            let fragment = chain_fragment(chain, frame_ring.payload_capacity())?;
+            let exec =
+                ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
+            return Ok(Self { exec });
+        }
         let limit = fused_shared_limit(&rt)?;
         let fragment = match plan_fusion(
             chain,

@@ -14,6 +14,7 @@ use super::driver::{self, DeviceBuffer, Graph, GraphExec};
 use super::fused::FusedChain;
 use super::graph::{BoundPlan, BuiltinHandler, FusedBuffers, plan_fragment};
 use super::mapped::MappedMemory;
+use super::user_handler::{UserHandler, UserHandlerOperator, UserHandlerSource};
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
 use crate::fragment::Fragment;
@@ -73,6 +74,9 @@ pub struct ExecutorOptions {
     /// fl_fused_chain }`, resident style only); the workload fragment must
     /// then be empty.
     pub fused: Option<FusedChain>,
+    /// A user data-ready handler (`[handler]`) to run instead of the
+    /// built-in one (resident style, controller node before the IF, no fused chain).
+    pub user_handler: Option<UserHandlerSource>,
 }
 
 impl ExecutorOptions {
@@ -87,6 +91,7 @@ impl ExecutorOptions {
             publish_from_last_kernel: true,
             programmatic_edges: true,
             fused: None,
+            user_handler: None,
         }
     }
 }
@@ -173,7 +178,8 @@ pub struct ExecutorCore {
     pub(super) workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
     pub(super) workload_plan: Option<BoundPlan>,
-    /// The built-in handler fragment, or `None` when the workload registered its own.
+    /// The handler fragment the executor built (built-in, or the `[handler]`
+    /// wrapper), or `None` when the workload registered its own.
     pub(super) builtin_handler: Option<Fragment>,
     pub(super) handler: BoundPlan,
     pub(super) handler_params: Arc<Mutex<LoopParams>>,
@@ -236,7 +242,25 @@ impl ExecutorCore {
             }
             Some(chain) => Some(FusedBuffers::upload(&rt, chain, frame_ring.payload_capacity())?),
         };
-        let builtin_handler = if let Some(f) = &fused {
+        if opts.user_handler.is_some()
+            && (custom_handler || fused.is_some() || opts.style != LaunchStyle::Resident)
+        {
+            return Err(GpuError::Setup(
+                "a [handler] runs in the resident style, instead of the fragment's own handler and without a fused chain; \
+                 set loop.fused_chain = \"off\""
+                    .into(),
+            ));
+        }
+        let user_handler = match &opts.user_handler {
+            Some(src) => Some(UserHandler::load(&rt, src)?),
+            None => None,
+        };
+        let builtin_handler = if let Some(u) = user_handler {
+            let mut h = Fragment::new("data_ready");
+            h.add_operator(UserHandlerOperator::new(u, Arc::clone(&handler_params)))
+                .map_err(|e| GpuError::Setup(e.to_string()))?;
+            Some(h)
+        } else if let Some(f) = &fused {
             let mut h = Fragment::new("data_ready");
             h.add_operator(BuiltinHandler::fused_chain(Arc::clone(&handler_params), f.shared_bytes))
                 .map_err(|e| GpuError::Setup(e.to_string()))?;
@@ -249,6 +273,7 @@ impl ExecutorCore {
                 .map_err(|e| GpuError::Setup(e.to_string()))?;
             Some(h)
         };
+        let custom_handler = custom_handler || opts.user_handler.is_some();
         let placement = opts.controller.unwrap_or(if custom_handler {
             ControllerPlacement::Before
         } else {

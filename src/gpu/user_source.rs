@@ -5,8 +5,9 @@
 
 use super::nvrtc::{self, Compiler};
 use super::{GpuError, nvrtc_present};
-use crate::config::{Config, ConfigProblem};
+use crate::config::{BackendChoice, Config, ConfigProblem};
 use crate::ops::OpSpec;
+use crate::ops::handler::HandlerConfig;
 use crate::ops::user_kernel::is_c_identifier;
 use std::path::Path;
 use thiserror::Error;
@@ -257,7 +258,26 @@ pub fn check_user_code(cfg: &Config, config_file: &Path) -> Vec<ConfigProblem> {
             errors.iter().map(|e| ConfigProblem::new(format!("chain[{i}].{}", e.key()), e.to_string())),
         );
     }
+    if let Some(h) = &cfg.handler {
+        problems.extend(check_handler(h, cfg.backend, config_file));
+    }
     problems
+}
+
+/// The problems of a `[handler]` section, keyed `handler.source` or
+/// `handler.entry`: refused on the host backend, else compiled and its
+/// entry's signature checked.
+fn check_handler(h: &HandlerConfig, backend: BackendChoice, config_file: &Path) -> Vec<ConfigProblem> {
+    if backend == BackendChoice::Host {
+        return vec![ConfigProblem::new("handler.entry", h.host_refusal())];
+    }
+    let path = h.source_path(config_file);
+    let file = path.display().to_string();
+    let errors = match read_source(&path) {
+        Ok(text) => check_source(&file, &text, &h.entry, EntryKind::Handler),
+        Err(e) => vec![e],
+    };
+    errors.iter().map(|e| ConfigProblem::new(format!("handler.{}", e.key()), e.to_string())).collect()
 }
 
 #[cfg(test)]

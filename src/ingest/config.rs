@@ -46,6 +46,8 @@ pub struct UdpConfig {
     /// `auto` (RDMA when a device is usable, UDP otherwise, saying why),
     /// `rdma` (fail unless RDMA works) or `udp`. RDMA settings: `[rdma]`.
     pub transport: Transport,
+    /// `native` (default) or `hsb`: the emulated HSB sensor bridge (needs `[handler]`).
+    pub format: super::hsb::IngestFormat,
 }
 
 impl Default for UdpConfig {
@@ -62,6 +64,7 @@ impl Default for UdpConfig {
             reuse_port: true,
             reassembly: ReassemblyConfig::default(),
             transport: Transport::default(),
+            format: Default::default(),
         }
     }
 }

@@ -8,6 +8,8 @@
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
 //! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
 //!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
+//! - [`hsb`]: the emulated HSB sensor bridge's DMA engine (frames placed in
+//!   slots with big-endian metadata words, no head sequence) and its receiver.
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
 //!   machine from datagrams to published slots.
@@ -20,6 +22,7 @@ pub mod assembler;
 mod batch;
 pub mod config;
 pub mod counters;
+pub mod hsb;
 pub mod reassembly;
 pub mod tap;
 pub mod transport;

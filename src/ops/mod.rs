@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod cpu;
 pub mod fft;
+pub mod handler;
 pub mod user_kernel;
 
 pub use chain::{ChainOutput, CpuChain};

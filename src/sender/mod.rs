@@ -6,6 +6,7 @@
 //! Its payload follows a [`Pattern`], so receivers can check every byte.
 
 mod frame;
+pub mod hsb;
 mod pacing;
 mod pattern;
 mod socket;
@@ -126,6 +127,14 @@ pub enum SendError {
     Duration { seconds: f64 },
     #[error("--streams must be at least 1")]
     Streams,
+    #[error("--format hsb sends one stream (the sensor bridge's), not {streams}; drop --streams")]
+    HsbStreams { streams: u32 },
+    #[error(
+        "--packet-bytes {packet_bytes} is out of range for --format hsb: it must exceed the {}-byte HSB header \
+         and be at most {MAX_DATAGRAM_BYTES}",
+        crate::wire::hsb::HEADER_LEN
+    )]
+    HsbPacketBytes { packet_bytes: usize },
     #[error(
         "--packet-bytes {packet_bytes} is out of range: it must exceed the {HEADER_LEN}-byte header \
          and be at most {MAX_DATAGRAM_BYTES} (the largest UDP datagram)"
@@ -214,6 +223,15 @@ pub struct SenderStats {
 impl SendArgs {
     /// Checks the settings that do not need the network.
     pub fn validate(&self) -> Result<FrameGeometry, SendError> {
+        self.validate_pacing()?;
+        if self.streams == 0 {
+            return Err(SendError::Streams);
+        }
+        FrameGeometry::new(self.frame_bytes, self.packet_bytes)
+    }
+
+    /// Checks `--rate` and `--duration`.
+    fn validate_pacing(&self) -> Result<(), SendError> {
         if !(self.rate.is_finite() && self.rate > 0.0) {
             return Err(SendError::Rate { rate: self.rate });
         }
@@ -222,10 +240,7 @@ impl SendArgs {
         {
             return Err(SendError::Duration { seconds });
         }
-        if self.streams == 0 {
-            return Err(SendError::Streams);
-        }
-        FrameGeometry::new(self.frame_bytes, self.packet_bytes)
+        Ok(())
     }
 
     /// Resolves `--to` to its first socket address.

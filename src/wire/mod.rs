@@ -1,4 +1,5 @@
 //! Wire formats: pure parsers and encoders over bytes, no I/O.
 
+pub mod hsb;
 pub mod native;
 pub mod rtp4175;
