@@ -25,7 +25,7 @@ use super::counters::IngestCounters;
 use super::reassembly::{Reassembler, ReassemblyConfig};
 use crate::capture::DatagramTap;
 use crate::clock;
-use crate::config::{ConfigProblem, check_range};
+use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
