@@ -37,6 +37,8 @@ if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(ls fuzz/fuzz_targets | sed -n 's/\.rs$//p' | sort)
 fi
 
+[ -n "$out" ] && mkdir -p "$(dirname "$out")"
+
 triple=$(rustc -vV | sed -n 's/^host: //p')
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \

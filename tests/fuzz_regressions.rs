@@ -34,7 +34,8 @@ fn native_header_len_past_the_datagram_is_counted_and_dropped() {
     let mem = HostMemory::new(ring_bytes(4, 4096)).unwrap();
     let ring = FrameRing::new(Box::new(mem), 4, 4096, OverrunPolicy::Every).unwrap();
     let mut reader = ring.reader().unwrap();
-    let mut reassembler = Reassembler::new(ReassemblyConfig::default(), ring.writer().unwrap(), Arc::default());
+    let mut reassembler =
+        Reassembler::new(ReassemblyConfig::default(), ring.writer().unwrap(), Arc::default());
     reassembler.on_datagram_at(datagram, 1_000, 1_000);
     reassembler.flush(2_000);
 
@@ -56,11 +57,7 @@ fn pcap_with_header_len_past_the_datagram_replays() {
         replay_in_process(reader, &DatagramFilter::default(), &InProcessSetup::from_config(&config, None))
             .expect("replay of a capture with a lying datagram");
     assert!(summary.datagrams > 0, "{}", summary.render());
-    let header_drops: u64 = summary
-        .ingest_counters
-        .iter()
-        .filter(|(n, _)| HEADER_LEN_DROPS.contains(n))
-        .map(|(_, v)| v)
-        .sum();
+    let header_drops: u64 =
+        summary.ingest_counters.iter().filter(|(n, _)| HEADER_LEN_DROPS.contains(n)).map(|(_, v)| v).sum();
     assert!(header_drops >= 1, "{}", summary.render());
 }

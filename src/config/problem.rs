@@ -89,4 +89,3 @@ pub fn section<T: serde::de::DeserializeOwned + Default>(
     }
     T::default()
 }
-
