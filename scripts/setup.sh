@@ -25,6 +25,11 @@ if ! command -v cargo >/dev/null; then
   . "$HOME/.cargo/env"
 fi
 
+# CI checks formatting and lints (.ci/run); a minimal rustup profile lacks both.
+if command -v rustup >/dev/null; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || echo "frameloop setup: cannot add rustfmt/clippy with rustup" >&2
+fi
+
 NVRTC_DIR=.deps/nvrtc
 if [ ! -e "$NVRTC_DIR/nvidia/cu13/lib/libnvrtc.so.13" ]; then
   echo "frameloop setup: installing NVRTC 13.0 (pip wheel nvidia-cuda-nvrtc) into $NVRTC_DIR" >&2

@@ -57,8 +57,8 @@ fn compile(file: &str, source: &str, arch: &'static str, include: &std::path::Pa
 #[test]
 fn every_kernel_compiles_with_nvrtc() {
     if !nvrtc_present() {
-        let fix = "install it with `pip install nvidia-cuda-nvrtc==13.0.88` and put its \
-                   site-packages/nvidia/cu13/lib on LD_LIBRARY_PATH";
+        let fix = "run scripts/setup.sh (it installs the nvidia-cuda-nvrtc wheel) and source \
+                   scripts/env.sh (it puts libnvrtc on LD_LIBRARY_PATH)";
         if std::env::var("FRAMELOOP_REQUIRE_NVRTC").as_deref() == Ok("1") {
             panic!("FRAMELOOP_REQUIRE_NVRTC=1 but libnvrtc.so.13 cannot be loaded: {fix}");
         }

@@ -49,7 +49,7 @@
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
 use super::counters::IngestCounters;
-use crate::config::{ConfigProblem, check_range};
+use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader};
 use crate::wire::native::{self, NativeHeader};

@@ -16,7 +16,7 @@ pub use sink::{ResultCallback, ResultSink};
 pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
 pub use thread::{ResultSpin, ResultThread};
 
-use crate::config::{ConfigProblem, check_range};
+use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use thiserror::Error;

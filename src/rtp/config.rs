@@ -15,7 +15,7 @@
 
 use super::geometry::{Sampling, VideoGeometry};
 use super::sdp;
-use crate::config::{ConfigProblem, check_range};
+use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -203,7 +203,7 @@ impl RtpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::section;
+    use crate::config::problem::section;
 
     fn parse(text: &str) -> (RtpConfig, Vec<ConfigProblem>) {
         let table: toml::Table = toml::from_str(text).unwrap();

@@ -2,7 +2,7 @@
 //! (metrics endpoint, CPU placement and real-time priority of its threads,
 //! shutdown bound), with validation that names each key.
 
-use crate::config::{ConfigProblem, check_range};
+use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -96,7 +96,7 @@ mod tests {
     fn parse(text: &str) -> (ServiceConfig, Vec<ConfigProblem>) {
         let value: toml::Value = toml::from_str(text).unwrap();
         let mut problems = Vec::new();
-        let cfg: ServiceConfig = crate::config::section("service", Some(&value), &mut problems);
+        let cfg: ServiceConfig = crate::config::problem::section("service", Some(&value), &mut problems);
         if problems.is_empty() {
             cfg.validate(&mut problems);
         }

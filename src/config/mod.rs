@@ -4,41 +4,10 @@
 
 use crate::ops::{self, OpSpec};
 use crate::ring::OverrunPolicy;
+pub mod problem;
+
+pub use problem::{ConfigProblem, check_range, section};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// One problem found in a config, naming the key (`section.key`) and the fix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    pub key: String,
-    pub message: String,
-}
-
-impl ConfigProblem {
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { key: key.into(), message: message.into() }
-    }
-}
-
-impl fmt::Display for ConfigProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.message)
-    }
-}
-
-/// Checks that `value` lies in `[lo, hi]`, recording a problem for `key` otherwise.
-pub fn check_range<T: PartialOrd + fmt::Display + Copy>(
-    problems: &mut Vec<ConfigProblem>,
-    key: &str,
-    value: T,
-    lo: T,
-    hi: T,
-) {
-    if value < lo || value > hi {
-        problems
-            .push(ConfigProblem::new(key, format!("{value} is out of range; use a value from {lo} to {hi}")));
-    }
-}
 
 /// Settings of the resident loop (host thread or GPU graph), named after the
 /// GPU-resident executor's host API.
@@ -291,59 +260,6 @@ impl ConfigError {
             ConfigError::Read { .. } => &[],
         }
     }
-}
-
-/// Turns one serde message into the key it concerns and a readable message.
-fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
-    let message = message.trim();
-    let join = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let field = rest.split('`').next().unwrap_or_default().to_string();
-        let expected = rest.split_once(", expected ").map(|(_, e)| e).unwrap_or("");
-        let expected = expected.strip_prefix("one of ").unwrap_or(expected);
-        let msg = format!("unknown key; remove it or use one of {expected}");
-        return (Some(field.clone()), ConfigProblem::new(join(&field), msg));
-    }
-    if let Some((what, key)) = message.rsplit_once("\nin `") {
-        let key = key.trim_end_matches('`').to_string();
-        let first = key.split('.').next().unwrap_or(&key).to_string();
-        return (Some(first), ConfigProblem::new(join(&key), what.to_string()));
-    }
-    (None, ConfigProblem::new(if prefix.is_empty() { "(file)" } else { prefix }, message.to_string()))
-}
-
-/// Deserialises one table, collecting every unknown key and bad value: each
-/// offending key is reported, removed and the rest tried again, so one bad
-/// key never hides the next.
-pub fn section<T: serde::de::DeserializeOwned + Default>(
-    prefix: &str,
-    value: Option<&toml::Value>,
-    problems: &mut Vec<ConfigProblem>,
-) -> T {
-    let Some(value) = value else { return T::default() };
-    let mut value = value.clone();
-    for _ in 0..64 {
-        match value.clone().try_into::<T>() {
-            Ok(t) => return t,
-            Err(e) => {
-                let (key, problem) = classify(prefix, &e.to_string());
-                problems.push(problem);
-                // The tag of a tagged table (a chain entry's `op`) decides
-                // every other key: without it there is nothing left to check.
-                if key.as_deref() == Some("op") {
-                    return T::default();
-                }
-                let removed = match (key, value.as_table_mut()) {
-                    (Some(k), Some(t)) => t.remove(&k).is_some(),
-                    _ => false,
-                };
-                if !removed {
-                    return T::default();
-                }
-            }
-        }
-    }
-    T::default()
 }
 
 /// Parses a config from TOML text, reporting every problem at once.
