@@ -11,6 +11,7 @@
 //! `read() + lost()` is every output published since the attach.
 
 use super::OutputError;
+use super::cuda::IpcMapping;
 use super::handshake::{AttachRequest, HELLO_BYTES, Hello};
 use super::layout::*;
 use super::memory::{OutputMemory, SharedHostMemory};
@@ -41,7 +42,7 @@ pub struct DeviceSamples {
 enum DataView {
     Host(SharedHostMemory),
     /// Device memory opened from the appliance's CUDA IPC handle.
-    Device { slots_dptr: u64, device_ordinal: i32 },
+    Device { mapping: IpcMapping, device_ordinal: i32 },
 }
 
 /// A process attached to an appliance's output ring.
@@ -71,7 +72,7 @@ impl Consumer {
         stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(connect)?;
         stream.write_all(&request.encode()).map_err(connect)?;
         let (hello, fds) = receive_hello(&stream)?;
-        let Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, .. } =
+        let Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, ipc_handle } =
             Hello::decode(&hello).map_err(OutputError::Handshake)?
         else {
             let Ok(Hello::Refused(reason)) = Hello::decode(&hello) else { unreachable!("decoded above") };
@@ -101,10 +102,7 @@ impl Consumer {
                 DataView::Host(SharedHostMemory::open(fds.next().ok_or_else(too_few)?, bytes)?)
             }
             MemoryKind::CudaDevice => {
-                return Err(OutputError::Cuda(format!(
-                    "the ring is on CUDA device {device_ordinal}; this build reads host-memory rings only \
-                     (run the appliance with backend = \"host\" to consume here)"
-                )));
+                DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
             }
         };
         let mut consumer = Self { _stream: stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
@@ -184,18 +182,9 @@ impl Consumer {
                 self.lost += 1;
                 continue;
             }
-            let base = self.slot_host_ptr(seq);
-            let (record, user) = match base {
-                // SAFETY: the slot lies inside the mapped data region; a
-                // concurrent rewrite is detected by the re-check below and
-                // the copies are then discarded unseen.
-                Some(slot) => unsafe {
-                    (
-                        std::ptr::read_volatile(slot as *const ResultRecord),
-                        std::ptr::read_volatile(slot.add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
-                    )
-                },
-                None => (ResultRecord::default(), [0; USER_RESULT_WORDS]),
+            let Some((record, user)) = self.copy_record(seq) else {
+                self.lost += 1;
+                continue;
             };
             fence(Ordering::Acquire);
             if self.slot_word(seq).load(Ordering::Relaxed) != written_word(seq) {
@@ -219,6 +208,36 @@ impl Consumer {
             }
         }
         self.next()
+    }
+
+    /// Copies the record and user words of `seq`'s slot (`None`: a device copy failed).
+    fn copy_record(&self, seq: u64) -> Option<(ResultRecord, [u32; USER_RESULT_WORDS])> {
+        match &self.data {
+            DataView::Host(mem) => {
+                // SAFETY: the slot lies inside the mapped data region; a
+                // concurrent rewrite is detected by the caller's re-check and
+                // the copies are then discarded unseen.
+                Some(unsafe {
+                    let slot = mem.as_ptr().add(self.geometry.slot_offset(seq));
+                    (
+                        std::ptr::read_volatile(slot as *const ResultRecord),
+                        std::ptr::read_volatile(slot.add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
+                    )
+                })
+            }
+            DataView::Device { mapping, .. } => {
+                let mut bytes = [0u8; SLOT_SAMPLES_OFFSET];
+                mapping.read(self.geometry.slot_offset(seq), &mut bytes).ok()?;
+                // SAFETY: `bytes` holds a whole record at 0 and the user words
+                // at SLOT_USER_OFFSET; both are plain old data, read unaligned.
+                Some(unsafe {
+                    (
+                        std::ptr::read_unaligned(bytes.as_ptr() as *const ResultRecord),
+                        std::ptr::read_unaligned(bytes.as_ptr().add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
+                    )
+                })
+            }
+        }
     }
 
     fn slot_host_ptr(&self, seq: u64) -> Option<*const u8> {
@@ -324,9 +343,9 @@ impl OutputFrame<'_> {
 
     /// The samples of a device-memory ring, `None` for a host ring.
     pub fn device_samples(&self) -> Option<DeviceSamples> {
-        let DataView::Device { slots_dptr, device_ordinal } = self.consumer.data else { return None };
+        let DataView::Device { mapping, device_ordinal } = &self.consumer.data else { return None };
         let offset = (self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET) as u64;
-        Some(DeviceSamples { dptr: slots_dptr + offset, len: self.len(), device_ordinal })
+        Some(DeviceSamples { dptr: mapping.dptr() + offset, len: self.len(), device_ordinal: *device_ordinal })
     }
 
     /// True while the slot still holds this output (not rewritten since `next`).
@@ -348,4 +367,5 @@ impl Drop for OutputFrame<'_> {
 }
 
 #[cfg(test)]
+#[path = "consumer_tests.rs"]
 mod tests;

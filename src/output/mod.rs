@@ -6,6 +6,7 @@
 pub mod command;
 pub mod config;
 pub mod consumer;
+pub mod cuda;
 pub mod handshake;
 pub mod layout;
 pub mod memory;
@@ -14,6 +15,7 @@ pub mod server;
 
 pub use command::{ConsumeArgs, consume};
 pub use config::OutputConfig;
+pub use cuda::DeviceOutputMemory;
 pub use consumer::{Consumer, DeviceSamples, OutputFrame};
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
