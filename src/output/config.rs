@@ -59,4 +59,12 @@ mod tests {
         assert_eq!(keys, ["output.slots", "output.socket"]);
         assert!(toml::from_str::<OutputConfig>("slot = 4").is_err(), "unknown keys are refused");
     }
+
+    #[test]
+    fn the_output_table_is_part_of_the_config() {
+        let config = crate::config::parse("[output]\nenabled = true\nslots = 16").unwrap();
+        assert_eq!(config.output, OutputConfig { enabled: true, slots: 16, ..OutputConfig::default() });
+        let err = crate::config::parse("[output]\nslots = 5000").unwrap_err();
+        assert_eq!(err.problems()[0].key, "output.slots", "{err}");
+    }
 }

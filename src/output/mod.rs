@@ -65,6 +65,31 @@ pub enum OutputError {
     Cuda(String),
 }
 
+/// The host backend's output ring and its attach server, started together.
+pub struct HostOutputs {
+    /// Give it to the host loop (`HostLoop::write_outputs`).
+    pub writer: OutputWriter,
+    /// Keep it while the appliance runs; `snapshot()` feeds the metrics.
+    pub server: OutputServer,
+}
+
+/// Creates the output ring in shared host memory for `chain` on frames of
+/// at most `max_frame_bytes` bytes and serves it on `config.socket`;
+/// `None` when `config.enabled` is off.
+pub fn serve_host_outputs(
+    config: &OutputConfig,
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+) -> Result<Option<HostOutputs>, OutputError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let ring = OutputRing::host(config.slots as usize, max_output_samples(chain, max_frame_bytes))?;
+    let writer = ring.writer()?;
+    let server = OutputServer::start(ring, &config.socket)?;
+    Ok(Some(HostOutputs { writer, server }))
+}
+
 /// The most samples a chain produces for frames of at most
 /// `max_frame_bytes` bytes: what an output slot must hold. Every CPU
 /// operator keeps or shrinks the sample count of the unpack operator.
