@@ -48,7 +48,9 @@ fn check_source(facts: &[(&str, usize)]) -> String {
             None => s.push_str(&format!("static_assert(({what}) == {value}ull, \"{what}\");\n")),
         }
     }
-    s.push_str("extern \"C\" __global__ void fl_layout_offsets(const char* base, unsigned long long* out) {\n");
+    s.push_str(
+        "extern \"C\" __global__ void fl_layout_offsets(const char* base, unsigned long long* out) {\n",
+    );
     s.push_str(&stores);
     s.push_str("}\n");
     s

@@ -32,7 +32,10 @@ impl OutputConfig {
         if self.socket.as_os_str().is_empty() || self.socket.file_name().is_none() {
             problems.push(ConfigProblem::new(
                 "output.socket",
-                format!("{:?} is not a socket path; write one like \"/run/frameloop/output.sock\"", self.socket),
+                format!(
+                    "{:?} is not a socket path; write one like \"/run/frameloop/output.sock\"",
+                    self.socket
+                ),
             ));
         } else if self.socket.as_os_str().len() > 107 {
             problems.push(ConfigProblem::new(

@@ -42,7 +42,10 @@ pub struct DeviceSamples {
 enum DataView {
     Host(SharedHostMemory),
     /// Device memory opened from the appliance's CUDA IPC handle.
-    Device { mapping: IpcMapping, device_ordinal: i32 },
+    Device {
+        mapping: IpcMapping,
+        device_ordinal: i32,
+    },
 }
 
 /// A process attached to an appliance's output ring.
@@ -105,7 +108,8 @@ impl Consumer {
                 DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
             }
         };
-        let mut consumer = Self { _stream: stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
+        let mut consumer =
+            Self { _stream: stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
         consumer.next_seq = consumer.head() + 1;
         Ok(consumer)
     }
@@ -132,7 +136,10 @@ impl Consumer {
     fn slot_word(&self, seq: u64) -> &AtomicU64 {
         // SAFETY: the slot index is below `slot_count`; the control block
         // holds `slot_count` words at SLOT_SEQS_OFFSET (its length was checked).
-        unsafe { &*(self.control.as_ptr().add(SLOT_SEQS_OFFSET) as *const AtomicU64).add(self.geometry.slot_index(seq)) }
+        unsafe {
+            &*(self.control.as_ptr().add(SLOT_SEQS_OFFSET) as *const AtomicU64)
+                .add(self.geometry.slot_index(seq))
+        }
     }
 
     fn consumer_word(&self) -> &ConsumerWord {
@@ -164,6 +171,8 @@ impl Consumer {
     }
 
     /// The next output, or `None` when none is published yet. Never blocks.
+    // Not `Iterator::next`: a frame borrows the consumer (a lending iterator).
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<OutputFrame<'_>> {
         let slots = self.geometry.slot_count as u64;
         loop {
@@ -233,7 +242,9 @@ impl Consumer {
                 Some(unsafe {
                     (
                         std::ptr::read_unaligned(bytes.as_ptr() as *const ResultRecord),
-                        std::ptr::read_unaligned(bytes.as_ptr().add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
+                        std::ptr::read_unaligned(
+                            bytes.as_ptr().add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]
+                        ),
                     )
                 })
             }
@@ -286,7 +297,9 @@ fn receive_hello(stream: &UnixStream) -> Result<([u8; HELLO_BYTES], Vec<OwnedFd>
             }
         }
         if msg.bytes == 0 {
-            return Err(OutputError::Handshake("the appliance closed the connection before its hello".into()));
+            return Err(OutputError::Handshake(
+                "the appliance closed the connection before its hello".into(),
+            ));
         }
         got += msg.bytes;
     }
@@ -345,7 +358,11 @@ impl OutputFrame<'_> {
     pub fn device_samples(&self) -> Option<DeviceSamples> {
         let DataView::Device { mapping, device_ordinal } = &self.consumer.data else { return None };
         let offset = (self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET) as u64;
-        Some(DeviceSamples { dptr: mapping.dptr() + offset, len: self.len(), device_ordinal: *device_ordinal })
+        Some(DeviceSamples {
+            dptr: mapping.dptr() + offset,
+            len: self.len(),
+            device_ordinal: *device_ordinal,
+        })
     }
 
     /// True while the slot still holds this output (not rewritten since `next`).

@@ -75,7 +75,7 @@ proptest! {
                     }
                     drop(frame);
                     seen += 1;
-                    if seen % pause_every == 0 {
+                    if seen.is_multiple_of(pause_every) {
                         std::thread::sleep(Duration::from_micros(50));
                     }
                 }

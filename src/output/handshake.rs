@@ -74,7 +74,15 @@ impl Hello {
         let mut b = [0u8; HELLO_BYTES];
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         match self {
-            Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, ipc_handle } => {
+            Hello::Accepted {
+                version,
+                kind,
+                geometry,
+                device_ordinal,
+                consumer_index,
+                fd_count,
+                ipc_handle,
+            } => {
                 let words = [
                     0,
                     *version,
@@ -124,7 +132,8 @@ impl Hello {
         let version = u32_at(b, 8);
         let kind = MemoryKind::from_code(u32_at(b, 12))
             .ok_or_else(|| format!("the hello names an unknown memory kind {}", u32_at(b, 12)))?;
-        let (slots, stride, capacity) = (u32_at(b, 16) as usize, u32_at(b, 20) as usize, u32_at(b, 24) as usize);
+        let (slots, stride, capacity) =
+            (u32_at(b, 16) as usize, u32_at(b, 20) as usize, u32_at(b, 24) as usize);
         let geometry = OutputGeometry::new(slots, capacity)
             .filter(|g| g.slot_stride == stride)
             .filter(|g| g.control_bytes().map(|n| n as u64) == Some(u64_at(b, 40)))

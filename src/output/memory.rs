@@ -75,7 +75,8 @@ impl SharedHostMemory {
     /// shorter than `len` (mapping past its end would fault on access).
     pub fn open(fd: OwnedFd, len: usize) -> Result<Self, OutputError> {
         let file = File::from(fd);
-        let actual = file.metadata().map_err(|source| OutputError::Memory { what: "stat the memfd", source })?.len();
+        let actual =
+            file.metadata().map_err(|source| OutputError::Memory { what: "stat the memfd", source })?.len();
         if actual < len as u64 {
             return Err(OutputError::Handshake(format!(
                 "the appliance sent a {actual}-byte region where its hello promised {len} bytes"

@@ -15,8 +15,8 @@ pub mod server;
 
 pub use command::{ConsumeArgs, consume};
 pub use config::OutputConfig;
-pub use cuda::DeviceOutputMemory;
 pub use consumer::{Consumer, DeviceSamples, OutputFrame};
+pub use cuda::DeviceOutputMemory;
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
 pub use ring::{DeviceOutputRing, OutputRing, OutputWriter};
@@ -45,13 +45,17 @@ pub enum OutputError {
     WriterTaken,
     #[error("the output ring lives in device memory; the host cannot publish into it (the GPU does)")]
     DeviceOnly,
-    #[error("cannot listen on the output socket {path}: {source}; check output.socket and that its directory exists and is writable")]
+    #[error(
+        "cannot listen on the output socket {path}: {source}; check output.socket and that its directory exists and is writable"
+    )]
     Listen {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot connect to the output socket {path}: {source}; is the appliance running with [output] enabled = true, and is --socket its output.socket?")]
+    #[error(
+        "cannot connect to the output socket {path}: {source}; is the appliance running with [output] enabled = true, and is --socket its output.socket?"
+    )]
     Connect {
         path: PathBuf,
         #[source]

@@ -36,7 +36,11 @@ impl OutputRing {
     }
 
     /// Lays an output ring out over zeroed `data` (host or device memory).
-    pub fn new(data: Box<dyn OutputMemory>, slots: usize, sample_capacity: usize) -> Result<Arc<Self>, OutputError> {
+    pub fn new(
+        data: Box<dyn OutputMemory>,
+        slots: usize,
+        sample_capacity: usize,
+    ) -> Result<Arc<Self>, OutputError> {
         let bad = OutputError::BadGeometry { slots, sample_capacity };
         let geometry = OutputGeometry::new(slots, sample_capacity).ok_or(bad)?;
         let (Some(data_bytes), Some(control_bytes), Some(consumers_offset)) =
@@ -221,7 +225,10 @@ mod tests {
         // SAFETY: slot 0 is inside the data region; no writer runs now.
         let (rec, first) = unsafe {
             let slot = ring.data.as_ptr();
-            ((slot as *const ResultRecord).read(), (slot.add(SLOT_SAMPLES_OFFSET + 15 * 4) as *const f32).read())
+            (
+                (slot as *const ResultRecord).read(),
+                (slot.add(SLOT_SAMPLES_OFFSET + 15 * 4) as *const f32).read(),
+            )
         };
         assert_eq!(rec.output_len, 16, "samples past the capacity are not kept");
         assert_eq!(first, 15.0);
@@ -231,7 +238,10 @@ mod tests {
     fn the_control_header_describes_the_ring() {
         let ring = OutputRing::host(3, 100).unwrap();
         let h = ring.header();
-        assert_eq!((h.magic, h.version, h.slot_count, h.sample_capacity), (OUTPUT_MAGIC, OUTPUT_LAYOUT_VERSION, 3, 100));
+        assert_eq!(
+            (h.magic, h.version, h.slot_count, h.sample_capacity),
+            (OUTPUT_MAGIC, OUTPUT_LAYOUT_VERSION, 3, 100)
+        );
         assert_eq!(h.slot_stride as usize, ring.geometry().slot_stride);
         assert_eq!((h.memory_kind, h.device_ordinal), (MemoryKind::HostMemfd as u32, -1));
         assert!(matches!(OutputRing::host(0, 10), Err(OutputError::BadGeometry { .. })));

@@ -93,15 +93,11 @@ impl OutputServer {
             listener,
             conns: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("frameloop-output".into())
-            .spawn(move || serve.run())
-            .map_err(|e| listen_error(std::io::Error::other(format!("cannot start the server thread: {e}"))))?;
+        let thread =
+            std::thread::Builder::new().name("frameloop-output".into()).spawn(move || serve.run()).map_err(
+                |e| listen_error(std::io::Error::other(format!("cannot start the server thread: {e}"))),
+            )?;
         Ok(Self { ring, counters, stop, thread: Some(thread), path: path.to_owned() })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Attached consumers, their lag and the server's counters.
@@ -249,7 +245,9 @@ impl Server {
                         Fate::Close
                     }
                     Ok(_) => Fate::Keep,
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Fate::Keep,
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                        Fate::Keep
+                    }
                     Err(_) => {
                         self.close(conn);
                         Fate::Close
@@ -368,7 +366,8 @@ mod tests {
         assert_eq!(silent.read(&mut [0u8; 8]).unwrap(), 0, "the silent connection is closed");
         drop(good);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while (server.snapshot().timed_out < 2 || !server.snapshot().consumers.is_empty()) && Instant::now() < deadline
+        while (server.snapshot().timed_out < 2 || !server.snapshot().consumers.is_empty())
+            && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(10));
         }
