@@ -40,7 +40,13 @@ pub fn consume(args: &ConsumeArgs) -> Result<(), OutputError> {
     let mut line = String::new();
     while args.count.is_none_or(|n| consumer.read() + consumer.lost() < n) {
         let lost_before = consumer.lost();
-        let Some(frame) = consumer.next_timeout(Duration::from_millis(100)) else { continue };
+        let Some(frame) = consumer.next_timeout(Duration::from_millis(100)) else {
+            if consumer.appliance_gone() && !consumer.ready() {
+                writeln!(out, "the appliance closed the output socket (stopped)").map_err(write_failed)?;
+                break;
+            }
+            continue;
+        };
         let seen_ns = clock::realtime_ns();
         let r = *frame.record();
         line.clear();

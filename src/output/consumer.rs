@@ -50,8 +50,9 @@ enum DataView {
 
 /// A process attached to an appliance's output ring.
 pub struct Consumer {
-    /// Kept open: closing it detaches this consumer.
-    _stream: UnixStream,
+    /// Kept open: closing it detaches this consumer; the appliance closing
+    /// it means the appliance stopped.
+    stream: UnixStream,
     control: SharedHostMemory,
     data: DataView,
     geometry: OutputGeometry,
@@ -108,8 +109,7 @@ impl Consumer {
                 DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
             }
         };
-        let mut consumer =
-            Self { _stream: stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
+        let mut consumer = Self { stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
         consumer.next_seq = consumer.head() + 1;
         Ok(consumer)
     }
@@ -163,6 +163,14 @@ impl Consumer {
     /// before it got to them, or while it held them.
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+
+    /// True when the appliance closed the connection (it stopped, or
+    /// dropped this consumer): no new outputs will come.
+    pub fn appliance_gone(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        matches!(nix::sys::socket::recv(self.stream.as_raw_fd(), &mut byte, flags), Ok(0))
     }
 
     /// True when an output newer than the last one handed out is published.

@@ -153,3 +153,13 @@ fn a_consumer_of_another_layout_version_gets_the_refusal_as_an_error() {
     let err = Consumer::attach(dir.path().join("none.sock")).err().expect("no socket");
     assert!(err.to_string().contains("[output] enabled = true"), "{err}");
 }
+
+#[test]
+fn a_consumer_notices_the_appliance_going_away() {
+    let (_dir, server, mut writer, mut consumer) = attached(2, 4);
+    assert!(!consumer.appliance_gone());
+    publish(&mut writer, 1);
+    drop(server);
+    assert!(consumer.appliance_gone(), "the server closed the connection when it stopped");
+    assert_eq!(consumer.next().map(|f| f.sequence()), Some(1), "what was published stays readable");
+}
