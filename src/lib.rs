@@ -15,6 +15,7 @@ pub mod host;
 pub mod ingest;
 pub mod metrics;
 pub mod ops;
+pub mod output;
 pub mod rdma;
 pub mod ring;
 pub mod rtp;

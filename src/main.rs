@@ -46,6 +46,8 @@ the config has an [rtp] section); the result is the same on every run.\n\n\
 A summary (frames, datagrams, packets skipped by reason) is printed at the end. A truncated or \
 corrupt capture is replayed up to the damage, then reported with a non-zero exit status.")]
     Replay(ReplayCommand),
+    /// Attach to a running appliance's output ring and print each output as it arrives.
+    Consume(frameloop::output::ConsumeArgs),
     /// Show the GPUs, NICs, their PCIe/NUMA relationships and each NUMA node's CPUs.
     Topology(frameloop::topology::TopologyArgs),
 }
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Command::Record(a) => app::record(&a),
         Command::Replay(a) => app::replay(&a.replay, a.config.as_deref()),
         Command::Topology(a) => return finish(frameloop::topology::command(&a)),
+        Command::Consume(a) => return finish(frameloop::output::consume(&a)),
     };
     finish(result)
 }

@@ -164,6 +164,9 @@ pub struct Config {
     /// A user data-ready handler (CUDA backend only), replacing the built-in one.
     #[serde(default)]
     pub handler: Option<ops::handler::HandlerConfig>,
+    /// The output ring consumers attach to (`[output]`).
+    #[serde(default)]
+    pub output: crate::output::OutputConfig,
 }
 
 impl Default for Config {
@@ -179,6 +182,7 @@ impl Default for Config {
             rdma: Default::default(),
             rtp: None,
             handler: None,
+            output: Default::default(),
         }
     }
 }
@@ -193,6 +197,7 @@ impl Config {
         self.metrics.validate(&mut p);
         self.service.validate(&mut p);
         self.rdma.validate(self.ingest.transport, &mut p);
+        self.output.validate(&mut p);
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -270,7 +275,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let mut problems = Vec::new();
     const SECTIONS: &[&str] =
-        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler"];
+        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -307,7 +312,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     // Absent means native ingest; present (even empty) means RTP video.
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
     let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler };
+    let output = section("output", table.get("output"), &mut problems);
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

@@ -14,6 +14,8 @@
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
 use crate::ops::{ChainOutput, CpuChain};
+use crate::output::OutputWriter;
+use crate::output::layout::USER_RESULT_WORDS;
 use crate::ring::{ResultRecord, ResultWriter, RingReader, SlotHeader};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -190,6 +192,8 @@ pub struct LoopCore {
     /// The claimed, computed frame waiting for [`LoopCore::complete`].
     /// Invariant: when `Some`, its slot is claimed and not yet finished.
     pending: Option<ResultRecord>,
+    /// Where each frame's final samples go, when the output ring is enabled.
+    output: Option<OutputWriter>,
 }
 
 impl LoopCore {
@@ -212,7 +216,15 @@ impl LoopCore {
             last_frame_ns: None,
             armed: false,
             pending: None,
+            output: None,
         }
+    }
+
+    /// Publishes every completed frame's final samples and record into the
+    /// output ring of `writer` (host memory: the caller checked).
+    pub fn set_output(&mut self, writer: OutputWriter) {
+        debug_assert!(writer.device_layout().is_none());
+        self.output = Some(writer);
     }
 
     pub fn control(&self) -> &Arc<LoopControl> {
@@ -319,6 +331,14 @@ impl LoopCore {
         self.control.enter(LoopStage::Result);
         record.done_ns = done_ns;
         let result_seq = self.results.push(&record);
+        if let Some(output) = &mut self.output {
+            record.result_seq = result_seq;
+            // The chain's buffers still hold this frame's samples: the next
+            // frame runs only after this call.
+            let last = ChainOutput { output_len: record.output_len as usize, ..ChainOutput::default() };
+            // Host memory (checked by `set_output`), so publishing cannot fail.
+            let _ = output.publish(&record, &[0; USER_RESULT_WORDS], self.chain.output(&last));
+        }
         self.reader.finish(record.ring_seq);
         bump(&self.control.frames_processed, 1);
         bump(&self.control.frames_skipped, record.skipped_before);

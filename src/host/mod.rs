@@ -22,6 +22,10 @@ pub enum HostError {
         "the result ring's writer is already taken; give the host loop a result ring no other producer writes"
     )]
     ResultWriterTaken,
+    #[error("the output ring is in device memory; the host loop writes only a host-memory output ring")]
+    OutputInDeviceMemory,
+    #[error("the output ring must be given to the host loop before it is launched")]
+    OutputWhileLaunched,
     #[error("the operator chain cannot run: {}", join_errors(.0))]
     Chain(Vec<ChainError>),
 }
@@ -36,7 +40,10 @@ impl From<HostError> for BackendError {
             HostError::Chain(_) => {
                 BackendError::Stage { stage: "host loop: chain".into(), message: e.to_string() }
             }
-            HostError::ReaderTaken | HostError::ResultWriterTaken => BackendError::Other(e.to_string()),
+            HostError::ReaderTaken
+            | HostError::ResultWriterTaken
+            | HostError::OutputInDeviceMemory
+            | HostError::OutputWhileLaunched => BackendError::Other(e.to_string()),
         }
     }
 }

@@ -66,6 +66,18 @@ impl HostLoop {
         Ok(Self { control, core: Some(core), thread: None, chain_names, placement: (None, None) })
     }
 
+    /// Publishes each processed frame's final samples and record into the
+    /// output ring of `writer` from the next launch on. The ring must be in
+    /// host memory, and the loop not launched.
+    pub fn write_outputs(&mut self, writer: crate::output::OutputWriter) -> Result<(), HostError> {
+        if writer.device_layout().is_some() {
+            return Err(HostError::OutputInDeviceMemory);
+        }
+        let core = self.core.as_mut().ok_or(HostError::OutputWhileLaunched)?;
+        core.set_output(writer);
+        Ok(())
+    }
+
     /// Pins the loop thread to `cpu` and runs it under SCHED_FIFO `priority`
     /// from the next launch on; `launch` fails if either is refused.
     pub fn place_thread(&mut self, cpu: Option<usize>, priority: Option<u8>) {

@@ -1,0 +1,87 @@
+//! `frameloop consume`: attach to a running appliance's output socket and
+//! print each arriving output, for people checking a running service.
+
+use super::{Consumer, OutputError};
+use crate::clock;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `frameloop consume`.
+#[derive(Debug, clap::Args)]
+pub struct ConsumeArgs {
+    /// The appliance's output socket (its output.socket).
+    #[arg(long, default_value = "/run/frameloop/output.sock")]
+    pub socket: PathBuf,
+    /// Stop after this many outputs (read or lost) [default: until interrupted].
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Also print each output's samples (space-separated, on the line after it).
+    #[arg(long)]
+    pub samples: bool,
+}
+
+/// Runs `frameloop consume`.
+pub fn consume(args: &ConsumeArgs) -> Result<(), OutputError> {
+    let mut consumer = Consumer::attach(&args.socket)?;
+    let g = consumer.geometry();
+    let mut out = std::io::stdout().lock();
+    let write_failed = |e: std::io::Error| OutputError::Handshake(format!("cannot write to stdout: {e}"));
+    writeln!(
+        out,
+        "attached to {}: {} slots of {} samples in {}",
+        args.socket.display(),
+        g.slot_count,
+        g.sample_capacity,
+        consumer.memory_kind().name()
+    )
+    .map_err(write_failed)?;
+    out.flush().map_err(write_failed)?;
+    let mut line = String::new();
+    while args.count.is_none_or(|n| consumer.read() + consumer.lost() < n) {
+        let lost_before = consumer.lost();
+        let Some(frame) = consumer.next_timeout(Duration::from_millis(100)) else {
+            if consumer.appliance_gone() && !consumer.ready() {
+                writeln!(out, "the appliance closed the output socket (stopped)").map_err(write_failed)?;
+                break;
+            }
+            continue;
+        };
+        let seen_ns = clock::realtime_ns();
+        let r = *frame.record();
+        line.clear();
+        use std::fmt::Write as _;
+        let _ = write!(
+            line,
+            "seq {} frame {} publish_to_seen_us {:.1} len {} sum {} min {} max {} mean {} detect {}",
+            frame.sequence(),
+            r.frame_seq,
+            seen_ns.saturating_sub(r.published_ns) as f64 / 1000.0,
+            frame.len(),
+            r.sum,
+            r.min,
+            r.max,
+            r.mean,
+            r.detect_count,
+        );
+        if args.samples
+            && let Some(samples) = frame.samples()
+        {
+            line.push_str("\nsamples");
+            for s in samples {
+                let _ = write!(line, " {s}");
+            }
+        }
+        let intact = frame.is_intact();
+        drop(frame);
+        if !intact {
+            line = format!("seq overwritten while printed (lost {})", consumer.lost());
+        } else if consumer.lost() > lost_before {
+            let _ = write!(line, " (lost {} before it)", consumer.lost() - lost_before);
+        }
+        writeln!(out, "{line}").map_err(write_failed)?;
+        out.flush().map_err(write_failed)?;
+    }
+    writeln!(out, "read {} lost {}", consumer.read(), consumer.lost()).map_err(write_failed)?;
+    Ok(())
+}

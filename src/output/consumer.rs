@@ -1,0 +1,396 @@
+//! The consumer side: attach to a running appliance's output socket, map
+//! its output ring and read each output in place.
+//!
+//! [`Consumer::next`] hands out outputs in sequence order. It checks the
+//! slot's sequence word before and after copying the record; an output
+//! already overwritten (the consumer fell more than `slots` behind, or the
+//! writer came round while it looked) is counted in [`Consumer::lost`] and
+//! skipped, never handed out torn. The samples are read in place: check
+//! [`OutputFrame::is_intact`] after using them. A frame whose slot was
+//! rewritten while it was held counts as lost when it is dropped, so
+//! `read() + lost()` is every output published since the attach.
+
+use super::OutputError;
+use super::cuda::IpcMapping;
+use super::handshake::{AttachRequest, HELLO_BYTES, Hello};
+use super::layout::*;
+use super::memory::{OutputMemory, SharedHostMemory};
+use crate::ring::ResultRecord;
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+use std::io::{IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+/// How long [`Consumer::attach`] waits for the appliance's hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The chain output of a device-resident ring: what a DLPack capsule wraps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSamples {
+    /// Device address of the first `f32` (in this process's CUDA context).
+    pub dptr: u64,
+    /// Samples.
+    pub len: usize,
+    /// CUDA device ordinal.
+    pub device_ordinal: i32,
+}
+
+/// The data region as this process sees it.
+enum DataView {
+    Host(SharedHostMemory),
+    /// Device memory opened from the appliance's CUDA IPC handle.
+    Device {
+        mapping: IpcMapping,
+        device_ordinal: i32,
+    },
+}
+
+/// A process attached to an appliance's output ring.
+pub struct Consumer {
+    /// Kept open: closing it detaches this consumer; the appliance closing
+    /// it means the appliance stopped.
+    stream: UnixStream,
+    control: SharedHostMemory,
+    data: DataView,
+    geometry: OutputGeometry,
+    /// This consumer's line in the control block (< MAX_CONSUMERS).
+    index: usize,
+    next_seq: u64,
+    read: u64,
+    lost: u64,
+}
+
+impl Consumer {
+    /// Connects to the output socket at `path` and maps the ring it serves.
+    /// Only outputs published after the attach are read.
+    pub fn attach(path: impl AsRef<Path>) -> Result<Self, OutputError> {
+        Self::attach_as(path.as_ref(), AttachRequest::current())
+    }
+
+    fn attach_as(path: &Path, request: AttachRequest) -> Result<Self, OutputError> {
+        let connect = |source| OutputError::Connect { path: path.to_owned(), source };
+        let mut stream = UnixStream::connect(path).map_err(connect)?;
+        stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(connect)?;
+        stream.write_all(&request.encode()).map_err(connect)?;
+        let (hello, fds) = receive_hello(&stream)?;
+        let Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, ipc_handle } =
+            Hello::decode(&hello).map_err(OutputError::Handshake)?
+        else {
+            let Ok(Hello::Refused(reason)) = Hello::decode(&hello) else { unreachable!("decoded above") };
+            return Err(OutputError::Refused(reason));
+        };
+        if version != OUTPUT_LAYOUT_VERSION {
+            return Err(OutputError::Refused(format!(
+                "the appliance serves output layout version {version}, this consumer reads version {OUTPUT_LAYOUT_VERSION}; \
+                 use a frameloop consumer of the same release as the appliance"
+            )));
+        }
+        let index = consumer_index as usize;
+        if index >= MAX_CONSUMERS || fds.len() != fd_count as usize {
+            return Err(OutputError::Handshake(format!(
+                "the hello names consumer line {index} and {fd_count} descriptors but {} arrived",
+                fds.len()
+            )));
+        }
+        let mut fds = fds.into_iter();
+        let too_few = || OutputError::Handshake("the hello came without the region descriptors".into());
+        let control_bytes = geometry.control_bytes().ok_or_else(too_few)?;
+        let control = SharedHostMemory::open(fds.next().ok_or_else(too_few)?, control_bytes)?;
+        check_control(&control, &geometry)?;
+        let data = match kind {
+            MemoryKind::HostMemfd => {
+                let bytes = geometry.data_bytes().ok_or_else(too_few)?;
+                DataView::Host(SharedHostMemory::open(fds.next().ok_or_else(too_few)?, bytes)?)
+            }
+            MemoryKind::CudaDevice => {
+                DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
+            }
+        };
+        let mut consumer = Self { stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
+        consumer.next_seq = consumer.head() + 1;
+        Ok(consumer)
+    }
+
+    pub fn geometry(&self) -> OutputGeometry {
+        self.geometry
+    }
+
+    /// Where the samples live.
+    pub fn memory_kind(&self) -> MemoryKind {
+        match self.data {
+            DataView::Host(_) => MemoryKind::HostMemfd,
+            DataView::Device { .. } => MemoryKind::CudaDevice,
+        }
+    }
+
+    fn header(&self) -> &ControlHeader {
+        // SAFETY: the control block is at least `control_bytes` long and
+        // starts with the header (checked by `check_control`); the fields
+        // that change are atomics.
+        unsafe { &*(self.control.as_ptr() as *const ControlHeader) }
+    }
+
+    fn slot_word(&self, seq: u64) -> &AtomicU64 {
+        // SAFETY: the slot index is below `slot_count`; the control block
+        // holds `slot_count` words at SLOT_SEQS_OFFSET (its length was checked).
+        unsafe {
+            &*(self.control.as_ptr().add(SLOT_SEQS_OFFSET) as *const AtomicU64)
+                .add(self.geometry.slot_index(seq))
+        }
+    }
+
+    fn consumer_word(&self) -> &ConsumerWord {
+        let offset = self.geometry.consumers_offset().unwrap_or(0);
+        // SAFETY: `index < MAX_CONSUMERS` (checked at attach) and the control
+        // block holds MAX_CONSUMERS words at `consumers_offset`.
+        unsafe { &*(self.control.as_ptr().add(offset) as *const ConsumerWord).add(self.index) }
+    }
+
+    /// Newest published output sequence.
+    pub fn head(&self) -> u64 {
+        self.header().head_seq.load(Ordering::Acquire)
+    }
+
+    /// Outputs handed out whole.
+    pub fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// Outputs published since the attach that this consumer lost: overwritten
+    /// before it got to them, or while it held them.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// True when the appliance closed the connection (it stopped, or
+    /// dropped this consumer): no new outputs will come.
+    pub fn appliance_gone(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        matches!(nix::sys::socket::recv(self.stream.as_raw_fd(), &mut byte, flags), Ok(0))
+    }
+
+    /// True when an output newer than the last one handed out is published.
+    pub fn ready(&self) -> bool {
+        self.head() >= self.next_seq
+    }
+
+    /// The next output, or `None` when none is published yet. Never blocks.
+    // Not `Iterator::next`: a frame borrows the consumer (a lending iterator).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<OutputFrame<'_>> {
+        let slots = self.geometry.slot_count as u64;
+        loop {
+            let head = self.head();
+            if head < self.next_seq {
+                return None;
+            }
+            if head - self.next_seq >= slots {
+                let oldest = head - slots + 1;
+                self.lost += oldest - self.next_seq;
+                self.next_seq = oldest;
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            if self.slot_word(seq).load(Ordering::Acquire) != written_word(seq) {
+                self.lost += 1;
+                continue;
+            }
+            let Some((record, user)) = self.copy_record(seq) else {
+                self.lost += 1;
+                continue;
+            };
+            fence(Ordering::Acquire);
+            if self.slot_word(seq).load(Ordering::Relaxed) != written_word(seq) {
+                self.lost += 1;
+                continue;
+            }
+            return Some(OutputFrame { consumer: self, seq, record, user });
+        }
+    }
+
+    /// The next output, polling until `timeout` passes.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<OutputFrame<'_>> {
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        while !self.ready() && Instant::now() < deadline {
+            if spins < 1000 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        self.next()
+    }
+
+    /// Copies the record and user words of `seq`'s slot (`None`: a device copy failed).
+    fn copy_record(&self, seq: u64) -> Option<(ResultRecord, [u32; USER_RESULT_WORDS])> {
+        match &self.data {
+            DataView::Host(mem) => {
+                // SAFETY: the slot lies inside the mapped data region; a
+                // concurrent rewrite is detected by the caller's re-check and
+                // the copies are then discarded unseen.
+                Some(unsafe {
+                    let slot = mem.as_ptr().add(self.geometry.slot_offset(seq));
+                    (
+                        std::ptr::read_volatile(slot as *const ResultRecord),
+                        std::ptr::read_volatile(slot.add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
+                    )
+                })
+            }
+            DataView::Device { mapping, .. } => {
+                let mut bytes = [0u8; SLOT_SAMPLES_OFFSET];
+                mapping.read(self.geometry.slot_offset(seq), &mut bytes).ok()?;
+                // SAFETY: `bytes` holds a whole record at 0 and the user words
+                // at SLOT_USER_OFFSET; both are plain old data, read unaligned.
+                Some(unsafe {
+                    (
+                        std::ptr::read_unaligned(bytes.as_ptr() as *const ResultRecord),
+                        std::ptr::read_unaligned(
+                            bytes.as_ptr().add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]
+                        ),
+                    )
+                })
+            }
+        }
+    }
+
+    fn slot_host_ptr(&self, seq: u64) -> Option<*const u8> {
+        match &self.data {
+            // SAFETY: `slot_offset < data_bytes`, the mapped length (checked at open).
+            DataView::Host(mem) => Some(unsafe { mem.as_ptr().add(self.geometry.slot_offset(seq)) }),
+            DataView::Device { .. } => None,
+        }
+    }
+}
+
+/// Checks that the control block describes the geometry the hello promised.
+fn check_control(control: &SharedHostMemory, geometry: &OutputGeometry) -> Result<(), OutputError> {
+    // SAFETY: `open` mapped at least `control_bytes >= 128` bytes.
+    let h = unsafe { &*(control.as_ptr() as *const ControlHeader) };
+    let same = h.magic == OUTPUT_MAGIC
+        && h.version == OUTPUT_LAYOUT_VERSION
+        && h.slot_count as usize == geometry.slot_count
+        && h.slot_stride as usize == geometry.slot_stride
+        && h.sample_capacity as usize == geometry.sample_capacity
+        && Some(h.consumers_offset as usize) == geometry.consumers_offset();
+    if same {
+        Ok(())
+    } else {
+        Err(OutputError::Handshake("the control block does not match the hello's geometry".into()))
+    }
+}
+
+/// Reads the hello and the descriptors that come with it.
+fn receive_hello(stream: &UnixStream) -> Result<([u8; HELLO_BYTES], Vec<OwnedFd>), OutputError> {
+    let mut hello = [0u8; HELLO_BYTES];
+    let mut got = 0;
+    let mut fds = Vec::new();
+    while got < HELLO_BYTES {
+        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        let mut iov = [IoSliceMut::new(&mut hello[got..])];
+        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| {
+                OutputError::Handshake(format!("no hello from the appliance within {HELLO_TIMEOUT:?}: {e}"))
+            })?;
+        for c in msg.cmsgs().map_err(|e| OutputError::Handshake(e.to_string()))? {
+            if let ControlMessageOwned::ScmRights(received) = c {
+                // SAFETY: the kernel just installed these descriptors in this
+                // process for this message; nothing else owns them.
+                fds.extend(received.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        if msg.bytes == 0 {
+            return Err(OutputError::Handshake(
+                "the appliance closed the connection before its hello".into(),
+            ));
+        }
+        got += msg.bytes;
+    }
+    Ok((hello, fds))
+}
+
+/// One output, read in place. Dropping it reports its sequence to the
+/// appliance (for lag) and counts it read, or lost if its slot was
+/// rewritten while it was held.
+pub struct OutputFrame<'a> {
+    consumer: &'a mut Consumer,
+    seq: u64,
+    record: ResultRecord,
+    user: [u32; USER_RESULT_WORDS],
+}
+
+impl OutputFrame<'_> {
+    /// Output sequence (1-based, contiguous over the appliance's run).
+    pub fn sequence(&self) -> u64 {
+        self.seq
+    }
+
+    /// The frame's result record: timestamps, stats, threshold count.
+    pub fn record(&self) -> &ResultRecord {
+        &self.record
+    }
+
+    /// The user result words a user kernel wrote (zero on the host backend).
+    pub fn user_result(&self) -> &[u32; USER_RESULT_WORDS] {
+        &self.user
+    }
+
+    /// Samples in the slot (the record's `output_len`, at most the capacity).
+    pub fn len(&self) -> usize {
+        (self.record.output_len as usize).min(self.consumer.geometry.sample_capacity)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The chain's final samples, in place in the shared ring; `None` for a
+    /// device-memory ring (see [`OutputFrame::device_samples`]). The writer
+    /// rewrites the slot once it comes round, without waiting: check
+    /// [`OutputFrame::is_intact`] after using the samples.
+    pub fn samples(&self) -> Option<&[f32]> {
+        let slot = self.consumer.slot_host_ptr(self.seq)?;
+        // SAFETY: `len() <= sample_capacity` samples at SLOT_SAMPLES_OFFSET lie
+        // inside the slot, 256-byte aligned; the bytes are in a shared
+        // mapping that lives as long as the consumer this frame borrows.
+        // The writer may rewrite them concurrently, which `is_intact` reports.
+        Some(unsafe { std::slice::from_raw_parts(slot.add(SLOT_SAMPLES_OFFSET) as *const f32, self.len()) })
+    }
+
+    /// The samples of a device-memory ring, `None` for a host ring.
+    pub fn device_samples(&self) -> Option<DeviceSamples> {
+        let DataView::Device { mapping, device_ordinal } = &self.consumer.data else { return None };
+        let offset = (self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET) as u64;
+        Some(DeviceSamples {
+            dptr: mapping.dptr() + offset,
+            len: self.len(),
+            device_ordinal: *device_ordinal,
+        })
+    }
+
+    /// True while the slot still holds this output (not rewritten since `next`).
+    pub fn is_intact(&self) -> bool {
+        fence(Ordering::Acquire);
+        self.consumer.slot_word(self.seq).load(Ordering::Relaxed) == written_word(self.seq)
+    }
+}
+
+impl Drop for OutputFrame<'_> {
+    fn drop(&mut self) {
+        if self.is_intact() {
+            self.consumer.read += 1;
+        } else {
+            self.consumer.lost += 1;
+        }
+        self.consumer.consumer_word().last_read_seq.store(self.seq, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+#[path = "consumer_tests.rs"]
+mod tests;

@@ -1,0 +1,165 @@
+//! The sequence protocol under a concurrent writer: a slow reader, a reader
+//! that stops, and a reader holding a frame while the writer laps it.
+
+use super::*;
+use crate::output::{OutputRing, OutputServer, OutputWriter};
+use proptest::prelude::*;
+use std::sync::Arc;
+
+fn attached(slots: usize, capacity: usize) -> (tempfile::TempDir, OutputServer, OutputWriter, Consumer) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.sock");
+    let ring = OutputRing::host(slots, capacity).unwrap();
+    let writer = ring.writer().unwrap();
+    let server = OutputServer::start(Arc::clone(&ring), &path).unwrap();
+    let consumer = Consumer::attach(&path).unwrap();
+    (dir, server, writer, consumer)
+}
+
+/// Output `seq`: `seq % 7 + 1` samples `seq + i`, frame_seq `3 seq`, user words `seq`.
+fn publish(writer: &mut OutputWriter, seq: u64) {
+    let samples: Vec<f32> = (0..seq % 7 + 1).map(|i| (seq + i) as f32).collect();
+    let record = ResultRecord { frame_seq: seq * 3, ..Default::default() };
+    assert_eq!(writer.publish(&record, &[seq as u32; USER_RESULT_WORDS], &samples).unwrap(), seq);
+}
+
+/// Checks a whole output against what `publish` wrote; returns its sequence,
+/// or `None` when the slot was rewritten while it was checked.
+fn check(frame: &OutputFrame<'_>) -> Option<u64> {
+    let seq = frame.sequence();
+    let record = *frame.record();
+    let user = *frame.user_result();
+    let samples = frame.samples().unwrap().to_vec();
+    if !frame.is_intact() {
+        return None;
+    }
+    assert_eq!(record.frame_seq, seq * 3, "record of another output");
+    assert_eq!(user, [seq as u32; USER_RESULT_WORDS], "user words of another output");
+    let expected: Vec<f32> = (0..seq % 7 + 1).map(|i| (seq + i) as f32).collect();
+    assert_eq!(samples, expected, "samples of output {seq} torn");
+    Some(seq)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_slow_reader_sees_whole_outputs_in_order_and_counts_the_rest_lost(
+        slots in 1usize..6,
+        written in 1u64..400,
+        pause_every in 1u64..20,
+    ) {
+        let (_dir, _server, mut writer, mut consumer) = attached(slots, 8);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writing = {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                for seq in 1..=written {
+                    publish(&mut writer, seq);
+                    if seq % 16 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let mut last = 0;
+        let mut seen = 0u64;
+        loop {
+            let finished = done.load(Ordering::Acquire);
+            match consumer.next() {
+                Some(frame) => {
+                    if let Some(seq) = check(&frame) {
+                        prop_assert!(seq > last, "output {seq} after {last}");
+                        last = seq;
+                    }
+                    drop(frame);
+                    seen += 1;
+                    if seen.is_multiple_of(pause_every) {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                None if finished => break,
+                None => std::thread::yield_now(),
+            }
+        }
+        writing.join().unwrap();
+        prop_assert_eq!(consumer.read() + consumer.lost(), written);
+        prop_assert_eq!(last, written, "the newest output is always read once the writer stops");
+    }
+
+    #[test]
+    fn a_reader_that_stops_loses_all_but_the_last_slots_and_never_holds_up_the_writer(
+        slots in 1usize..6,
+        before_stop in 0u64..10,
+        after_stop in 0u64..200,
+    ) {
+        let (_dir, _server, mut writer, mut consumer) = attached(slots, 8);
+        for seq in 1..=before_stop {
+            publish(&mut writer, seq);
+            let frame = consumer.next().unwrap();
+            prop_assert_eq!(check(&frame), Some(seq));
+        }
+        for seq in before_stop + 1..=before_stop + after_stop {
+            publish(&mut writer, seq);
+        }
+        let mut resumed = Vec::new();
+        while let Some(frame) = consumer.next() {
+            resumed.push(check(&frame).unwrap());
+        }
+        let kept = after_stop.min(slots as u64);
+        let newest: Vec<u64> = (before_stop + after_stop - kept + 1..=before_stop + after_stop).collect();
+        prop_assert_eq!(resumed, newest);
+        prop_assert_eq!(consumer.read(), before_stop + kept);
+        prop_assert_eq!(consumer.lost(), after_stop - kept);
+    }
+}
+
+#[test]
+fn a_frame_held_while_the_writer_laps_it_counts_lost_and_the_writer_never_waits() {
+    let (_dir, server, mut writer, mut consumer) = attached(4, 8);
+    publish(&mut writer, 1);
+    let frame = consumer.next().unwrap();
+    assert_eq!(check(&frame), Some(1));
+    // The consumer sits on output 1; the writer goes on as if nobody read.
+    let started = Instant::now();
+    for seq in 2..=100_000 {
+        publish(&mut writer, seq);
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "the writer was held up");
+    assert!(!frame.is_intact(), "slot 1 was rewritten under the held frame");
+    assert_eq!(check(&frame), None);
+    drop(frame);
+    assert_eq!((consumer.read(), consumer.lost()), (0, 1));
+    let snapshot = server.snapshot();
+    assert_eq!(snapshot.head_seq, 100_000);
+    assert_eq!(snapshot.consumers.len(), 1);
+    assert_eq!(snapshot.consumers[0].last_read_seq, 1);
+    assert_eq!(snapshot.consumers[0].lag, 99_999, "the lag the appliance reports");
+    let newest: Vec<u64> = std::iter::from_fn(|| consumer.next().map(|f| check(&f).unwrap())).collect();
+    assert_eq!(newest, [99_997, 99_998, 99_999, 100_000]);
+    assert_eq!(consumer.read() + consumer.lost(), 100_000);
+}
+
+#[test]
+fn a_consumer_of_another_layout_version_gets_the_refusal_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.sock");
+    let _server = OutputServer::start(OutputRing::host(2, 4).unwrap(), &path).unwrap();
+    let request = AttachRequest { version: OUTPUT_LAYOUT_VERSION + 7, pid: std::process::id() };
+    let err = Consumer::attach_as(&path, request).err().expect("refused");
+    assert!(matches!(err, OutputError::Refused(_)), "{err}");
+    assert!(err.to_string().contains("same release"), "{err}");
+    let err = Consumer::attach(dir.path().join("none.sock")).err().expect("no socket");
+    assert!(err.to_string().contains("[output] enabled = true"), "{err}");
+}
+
+#[test]
+fn a_consumer_notices_the_appliance_going_away() {
+    let (_dir, server, mut writer, mut consumer) = attached(2, 4);
+    assert!(!consumer.appliance_gone());
+    publish(&mut writer, 1);
+    drop(server);
+    assert!(consumer.appliance_gone(), "the server closed the connection when it stopped");
+    assert_eq!(consumer.next().map(|f| f.sequence()), Some(1), "what was published stays readable");
+}

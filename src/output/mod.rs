@@ -1,0 +1,105 @@
+//! The output ring and its consumers: each processed frame's final samples,
+//! result record and user result words, published into shared memory that
+//! processes on the same box attach to over a Unix socket and read without
+//! a copy (see docs/outputs.md).
+
+pub mod command;
+pub mod config;
+pub mod consumer;
+pub mod cuda;
+pub mod handshake;
+pub mod layout;
+pub mod memory;
+pub mod ring;
+pub mod server;
+
+pub use command::{ConsumeArgs, consume};
+pub use config::OutputConfig;
+pub use consumer::{Consumer, DeviceSamples, OutputFrame};
+pub use cuda::DeviceOutputMemory;
+pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
+pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
+pub use ring::{DeviceOutputRing, OutputRing, OutputWriter};
+pub use server::{ConsumerLag, OutputServer, OutputSnapshot};
+
+use crate::ops::OpSpec;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors of the output ring, its server and its consumers.
+#[derive(Debug, Error)]
+pub enum OutputError {
+    #[error(
+        "an output ring of {slots} slots of {sample_capacity} samples is impossible; set output.slots to 1..=1024 and check the chain's frame size"
+    )]
+    BadGeometry { slots: usize, sample_capacity: usize },
+    #[error("the output ring needs {needed} bytes of data memory but got {available}")]
+    TooSmall { needed: usize, available: usize },
+    #[error("cannot {what} for the output ring: {source}; check the memlock and open-file limits")]
+    Memory {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the output ring's writer is already taken; give each output ring one producer")]
+    WriterTaken,
+    #[error("the output ring lives in device memory; the host cannot publish into it (the GPU does)")]
+    DeviceOnly,
+    #[error(
+        "cannot listen on the output socket {path}: {source}; check output.socket and that its directory exists and is writable"
+    )]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot connect to the output socket {path}: {source}; is the appliance running with [output] enabled = true, and is --socket its output.socket?"
+    )]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("attaching to the output socket failed: {0}")]
+    Handshake(String),
+    #[error("the appliance refused this consumer: {0}")]
+    Refused(String),
+    #[error("the output ring is in CUDA device memory and opening its IPC handle failed: {0}")]
+    Cuda(String),
+}
+
+/// The host backend's output ring and its attach server, started together.
+pub struct HostOutputs {
+    /// Give it to the host loop (`HostLoop::write_outputs`).
+    pub writer: OutputWriter,
+    /// Keep it while the appliance runs; `snapshot()` feeds the metrics.
+    pub server: OutputServer,
+}
+
+/// Creates the output ring in shared host memory for `chain` on frames of
+/// at most `max_frame_bytes` bytes and serves it on `config.socket`;
+/// `None` when `config.enabled` is off.
+pub fn serve_host_outputs(
+    config: &OutputConfig,
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+) -> Result<Option<HostOutputs>, OutputError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let ring = OutputRing::host(config.slots as usize, max_output_samples(chain, max_frame_bytes))?;
+    let writer = ring.writer()?;
+    let server = OutputServer::start(ring, &config.socket)?;
+    Ok(Some(HostOutputs { writer, server }))
+}
+
+/// The most samples a chain produces for frames of at most
+/// `max_frame_bytes` bytes: what an output slot must hold. Every CPU
+/// operator keeps or shrinks the sample count of the unpack operator.
+pub fn max_output_samples(chain: &[OpSpec], max_frame_bytes: usize) -> usize {
+    match chain.first() {
+        Some(OpSpec::Unpack { format, .. }) => format.samples_in(max_frame_bytes),
+        _ => 0,
+    }
+}
