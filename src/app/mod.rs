@@ -274,7 +274,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             }
             last_calibration = Instant::now();
         }
-        if last_publish.elapsed() >= Duration::from_millis(500) {
+        // A scrape asks for current values (it waits for them); otherwise
+        // publish twice a second so the snapshot is never far behind.
+        if board.refresh_wanted() || last_publish.elapsed() >= Duration::from_millis(500) {
             board.publish(app.metrics_snapshot());
             last_publish = Instant::now();
         }
