@@ -85,7 +85,7 @@ fn finish<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("frameloop: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

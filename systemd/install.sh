@@ -39,5 +39,18 @@ if [ -z "$root" ]; then
   echo "installed; edit /etc/frameloop/frameloop.toml, then: systemctl enable --now frameloop" >&2
 else
   systemd-sysusers --root="$root"
+  # The unit runs as User=frameloop, which must read the config: give it to
+  # the group that sysusers just created in the image, by the number in the
+  # image's /etc/group (the host may have no such group, or another gid).
+  gid=$(awk -F: '$1 == "frameloop" { print $3 }' "$root/etc/group")
+  if [ -z "$gid" ]; then
+    echo "install.sh: no frameloop group in $root/etc/group after systemd-sysusers --root" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" -eq 0 ]; then
+    chown "0:$gid" "$root/etc/frameloop/frameloop.toml"
+  else
+    echo "install.sh: not root; chown 0:$gid $root/etc/frameloop/frameloop.toml before use" >&2
+  fi
   echo "installed under $root" >&2
 fi

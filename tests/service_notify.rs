@@ -228,6 +228,28 @@ fn ready_then_watchdog_then_clean_stop_with_flushed_log() {
 }
 
 #[test]
+fn a_scrape_right_after_a_burst_sees_the_final_count() {
+    let mut app = Appliance::start(Duration::from_secs(10), &[]);
+    app.wait_ready();
+    let burst = 300;
+    send_frames(app.udp_port, burst);
+    // Long enough for the last frame's result on a loaded machine, far
+    // shorter than a fixed republish interval would need to be right.
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, _, body) = http_get(app.metrics, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let exp = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    assert_eq!(
+        exp.value("frameloop_frames_total", &[("outcome", "processed")]),
+        Some(burst as f64),
+        "one scrape 100 ms after the burst\n{body}"
+    );
+    app.sigterm();
+    let (status, _, stderr, _, _dir) = app.wait_exit();
+    assert!(status.success(), "exit {status:?}\n{stderr}");
+}
+
+#[test]
 fn stalled_pipeline_stops_the_watchdog_pings() {
     let stall_ms = 1500u64;
     let mut app = Appliance::start(

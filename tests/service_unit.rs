@@ -262,4 +262,28 @@ fn install_script_and_deb_assets_place_the_same_files() {
     }
     let passwd = std::fs::read_to_string(root.path().join("etc/passwd")).unwrap();
     assert!(passwd.lines().any(|l| l.starts_with("frameloop:")), "{passwd}");
+    config_is_readable_by_the_service_group(root.path());
+}
+
+/// The unit runs as `User=frameloop`: the installed config must be
+/// root:frameloop 0640 (by the gid in the image's own /etc/group), not
+/// root:root, or the service cannot read it. Ownership is only set when
+/// the installer runs as root.
+fn config_is_readable_by_the_service_group(root: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let config = std::fs::metadata(root.join("etc/frameloop/frameloop.toml")).unwrap();
+    assert_eq!(config.mode() & 0o7777, 0o640, "etc/frameloop/frameloop.toml mode");
+    let euid = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&euid.stdout).trim() != "0" {
+        eprintln!("skipping the owner check: install.sh ran as a user that cannot chown");
+        return;
+    }
+    let group = std::fs::read_to_string(root.join("etc/group")).unwrap();
+    let gid: u32 = group
+        .lines()
+        .find_map(|l| l.strip_prefix("frameloop:"))
+        .and_then(|rest| rest.split(':').nth(1))
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("no frameloop group in the image: {group}"));
+    assert_eq!((config.uid(), config.gid()), (0, gid), "etc/frameloop/frameloop.toml owner");
 }

@@ -238,6 +238,7 @@ impl Appliance {
         let spin = ResultSpin { budget: result_spin_budget(), frame_head };
         let result_cpu = cfg.service.result_cpu;
         let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), move || {
+            crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
                 .map_err(|e| e.to_string())
         })
@@ -534,7 +535,11 @@ fn start_udp(
             let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
             let ok = placed.is_ok();
             let _ = placed_tx.send(placed);
-            if ok { receiver.run(&stop).map_err(|e| e.to_string()) } else { Ok(()) }
+            if !ok {
+                return Ok(());
+            }
+            crate::service::thread_failure::panic_if_requested("receiver");
+            receiver.run(&stop).map_err(|e| e.to_string())
         })
         .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
     if let Ok(Err(e)) = placed_rx.recv() {

@@ -23,6 +23,22 @@ pub enum AppError {
     Startup(String),
     #[error("{0}")]
     Runtime(String),
+    #[error(
+        "the {thread} thread died: {message}; the service stopped so that it can be restarted \
+         (see the log above for the cause)"
+    )]
+    ThreadDied { thread: String, message: String },
+}
+
+impl AppError {
+    /// Exit status of `frameloop`: 3 when a pipeline thread died (the
+    /// service must be restarted), 1 for every other error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::ThreadDied { .. } => 3,
+            _ => 1,
+        }
+    }
 }
 
 /// Arguments of `frameloop validate`.
@@ -221,6 +237,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
 
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
+    crate::service::thread_failure::install();
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
@@ -255,8 +272,13 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let mut last_publish = Instant::now();
     let mut last_calibration = Instant::now();
     let stop = signals::stop_flag();
+    let mut died = None;
     while !stop.load(Ordering::Acquire) {
         if limit.is_some_and(|l| started.elapsed() >= l) {
+            break;
+        }
+        if let Some(failure) = crate::service::thread_failure::failure() {
+            died = Some(failure.clone());
             break;
         }
         if !app.is_launched() {
@@ -270,7 +292,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             }
             last_calibration = Instant::now();
         }
-        if last_publish.elapsed() >= Duration::from_millis(500) {
+        // A scrape asks for current values (it waits for them); otherwise
+        // publish twice a second so the snapshot is never far behind.
+        if board.refresh_wanted() || last_publish.elapsed() >= Duration::from_millis(500) {
             board.publish(app.metrics_snapshot());
             last_publish = Instant::now();
         }
@@ -284,6 +308,10 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         n.stopping();
     }
     drop(pinger);
+    if let Some(failure) = died {
+        stop_within(app, server, Duration::from_secs(3));
+        return Err(AppError::ThreadDied { thread: failure.thread, message: failure.message });
+    }
     match signals::last_signal() {
         Some(sig) => tracing::info!("received {sig}; stopping"),
         None => tracing::info!("stopping"),
@@ -295,4 +323,27 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
     Ok(())
+}
+
+/// After a thread died: stops what still runs (flushing the histogram log
+/// where it can), but a timer ends the process with the failure's exit
+/// status if that takes longer than `limit`, so it exits promptly even when
+/// a stage is wedged.
+fn stop_within(app: Appliance, server: Option<crate::service::MetricsServer>, limit: std::time::Duration) {
+    let code = i32::from(AppError::ThreadDied { thread: String::new(), message: String::new() }.exit_code());
+    let deadline = std::thread::Builder::new().name("frameloop-stop-timer".into()).spawn(move || {
+        std::thread::sleep(limit);
+        tracing::error!("the pipeline did not stop within {limit:?}; exiting anyway");
+        std::process::exit(code);
+    });
+    if let Err(e) = deadline {
+        tracing::error!("cannot start the stop timer ({e}); exiting without a clean stop");
+        std::process::exit(code);
+    }
+    if let Err(e) = app.stop() {
+        tracing::error!("stopping after the failure: {e}");
+    }
+    if let Some(s) = server {
+        s.stop();
+    }
 }

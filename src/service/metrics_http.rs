@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -61,11 +61,29 @@ pub struct MetricsSnapshot {
     pub latency: Vec<SegmentLatency>,
 }
 
+/// How long a scrape waits for the pipeline to publish current values
+/// before it answers with the last snapshot.
+const FRESH_WAIT: Duration = Duration::from_millis(200);
+
+/// The published snapshot and how many have been published.
+#[derive(Debug, Default)]
+struct Published {
+    snapshot: Arc<MetricsSnapshot>,
+    generation: u64,
+}
+
 /// The latest published snapshot, shared between the pipeline (writer) and
-/// the endpoint (reader). Cloning gives another handle to the same board.
+/// the endpoint (reader). Once the pipeline polls [`MetricsBoard::refresh_wanted`],
+/// each scrape asks it for current values and waits (up to 200 ms) for them,
+/// so a scrape sees the counters as they are at request time. Cloning gives
+/// another handle to the same board.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsBoard {
-    latest: Arc<Mutex<Arc<MetricsSnapshot>>>,
+    published: Arc<(Mutex<Published>, Condvar)>,
+    /// A scrape waits for a fresh snapshot.
+    wanted: Arc<AtomicBool>,
+    /// The pipeline answers refresh requests.
+    answered: Arc<AtomicBool>,
 }
 
 impl MetricsBoard {
@@ -74,21 +92,47 @@ impl MetricsBoard {
         Self::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Published> {
+        self.published.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Replaces the snapshot the endpoint serves.
     pub fn publish(&self, snapshot: MetricsSnapshot) {
-        let snapshot = Arc::new(snapshot);
-        match self.latest.lock() {
-            Ok(mut latest) => *latest = snapshot,
-            Err(poisoned) => *poisoned.into_inner() = snapshot,
-        }
+        let mut published = self.lock();
+        published.snapshot = Arc::new(snapshot);
+        published.generation = published.generation.wrapping_add(1);
+        drop(published);
+        self.published.1.notify_all();
+    }
+
+    /// True when a scrape is waiting for current values: the publisher then
+    /// calls [`MetricsBoard::publish`]. Calling it at all marks the board as
+    /// answered, so scrapes wait for fresh values from then on.
+    pub fn refresh_wanted(&self) -> bool {
+        self.answered.store(true, Ordering::Release);
+        self.wanted.swap(false, Ordering::AcqRel)
     }
 
     /// The snapshot last published.
     pub fn latest(&self) -> Arc<MetricsSnapshot> {
-        match self.latest.lock() {
-            Ok(latest) => Arc::clone(&latest),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        Arc::clone(&self.lock().snapshot)
+    }
+
+    /// Current values: asks the publisher for a new snapshot and waits for
+    /// it (up to [`FRESH_WAIT`]) where a publisher answers; else the latest.
+    fn current(&self) -> Arc<MetricsSnapshot> {
+        if !self.answered.load(Ordering::Acquire) {
+            return self.latest();
         }
+        let published = self.lock();
+        let seen = published.generation;
+        self.wanted.store(true, Ordering::Release);
+        let (published, _) = self
+            .published
+            .1
+            .wait_timeout_while(published, FRESH_WAIT, |p| p.generation == seen)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&published.snapshot)
     }
 }
 
@@ -256,7 +300,7 @@ pub fn parse_request_line(head: &[u8]) -> Result<RequestLine, Response> {
 pub fn respond(request: &RequestLine, board: &MetricsBoard) -> Response {
     match (request.method.as_str(), request.path.as_str()) {
         ("GET" | "HEAD", "/metrics") => {
-            Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body: render(&board.latest()) }
+            Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body: render(&board.current()) }
         }
         _ => Response::text(404, "Not Found", "not found; metrics are at GET /metrics"),
     }
@@ -527,5 +571,23 @@ mod tests {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let err = MetricsServer::start(taken.local_addr().unwrap(), MetricsBoard::new()).err().unwrap();
         assert!(err.to_string().contains("service.metrics_addr"), "{err}");
+    }
+
+    #[test]
+    fn a_scrape_gets_values_published_after_it_asked() {
+        let board = MetricsBoard::new();
+        board.publish(MetricsSnapshot { ring_overruns: 1, ..Default::default() });
+        assert!(!board.refresh_wanted(), "no scrape waits yet");
+        let publisher = board.clone();
+        let answer = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !publisher.refresh_wanted() {
+                assert!(Instant::now() < deadline, "the scrape never asked for fresh values");
+                std::thread::yield_now();
+            }
+            publisher.publish(MetricsSnapshot { ring_overruns: 7, ..Default::default() });
+        });
+        assert_eq!(board.current().ring_overruns, 7);
+        answer.join().unwrap();
     }
 }

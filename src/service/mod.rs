@@ -6,6 +6,7 @@ pub mod config;
 pub mod logging;
 pub mod metrics_http;
 pub mod notify;
+pub mod thread_failure;
 pub mod threads;
 pub mod watchdog;
 
