@@ -188,6 +188,9 @@ pub struct Config {
     /// frames of this geometry instead of native frameloop datagrams.
     #[serde(default)]
     pub rtp: Option<crate::rtp::RtpConfig>,
+    /// `[sink.*]`: where results are streamed off the box.
+    #[serde(default)]
+    pub sink: crate::sink::SinkConfig,
 }
 
 impl Default for Config {
@@ -202,6 +205,7 @@ impl Default for Config {
             service: Default::default(),
             rdma: Default::default(),
             rtp: None,
+            sink: Default::default(),
         }
     }
 }
@@ -216,6 +220,7 @@ impl Config {
         self.metrics.validate(&mut p);
         self.service.validate(&mut p);
         self.rdma.validate(self.ingest.transport, &mut p);
+        self.sink.validate(&mut p);
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -346,7 +351,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let mut problems = Vec::new();
     const SECTIONS: &[&str] =
-        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp"];
+        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "sink"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -382,7 +387,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let rdma = section("rdma", table.get("rdma"), &mut problems);
     // Absent means native ingest; present (even empty) means RTP video.
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma };
+    let sink = section("sink", table.get("sink"), &mut problems);
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, sink };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

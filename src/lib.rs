@@ -20,4 +20,5 @@ pub mod ring;
 pub mod rtp;
 pub mod sender;
 pub mod service;
+pub mod sink;
 pub mod wire;
