@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 const PUBLISH_WINDOW: usize = 512;
 /// Longest wait between two attempts while the broker does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a dropped sink keeps publishing what it holds before counting the rest as dropped.
+const STOP_FLUSH: Duration = Duration::from_secs(5);
 
 /// The `[sink.nats]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,9 +190,9 @@ impl SinkSender {
         }
     }
 
-    /// This hook as a result callback for `ResultSink::with_callback`.
-    pub fn into_callback(self) -> crate::metrics::ResultCallback {
-        Box::new(move |r| self.forward(r))
+    /// The sink's counters now.
+    pub fn counters(&self) -> SinkSnapshot {
+        snapshot(&self.shared)
     }
 }
 
@@ -247,7 +249,20 @@ impl NatsSink {
         };
         let thread = std::thread::Builder::new()
             .name("nats-sink".into())
-            .spawn(move || runtime.block_on(worker.run()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Stop means stop: a connect or ack wait in progress is abandoned.
+                    let stopping = Arc::clone(&worker.shared);
+                    tokio::select! {
+                        () = worker.run() => {}
+                        () = async {
+                            while !stopping.stopping.load(Ordering::Acquire) {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        } => {}
+                    }
+                })
+            })
             .map_err(SinkError::Spawn)?;
         let sender = SinkSender { shared: Arc::clone(&shared) };
         Ok((Self { shared, thread: Some(thread) }, sender))
@@ -258,17 +273,22 @@ impl NatsSink {
         snapshot(&self.shared)
     }
 
-    /// Publishes what is queued (for at most `flush`),
-    /// counts what is left as dropped, stops the thread, logs and returns the summary.
+    /// Publishes what is queued (for at most `flush`), counts what is left
+    /// as dropped, stops the thread, logs and returns the summary.
     pub fn stop(mut self, flush: Duration) -> SinkSnapshot {
+        self.finish(flush)
+    }
+
+    fn finish(&mut self, flush: Duration) -> SinkSnapshot {
+        let Some(thread) = self.thread.take() else { return snapshot(&self.shared) };
         let deadline = Instant::now() + flush;
         while !self.shared.lock().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.wake.notify_one();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if thread.join().is_err() {
+            tracing::error!("the nats sink thread panicked");
         }
         let left = {
             let mut q = self.shared.lock();
@@ -281,6 +301,32 @@ impl NatsSink {
         tracing::info!("{}", snap.summary_line());
         snap
     }
+}
+
+impl Drop for NatsSink {
+    /// A sink dropped without `stop` (with the result thread) still flushes and reports.
+    fn drop(&mut self) {
+        self.finish(STOP_FLUSH);
+    }
+}
+
+/// Starts the sink for `cfg` and returns the result callback that forwards
+/// each record to it and then calls `then`; the sink flushes, stops and
+/// logs its summary when the callback is dropped. The sender reads the counters.
+pub fn forward_results(
+    cfg: &NatsSinkConfig,
+    mut then: Option<crate::metrics::ResultCallback>,
+) -> Result<(crate::metrics::ResultCallback, SinkSender), SinkError> {
+    let (sink, sender) = NatsSink::start(cfg)?;
+    let hook = sender.clone();
+    let callback = Box::new(move |r: &ResultRecord| {
+        let _owned = &sink;
+        hook.forward(r);
+        if let Some(next) = &mut then {
+            next(r);
+        }
+    });
+    Ok((callback, sender))
 }
 
 fn snapshot(shared: &Shared) -> SinkSnapshot {
@@ -438,5 +484,63 @@ impl Worker {
             acked += 1;
         }
         acked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigError, parse};
+
+    #[test]
+    fn section_parses_with_defaults() {
+        let cfg = parse("[sink.nats]\nurl = \"nats://10.0.0.1:4222\"\nbox_id = \"edge-7\"\n").unwrap();
+        let nats = cfg.sink.nats.expect("section present");
+        assert_eq!(nats.subject_prefix, "frameloop");
+        assert_eq!(nats.stream, "FRAMELOOP");
+        assert_eq!(nats.buffer, 100_000);
+        assert!(!nats.detections);
+        assert_eq!(nats.resolved_box_id(), "edge-7");
+        assert!(parse("").unwrap().sink.nats.is_none());
+    }
+
+    #[test]
+    fn bad_values_name_their_keys() {
+        let text = "[sink.nats]\nurl = \"http://x\"\nsubject_prefix = \"a..b\"\nbox_id = \"my box\"\n\
+                    stream = \"A.B\"\nbuffer = 0\nack_timeout_ms = 1\n";
+        let Err(ConfigError::Invalid(problems)) = parse(text) else { panic!("invalid config accepted") };
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        for key in [
+            "sink.nats.url",
+            "sink.nats.subject_prefix",
+            "sink.nats.box_id",
+            "sink.nats.stream",
+            "sink.nats.buffer",
+            "sink.nats.ack_timeout_ms",
+        ] {
+            assert!(keys.contains(&key), "{key} missing from {keys:?}");
+        }
+    }
+
+    #[test]
+    fn the_hook_drops_and_counts_when_the_buffer_is_full() {
+        // An unreachable broker: nothing is acknowledged, the queue fills.
+        let cfg = NatsSinkConfig {
+            url: "nats://127.0.0.1:1".into(),
+            subject_prefix: "frameloop".into(),
+            box_id: Some("t".into()),
+            stream: "FRAMELOOP".into(),
+            buffer: 3,
+            detections: false,
+            ack_timeout_ms: 100,
+        };
+        let (sink, sender) = NatsSink::start(&cfg).unwrap();
+        for seq in 1..=5 {
+            sender.forward(&ResultRecord { result_seq: seq, ..Default::default() });
+        }
+        let now = sender.counters();
+        assert_eq!((now.sink_buffered, now.sink_dropped, now.sink_acked), (3, 2, 0));
+        let end = sink.stop(Duration::ZERO);
+        assert_eq!((end.sink_buffered, end.sink_dropped), (0, 5), "what is held at stop is counted");
     }
 }
