@@ -228,3 +228,30 @@ fn a_buffer_smaller_than_the_outage_drops_exactly_what_is_missing() {
     assert_eq!(missing, snap.sink_dropped, "the drop count equals what is missing");
     assert!(got.windows(2).all(|w| w[0].result_seq < w[1].result_seq), "in order, no duplicates");
 }
+
+#[test]
+fn detections_are_published_as_their_own_events() {
+    let Some(bin) = nats_server() else { return };
+    let store = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Broker::start(bin, port, store.path());
+    let (sink, sender) =
+        NatsSink::start(&NatsSinkConfig { detections: true, ..config(port, 1_000) }).unwrap();
+    let detected =
+        |seq: u64| ResultRecord { result_flags: frameloop::ring::layout::RESULT_HAS_DETECT, ..record(seq) };
+    for seq in 1..=100 {
+        sender.forward(&detected(seq));
+    }
+    let snap = sink.stop(Duration::from_secs(10));
+    assert_eq!((snap.sink_acked, snap.sink_dropped), (100, 0));
+    // detect_count is seq % 5: 80 of the 100 results carry a detection.
+    assert_eq!(snap.sink_published, 180);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let client = async_nats::connect(format!("nats://127.0.0.1:{port}")).await.unwrap();
+        let stream = async_nats::jetstream::new(client).get_stream("FRAMELOOP").await.unwrap();
+        let last = stream.get_last_raw_message_by_subject("frameloop.box1.7.detection").await.unwrap();
+        let d = frameloop::sink::encoding::decode_detection(&last.payload).unwrap();
+        assert_eq!(d, frameloop::sink::encoding::Detection::of(&detected(99)).unwrap());
+    });
+}
