@@ -23,4 +23,5 @@ pub mod sender;
 pub mod service;
 pub mod topology;
 pub mod small_file;
+pub mod sink;
 pub mod wire;

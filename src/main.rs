@@ -73,19 +73,19 @@ fn main() -> ExitCode {
         Command::Validate(a) => app::validate(&a),
         Command::Record(a) => app::record(&a),
         Command::Replay(a) => app::replay(&a.replay, a.config.as_deref()),
-        Command::Topology(a) => return finish(frameloop::topology::command(&a)),
-        Command::Consume(a) => return finish(frameloop::output::consume(&a)),
+        Command::Topology(a) => return finish(frameloop::topology::command(&a), |_| 1),
+        Command::Consume(a) => return finish(frameloop::output::consume(&a), |_| 1),
     };
-    finish(result)
+    finish(result, app::AppError::exit_code)
 }
 
 /// The exit status of a command, its error (if any) printed first.
-fn finish<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+fn finish<E: std::fmt::Display>(result: Result<(), E>, exit_code: impl FnOnce(&E) -> u8) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("frameloop: {e}");
-            ExitCode::from(e.exit_code())
+            ExitCode::from(exit_code(&e))
         }
     }
 }

@@ -221,7 +221,15 @@ impl Appliance {
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
-        if let Some(cb) = opts.on_result {
+        let on_result = match &cfg.sink.nats {
+            Some(nats) => Some(
+                crate::sink::nats::forward_results(nats, opts.on_result)
+                    .map_err(|e| AppError::Startup(e.to_string()))?
+                    .0,
+            ),
+            None => opts.on_result,
+        };
+        if let Some(cb) = on_result {
             sink = sink.with_callback(cb);
         }
         if let Some(path) = opts.histogram_log.as_ref().or(cfg.metrics.histogram_log.as_ref()) {

@@ -167,6 +167,9 @@ pub struct Config {
     /// The output ring consumers attach to (`[output]`).
     #[serde(default)]
     pub output: crate::output::OutputConfig,
+    /// `[sink.*]`: where results are streamed off the box.
+    #[serde(default)]
+    pub sink: crate::sink::SinkConfig,
 }
 
 impl Default for Config {
@@ -183,6 +186,7 @@ impl Default for Config {
             rtp: None,
             handler: None,
             output: Default::default(),
+            sink: Default::default(),
         }
     }
 }
@@ -198,6 +202,7 @@ impl Config {
         self.service.validate(&mut p);
         self.rdma.validate(self.ingest.transport, &mut p);
         self.output.validate(&mut p);
+        self.sink.validate(&mut p);
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -275,7 +280,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let mut problems = Vec::new();
     const SECTIONS: &[&str] =
-        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output"];
+        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output", "sink"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(ConfigProblem::new(
@@ -313,7 +318,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let rtp = table.get("rtp").map(|v| section::<crate::rtp::RtpConfig>("rtp", Some(v), &mut problems));
     let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
     let output = section("output", table.get("output"), &mut problems);
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output };
+    let sink = section("sink", table.get("sink"), &mut problems);
+    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output, sink };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.
