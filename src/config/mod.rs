@@ -283,8 +283,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output", "sink"];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
+            // A quoted empty key (`"" = 1`) is still named, as TOML writes it.
+            let name = if key.is_empty() { "\"\"".to_string() } else { key.clone() };
             problems.push(ConfigProblem::new(
-                key.clone(),
+                name,
                 format!("unknown key; top-level keys are {}", SECTIONS.join(", ")),
             ));
         }
