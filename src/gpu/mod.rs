@@ -28,8 +28,8 @@ pub mod nvrtc;
 pub mod operators;
 mod runtime;
 pub mod sources;
-pub mod user_kernel;
 pub mod user_handler;
+pub mod user_kernel;
 pub mod user_source;
 
 use cudarc::driver::sys;
