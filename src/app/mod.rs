@@ -4,11 +4,13 @@
 pub mod appliance;
 mod captures;
 mod loopback;
+mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, BackendPick, Report, StartOptions, pick_backend};
+pub use appliance::{Appliance, BackendPick, StartOptions, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
+pub use report::{RecordingReport, Report};
 
 use crate::config::{self, BackendChoice, Config};
 use std::path::PathBuf;
