@@ -2,12 +2,15 @@
 //! and the `bench`, `run`, `send` and `validate` commands.
 
 pub mod appliance;
+mod backend_factory;
 mod captures;
 mod loopback;
+mod receivers;
 mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, BackendPick, StartOptions, pick_backend};
+pub use appliance::{Appliance, StartOptions};
+pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
 pub use report::{RecordingReport, Report};

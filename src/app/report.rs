@@ -1,7 +1,7 @@
 //! The report the appliance gives when it stops: what ran, its counters and
 //! latency summary, as JSON or as a human-readable table.
 
-use super::appliance::{BackendPick, on_off};
+use super::backend_factory::BackendPick;
 use crate::backend::LoopStats;
 use crate::ingest::IngestSnapshot;
 use crate::metrics::Summary;
@@ -91,4 +91,9 @@ impl Report {
             summary.render_table()
         )
     }
+}
+
+/// "on" or "off", for report and log lines.
+pub(super) fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
 }
