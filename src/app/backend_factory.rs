@@ -77,8 +77,7 @@ pub(super) fn open_backend(
             let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
-            let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)
-                .map_err(|e| AppError::Startup(e.to_string()))?;
+            let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
             let lp = crate::gpu::CudaLoop::with_handler(
                 Arc::clone(&rt),
                 Arc::clone(&fr),
@@ -130,7 +129,7 @@ fn select_ingest(
     ring: &Arc<FrameRing>,
     region: &crate::rdma::RingRegion,
 ) -> Result<IngestPlan, AppError> {
-    rdma::select_ingest_for(transport, cfg, ring, region).map_err(|e| AppError::Startup(e.to_string()))
+    Ok(rdma::select_ingest_for(transport, cfg, ring, region)?)
 }
 
 /// The CUDA backend's frame ring and ingest: with a transport that may take
@@ -154,8 +153,7 @@ fn cuda_frame_ring(
         tracing::info!("{note}");
     }
     let mapped_ring = || -> Result<Arc<FrameRing>, AppError> {
-        FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
-            .map_err(|e| AppError::Startup(e.to_string()))
+        Ok(FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?)
     };
     if first == RingPlacement::Device {
         match GpuFrameRing::new(&rt.ctx, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy) {
@@ -186,8 +184,7 @@ fn make_rings(
     frames: Box<dyn RingMemory>,
     results: Box<dyn RingMemory>,
 ) -> Result<(Arc<FrameRing>, Arc<ResultRing>), AppError> {
-    let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
-        .map_err(|e| AppError::Startup(e.to_string()))?;
-    let rr = ResultRing::new(results, cfg.ring.results).map_err(|e| AppError::Startup(e.to_string()))?;
+    let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?;
+    let rr = ResultRing::new(results, cfg.ring.results)?;
     Ok((fr, rr))
 }

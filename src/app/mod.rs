@@ -24,6 +24,12 @@ use thiserror::Error;
 pub enum AppError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// A ring could not be created (the message names the ring.* key).
+    #[error(transparent)]
+    Ring(#[from] crate::ring::RingError),
+    /// The RDMA ingest was chosen but cannot run (the message names what to change).
+    #[error(transparent)]
+    Rdma(#[from] crate::rdma::RdmaError),
     #[error("{0}")]
     Startup(String),
     #[error("{0}")]
