@@ -1,7 +1,7 @@
 //! The appliance as the command line drives it: argument structs, logging,
 //! and the `bench`, `run`, `send` and `validate` commands.
 
-pub mod appliance;
+mod appliance;
 mod backend_factory;
 mod captures;
 mod loopback;
