@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod ops;
 pub mod output;
 pub mod rdma;
+pub mod realtime;
 pub mod ring;
 pub mod rtp;
 pub mod sender;
