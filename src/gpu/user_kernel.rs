@@ -312,7 +312,8 @@ mod tests {
         let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kernels");
         for (file, entry) in [("fir5.cu", "fir5"), ("stats_threshold.cu", "stats_threshold")] {
             let text = std::fs::read_to_string(kernels.join(file)).unwrap();
-            let cubin = kernel_cubin(&compiler, file, &text, entry).unwrap_or_else(|e| panic!("{file}: {e:?}"));
+            let cubin =
+                kernel_cubin(&compiler, file, &text, entry).unwrap_or_else(|e| panic!("{file}: {e:?}"));
             assert_eq!(&cubin[..4], b"\x7fELF", "{file}");
         }
     }
