@@ -302,6 +302,23 @@ mod tests {
     }
 
     #[test]
+    fn the_bench_user_kernels_compile_against_the_abi() {
+        if !super::super::nvrtc_present() {
+            eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let compiler = Compiler::new("sm_90", CacheDir::At(dir.path().to_path_buf())).unwrap();
+        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kernels");
+        for (file, entry) in [("fir5.cu", "fir5"), ("stats_threshold.cu", "stats_threshold")] {
+            let text = std::fs::read_to_string(kernels.join(file)).unwrap();
+            let cubin =
+                kernel_cubin(&compiler, file, &text, entry).unwrap_or_else(|e| panic!("{file}: {e:?}"));
+            assert_eq!(&cubin[..4], b"\x7fELF", "{file}");
+        }
+    }
+
+    #[test]
     fn bad_specs_are_refused_with_their_keys() {
         let bad = spec("source='a.cu'\nentry='k'\nparams={g=1.5}\nparam_types=['g: u32']");
         let err = UserKernels::new().next("chain[1] kernel \"k\"", &bad, 10).err().unwrap();
