@@ -490,6 +490,20 @@ impl Drop for GraphExec {
     }
 }
 
+/// The name a loaded kernel was compiled with (`cuFuncGetName`), `None`
+/// when the driver cannot say.
+pub fn function_name(f: sys::CUfunction) -> Option<String> {
+    let mut name: *const std::ffi::c_char = ptr::null();
+    // SAFETY: `f` is a loaded function handle; the driver stores a pointer to
+    // a NUL-terminated string it owns (valid while the module is loaded) in `name`.
+    let status = unsafe { sys::cuFuncGetName(&mut name, f) };
+    if status != sys::CUresult::CUDA_SUCCESS || name.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated per cuFuncGetName's contract; copied at once.
+    Some(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned())
+}
+
 /// Non-blocking check of a stream: `Ok(true)` when all work finished,
 /// `Ok(false)` while running, the error when the work failed.
 pub fn stream_done(stream: &CudaStream) -> Result<bool, GpuError> {
