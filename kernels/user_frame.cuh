@@ -6,27 +6,22 @@
 #include "ops_common.cuh"
 #include "frameloop.cuh"
 
-// The 16-byte words of the slot header a chain's first user kernel reads:
-// its first 48 bytes, ring_seq to sender_ts_ns (sender_ts_ns at offset 40,
-// checked in gpu::user_kernel).
-#define FL_USER_SLOT_WORDS 3
-
 static_assert(FL_USER_RESULT_WORDS == FL_RESULT_USER_WORDS, "fl_user_result is the record's user words");
 
-// Fills *frame for this frame (one thread). head: the slot header's first
-// FL_USER_SLOT_WORDS words, read by the caller, for the chain's first user
-// kernel (first == nullptr); first: that kernel's fl_frame, already filled,
-// for the others. in_capacity / out_capacity: floats the operator's input
+// Fills *frame for this frame (one thread). slot: the loop state's copy of
+// the claimed slot's header (device memory, filled by the handler), read by
+// the chain's first user kernel (first == nullptr); first: that kernel's
+// fl_frame, already filled, for the others. in_capacity / out_capacity: floats the operator's input
 // and output buffers hold; fixed_out: output samples per frame (`output = {
 // samples = N }`), 0 for `output = "same"`. The counts are clamped to the
 // buffers, so a correct kernel never touches memory outside its ports.
-FL_DEVICE void fl_user_fill_frame(fl_frame* frame, const FrameDesc* fd, const uint4* head, const fl_frame* first,
+FL_DEVICE void fl_user_fill_frame(fl_frame* frame, const FrameDesc* fd, const SlotHeader* slot, const fl_frame* first,
                                   uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out) {
   const uint32_t in_count = fl_frame_samples(fd, in_capacity);
   uint32_t out_count = fixed_out != 0 ? fixed_out : in_count;
   if (out_count > out_capacity) out_count = out_capacity;
   if (first == nullptr) {
-    const SlotHeader* s = (const SlotHeader*)head;
+    const SlotHeader* s = slot;
     frame->sequence = s->frame_seq;
     frame->sender_ts_ns = s->sender_ts_ns;
     frame->stream_id = s->stream_id;

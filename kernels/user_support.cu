@@ -10,25 +10,20 @@
 // Threads of the one block of fl_user_prologue (one warp).
 #define FL_USER_PROLOGUE_THREADS 32
 
-// fd: the FrameDesc; frame: this operator's fl_frame; first: the chain's
+// fd: the FrameDesc; slot: the loop state's copy of the claimed slot's
+// header; frame: this operator's fl_frame; first: the chain's
 // first user kernel's fl_frame, already filled for this frame, or null for
-// that kernel itself (which reads the slot header and zeroes `user`, the
+// that kernel itself (which reads `slot` and zeroes `user`, the
 // frame's user result words); in_capacity / out_capacity / fixed_out: as
 // fl_user_fill_frame takes them. One block of FL_USER_PROLOGUE_THREADS.
 extern "C" __global__ void __launch_bounds__(FL_USER_PROLOGUE_THREADS)
-    fl_user_prologue(FrameDesc* fd, fl_frame* frame, const fl_frame* first, fl_user_result* user,
-                     uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out) {
+    fl_user_prologue(FrameDesc* fd, const SlotHeader* slot, fl_frame* frame, const fl_frame* first,
+                     fl_user_result* user, uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  __shared__ alignas(64) uint4 head[FL_USER_SLOT_WORDS];  // read as the SlotHeader's start
   const uint32_t t = threadIdx.x;
-  if (first == nullptr) {
-    // One round trip for the three words when the slot is in mapped memory.
-    if (t < FL_USER_SLOT_WORDS) head[t] = ((const uint4*)fd->slot_dptr)[t];
-    if (t < FL_USER_RESULT_WORDS) user->words[t] = 0u;
-  }
-  __syncthreads();
+  if (first == nullptr && t < FL_USER_RESULT_WORDS) user->words[t] = 0u;
   if (t != 0) return;
-  fl_user_fill_frame(frame, fd, head, first, in_capacity, out_capacity, fixed_out);
+  fl_user_fill_frame(frame, fd, slot, first, in_capacity, out_capacity, fixed_out);
   fd->n_samples = frame->out_count;
 }

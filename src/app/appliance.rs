@@ -176,11 +176,6 @@ impl Appliance {
         &self.pick
     }
 
-    /// Where the frame ring's bytes live (GPU memory only with RDMA ingest on the CUDA backend).
-    pub fn ring_placement(&self) -> RingPlacement {
-        self.placement
-    }
-
     /// Ingest counters (live).
     pub fn ingest(&self) -> IngestSnapshot {
         self.counters.snapshot()

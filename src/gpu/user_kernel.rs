@@ -8,7 +8,7 @@
 //! A source that cannot be compiled that way (it fails, while the plain
 //! source compiles) runs as before: a prologue node
 //! (`fl_user_prologue`, kernels/user_support.cu) in front of the user's
-//! own kernel. The chain's first user kernel reads the slot header; the
+//! own kernel. The chain's first user kernel reads the loop state's copy of the slot header; the
 //! others copy its `fl_frame`'s fields. The frame's user result words are
 //! zero when the chain starts (cleared after each publish).
 //!
@@ -41,9 +41,6 @@ pub const FRAME_BYTES: usize = 64;
 const FRAME_PORT_BYTES: usize = FRAME_BYTES + 64;
 /// Threads of the one block of `fl_user_prologue` (`FL_USER_PROLOGUE_THREADS`).
 const PROLOGUE_THREADS: u32 = 32;
-
-// The prologue reads the slot header's first three 16-byte words, through sender_ts_ns.
-const _: () = assert!(std::mem::offset_of!(crate::ring::layout::SlotHeader, sender_ts_ns) + 8 <= 48);
 
 /// The chain with every user kernel's `source` made absolute, a relative
 /// one taken relative to the directory of `config_file` (the file the chain
@@ -252,6 +249,9 @@ impl GpuResidentOperator for UserKernelOp {
         let in_capacity = u32::try_from(x.bytes / 4).unwrap_or(u32::MAX);
         let out_capacity = u32::try_from(y.bytes / 4).unwrap_or(u32::MAX);
         let (fd, stream) = (ctx.frame_desc(), ctx.stream());
+        // The user result words exist only in the resident executor, whose
+        // FrameDesc is the loop state's: the header copy sits beside it.
+        let slot = super::control::slot_copy_of(fd);
         let fixed_out = fixed_output(&self.spec);
         let first_frame = if self.first {
             self.first_frame.store(frame.dptr, Ordering::Relaxed);
@@ -275,24 +275,30 @@ impl GpuResidentOperator for UserKernelOp {
         };
         if loaded.wrapped {
             let ticket = frame.dptr + FRAME_BYTES as u64;
+            // The chain's last operator publishes the result itself: no end-marker node.
+            let publisher = ctx.take_result_publisher().unwrap_or(0);
             let mut launch = stream.launch_builder(&loaded.function);
             launch
                 .arg(&fd)
+                .arg(&slot)
                 .arg(&frame.dptr)
                 .arg(&ticket)
                 .arg(&first_frame)
                 .arg(&in_capacity)
                 .arg(&out_capacity)
                 .arg(&fixed_out)
+                .arg(&publisher)
                 .arg(&x.dptr)
                 .arg(&y.dptr)
                 .arg(&params)
                 .arg(&user);
             // SAFETY: the arguments are fl_user_entry's (user_source::ENTRY_WRAPPER):
-            // FrameDesc*, fl_frame* and its uint32_t ticket (the `frame` port: 64 bytes
-            // then the ticket, checked above, zeroed when allocated and reset by the last
-            // block), the first user kernel's fl_frame or 0, three uint32_t counts, then
-            // the user kernel's (const float*, float*, const void*, fl_user_result*),
+            // FrameDesc*, the loop state's SlotHeader copy beside it, fl_frame* and its
+            // uint32_t ticket (the `frame` port: 64 bytes then the ticket, checked above,
+            // zeroed when allocated and reset by the last block), the first user kernel's
+            // fl_frame or 0, three uint32_t counts, the LoopParams* the executor offered
+            // (its last block calls fl_publish_result once, after every block's work) or
+            // 0, then the user kernel's (const float*, float*, const void*, fl_user_result*),
             // whose signature entry_kernel_cubin checked. Every pointer is device memory
             // that outlives the graph; the counts the user code sees are clamped to the
             // ports. The shape was checked by UserKernelSpec::problems (threads <= 1024,
@@ -306,6 +312,7 @@ impl GpuResidentOperator for UserKernelOp {
         let mut launch = stream.launch_builder(prologue);
         launch
             .arg(&fd)
+            .arg(&slot)
             .arg(&frame.dptr)
             .arg(&first_frame)
             .arg(&user)
@@ -314,9 +321,10 @@ impl GpuResidentOperator for UserKernelOp {
             .arg(&fixed_out);
         let one_warp =
             LaunchConfig { grid_dim: (1, 1, 1), block_dim: (PROLOGUE_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: (FrameDesc*, fl_frame*, const fl_frame*, fl_user_result*, uint32_t x3) is
-        // fl_user_prologue's signature; it writes the 64 bytes of `frame` (checked above), the
-        // 48 user result bytes the executor keeps, and the FrameDesc's sample count, and reads
+        // SAFETY: (FrameDesc*, const SlotHeader*, fl_frame*, const fl_frame*,
+        // fl_user_result*, uint32_t x3) is fl_user_prologue's signature; it writes the 64
+        // bytes of `frame` (checked above), the 48 user result bytes the executor keeps, and
+        // the FrameDesc's sample count, and reads the loop state's SlotHeader copy and
         // `first_frame` (0, or the first user kernel's 64-byte `frame` port, enqueued before
         // this one); one block of its 32 threads.
         unsafe { launch.launch(one_warp) }.map_err(|e| ctx.enqueue_error("fl_user_prologue", e))?;

@@ -269,33 +269,35 @@ pub fn entry_kernel_cubin(
 
 /// The entry kernel of [`entry_kernel_cubin`]; `FL_ENTRY` and `FL_THREADS`
 /// are replaced by the user's entry and the block size. Arguments: the
-/// FrameDesc, this operator's `fl_frame` in device memory (read by the
-/// chain's later user kernels as `first`) followed by its block ticket,
-/// `first` (null for the chain's first user kernel, which reads the slot
-/// header), the counts' capacities, then the user kernel's own arguments.
+/// FrameDesc, the loop state's copy of the claimed slot's header, this
+/// operator's `fl_frame` in device memory (read by the chain's later user
+/// kernels as `first`) and its block ticket, `first` (null for the chain's
+/// first user kernel), the counts' capacities, the loop parameters when this
+/// is the chain's last operator and publishes the result itself (else null),
+/// then the user kernel's own arguments.
 const ENTRY_WRAPPER: &str = r#"
 extern "C" __global__ void __launch_bounds__(FL_THREADS)
-    fl_user_entry(FrameDesc* fd, fl_frame* frame_out, uint32_t* ticket, const fl_frame* first,
-                  uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out,
-                  const float* in, float* out, const void* params, fl_user_result* user) {
+    fl_user_entry(FrameDesc* fd, const SlotHeader* slot, fl_frame* frame_out, uint32_t* ticket,
+                  const fl_frame* first, uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out,
+                  const LoopParams* publish, const float* in, float* out, const void* params,
+                  fl_user_result* user) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  __shared__ alignas(64) uint4 head[FL_USER_SLOT_WORDS];
   __shared__ alignas(64) fl_frame frame;
-  if (first == nullptr && threadIdx.x < FL_USER_SLOT_WORDS) head[threadIdx.x] = ((const uint4*)fd->slot_dptr)[threadIdx.x];
-  __syncthreads();
-  if (threadIdx.x == 0) fl_user_fill_frame(&frame, fd, head, first, in_capacity, out_capacity, fixed_out);
+  if (threadIdx.x == 0) fl_user_fill_frame(&frame, fd, slot, first, in_capacity, out_capacity, fixed_out);
   __syncthreads();
   FL_ENTRY(&frame, in, out, params, user);
-  // Every block read the FrameDesc's sample count before it reaches the
-  // ticket: the last one may now replace it for the operators after this one.
+  // Every block read the FrameDesc's sample count before it takes a ticket:
+  // the last one may replace it for the operators after this one.
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(ticket, 1u) == gridDim.x - 1) {
+      __threadfence();
       *frame_out = frame;
       fd->n_samples = frame.out_count;
       *ticket = 0u;
+      if (publish != nullptr) fl_publish_result(*publish);
     }
   }
 }

@@ -272,11 +272,6 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.tap.replace(tap)
     }
 
-    /// Removes the tap and returns it.
-    pub fn take_tap(&mut self) -> Option<Box<dyn DatagramTap>> {
-        self.tap.take()
-    }
-
     /// The assembler the receiver feeds.
     pub fn assembler(&self) -> &A {
         &self.assembler
