@@ -61,8 +61,6 @@ pub struct Appliance {
     /// Where the recording tap reports once the receiver has dropped it.
     recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     frame_ring: Arc<FrameRing>,
-    /// Where the frame ring's bytes live.
-    placement: RingPlacement,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
@@ -158,7 +156,6 @@ impl Appliance {
             rtp_counters: ingest.rtp_counters,
             recording: ingest.recording,
             frame_ring,
-            placement,
             rx_stop,
             rx_thread: Some(ingest.thread),
             resident,
