@@ -14,7 +14,7 @@ use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
-use crate::rdma::{RingPlacement, Transport};
+use crate::rdma::Transport;
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, ResultReader};
 use crate::rtp::RtpCounters;
