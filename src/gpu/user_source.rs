@@ -284,22 +284,33 @@ extern "C" __global__ void __launch_bounds__(FL_THREADS)
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
   __shared__ alignas(64) fl_frame frame;
-  if (threadIdx.x == 0) fl_user_fill_frame(&frame, fd, slot, first, in_capacity, out_capacity, fixed_out);
+  __shared__ uint32_t samples_before;  // the FrameDesc's sample count as this kernel found it
+  if (threadIdx.x == 0) {
+    samples_before = fd->n_samples;
+    fl_user_fill_frame(&frame, fd, slot, first, in_capacity, out_capacity, fixed_out);
+  }
   __syncthreads();
   FL_ENTRY(&frame, in, out, params, user);
-  // Every block read the FrameDesc's sample count before it takes a ticket:
-  // the last one may replace it for the operators after this one.
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x != 0) return;
+  // The FrameDesc's sample count changes only when this operator's output
+  // is sized differently from its input; every block reads it first, so a
+  // change (and the publish, which needs every block's work) waits for the
+  // last block to take a ticket. Otherwise block 0 finishes alone.
+  const bool resized = frame.out_count != samples_before;
+  bool finisher = blockIdx.x == 0;
+  if (gridDim.x > 1 && (resized || publish != nullptr)) {
     __threadfence();
-    if (atomicAdd(ticket, 1u) == gridDim.x - 1) {
+    finisher = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    if (finisher) {
       __threadfence();
-      *frame_out = frame;
-      fd->n_samples = frame.out_count;
       *ticket = 0u;
-      if (publish != nullptr) fl_publish_result(*publish);
     }
   }
+  if (!finisher) return;
+  *frame_out = frame;
+  if (resized) fd->n_samples = frame.out_count;
+  if (publish != nullptr) fl_publish_result(*publish);
 }
 "#;
 
