@@ -78,8 +78,8 @@ pub struct DeviceLoopState {
     /// `%globaltimer` when the handler last published the idle counters.
     pub counters_ns: u64,
     /// The frame's user result words, published in
-    /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user); the
-    /// first user kernel's prologue zeroes them for each frame.
+    /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user);
+    /// zeroed after each publish (and by a stand-alone user prologue).
     pub user: [u32; USER_RESULT_WORDS],
 }
 
