@@ -495,10 +495,14 @@ impl Drop for GraphExec {
 
 /// The name a loaded kernel was compiled with (`cuFuncGetName`), `None`
 /// when the driver cannot say.
-pub fn function_name(f: sys::CUfunction) -> Option<String> {
+///
+/// # Safety
+/// `f` is a function handle of a module that is still loaded (for example
+/// the function of a kernel node of a live graph).
+pub unsafe fn function_name(f: sys::CUfunction) -> Option<String> {
     let mut name: *const std::ffi::c_char = ptr::null();
-    // SAFETY: `f` is a loaded function handle; the driver stores a pointer to
-    // a NUL-terminated string it owns (valid while the module is loaded) in `name`.
+    // SAFETY: `f` is a loaded function handle (the caller's contract); the driver
+    // stores a pointer to a NUL-terminated string it owns in `name`.
     let status = unsafe { sys::cuFuncGetName(&mut name, f) };
     if status != sys::CUresult::CUDA_SUCCESS || name.is_null() {
         return None;

@@ -78,7 +78,6 @@ impl GpuError {
         let text = err.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         GpuError::Driver { call, name, text }
     }
-
 }
 
 /// Converts a raw driver status into a `Result`, naming the call.

@@ -174,24 +174,25 @@ impl UserKernelOp {
             let file = self.spec.source.display().to_string();
             let text = read_source(&self.spec.source).map_err(|e| self.problem(e.to_string()))?;
             let threads = self.spec.launch(1).threads;
-            let (cubin, wrapped) = match entry_kernel_cubin(&compiler, &file, &text, &self.spec.entry, threads)
-            {
-                Ok(cubin) => (cubin, true),
-                Err(wrapping) => {
-                    let cubin = kernel_cubin(&compiler, &file, &text, &self.spec.entry).map_err(|errors| {
-                        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                        self.problem(list.join("; "))
-                    })?;
-                    let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
-                    tracing::warn!(
-                        "{}: the source does not compile as the device function of an entry kernel \
+            let (cubin, wrapped) =
+                match entry_kernel_cubin(&compiler, &file, &text, &self.spec.entry, threads) {
+                    Ok(cubin) => (cubin, true),
+                    Err(wrapping) => {
+                        let cubin =
+                            kernel_cubin(&compiler, &file, &text, &self.spec.entry).map_err(|errors| {
+                                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                                self.problem(list.join("; "))
+                            })?;
+                        let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
+                        tracing::warn!(
+                            "{}: the source does not compile as the device function of an entry kernel \
                          ({}); it runs behind a prologue node, which costs one more kernel per frame",
-                        self.name,
-                        why.join("; ")
-                    );
-                    (cubin, false)
-                }
-            };
+                            self.name,
+                            why.join("; ")
+                        );
+                        (cubin, false)
+                    }
+                };
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| self.problem(format!("loading the compiled {file}: {e}")))?;
@@ -303,8 +304,7 @@ impl GpuResidentOperator for UserKernelOp {
             // that outlives the graph; the counts the user code sees are clamped to the
             // ports. The shape was checked by UserKernelSpec::problems (threads <= 1024,
             // shared bytes <= 48 KiB) and is the block size the kernel was compiled for.
-            unsafe { launch.launch(cfg) }
-                .map_err(|e| self.problem(format!("launching the kernel: {e}")))?;
+            unsafe { launch.launch(cfg) }.map_err(|e| self.problem(format!("launching the kernel: {e}")))?;
             return Ok(());
         }
 
@@ -410,11 +410,14 @@ mod tests {
         let text = std::fs::read_to_string(root.join("tests/fixtures/user_kernels/syntax_error.cu")).unwrap();
         let errors = entry_kernel_cubin(&compiler, "syntax_error.cu", &text, "broken", 256).unwrap_err();
         assert!(
-            errors.iter().any(|e| matches!(e, UserCodeError::Compile { file, .. } if file == "syntax_error.cu")),
+            errors
+                .iter()
+                .any(|e| matches!(e, UserCodeError::Compile { file, .. } if file == "syntax_error.cu")),
             "{errors:?}"
         );
         let text = std::fs::read_to_string(root.join("tests/fixtures/user_kernels/gain_offset.cu")).unwrap();
-        let errors = entry_kernel_cubin(&compiler, "gain_offset.cu", &text, "no_such_kernel", 256).unwrap_err();
+        let errors =
+            entry_kernel_cubin(&compiler, "gain_offset.cu", &text, "no_such_kernel", 256).unwrap_err();
         assert!(errors.iter().any(|e| matches!(e, UserCodeError::MissingEntry { .. })), "{errors:?}");
     }
 
