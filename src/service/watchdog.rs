@@ -21,13 +21,33 @@ pub const TEST_STALL_ENV: &str = "FRAMELOOP_TEST_STALL_AFTER_MS";
 pub struct ProgressSource {
     name: String,
     read: Box<dyn Fn() -> u64 + Send>,
+    /// Work offered to the stage and not yet taken (ring head minus the
+    /// stage's position); None for a stage whose counter always advances.
+    backlog: Option<Box<dyn Fn() -> u64 + Send>>,
 }
 
 impl ProgressSource {
     /// A source called `name` (used in log lines) read by `read`. `read` runs
     /// on the watchdog thread, so it should only load atomics.
     pub fn new(name: impl Into<String>, read: impl Fn() -> u64 + Send + 'static) -> Self {
-        Self { name: name.into(), read: Box::new(read) }
+        Self { name: name.into(), read: Box::new(read), backlog: None }
+    }
+
+    /// A source whose counter (`read`, the stage's consumed position) only
+    /// has to advance while `backlog` reports work waiting for the stage: an
+    /// idle stage with nothing offered is not a stall.
+    pub fn with_backlog(
+        name: impl Into<String>,
+        read: impl Fn() -> u64 + Send + 'static,
+        backlog: impl Fn() -> u64 + Send + 'static,
+    ) -> Self {
+        Self { name: name.into(), read: Box::new(read), backlog: Some(Box::new(backlog)) }
+    }
+
+    /// The work waiting for the stage, or None when the counter must always
+    /// advance.
+    pub fn backlog(&self) -> Option<u64> {
+        self.backlog.as_ref().map(|b| b())
     }
 
     /// The source's name.
@@ -71,11 +91,26 @@ impl ProgressGate {
     }
 
     /// Decides on the values `now` (same order and length as `initial`),
-    /// then remembers them for the next check.
+    /// then remembers them for the next check. Every counter must advance.
     pub fn check(&mut self, now: &[u64]) -> Verdict {
+        let no_backlog = vec![None; now.len()];
+        self.check_with_backlog(now, &no_backlog)
+    }
+
+    /// Like [`ProgressGate::check`], but a source whose `backlog` is
+    /// `Some(0)` (nothing offered to it) is idle, not stalled, even if its
+    /// counter did not advance. `None` means the counter must advance.
+    pub fn check_with_backlog(&mut self, now: &[u64], backlog: &[Option<u64>]) -> Verdict {
         debug_assert_eq!(now.len(), self.last.len(), "one value per progress source");
-        let stalled: Vec<usize> =
-            now.iter().zip(&self.last).enumerate().filter(|(_, (n, l))| n <= l).map(|(i, _)| i).collect();
+        debug_assert_eq!(backlog.len(), now.len(), "one backlog per progress source");
+        let stalled: Vec<usize> = now
+            .iter()
+            .zip(&self.last)
+            .zip(backlog)
+            .enumerate()
+            .filter(|(_, ((n, l), b))| n <= l && **b != Some(0))
+            .map(|(i, _)| i)
+            .collect();
         self.last.clear();
         self.last.extend_from_slice(now);
         if stalled.is_empty() { Verdict::Ping } else { Verdict::Stalled(stalled) }
@@ -254,7 +289,9 @@ fn ping_loop(
         }
         drop(stop);
         next += period;
-        match gate.check(&sample(&mut hook)) {
+        let values = sample(&mut hook);
+        let backlog: Vec<Option<u64>> = sources.iter().map(ProgressSource::backlog).collect();
+        match gate.check_with_backlog(&values, &backlog) {
             Verdict::Ping => {
                 notifier.watchdog();
                 shared.pings.fetch_add(1, Ordering::Relaxed);
@@ -298,6 +335,24 @@ mod tests {
         // A counter that goes backwards (a restarted loop) is not progress.
         assert_eq!(gate.check(&[2, 9]), Verdict::Stalled(vec![0]));
         assert_eq!(gate.check(&[3, 10]), Verdict::Ping);
+    }
+
+    #[test]
+    fn gate_with_backlog_stalls_only_when_work_is_offered() {
+        // Sources: resident loop (frames pending), result thread (results pending).
+        let mut gate = ProgressGate::new(vec![0, 0]);
+        // Idle: nothing offered, nothing consumed -> ping.
+        assert_eq!(gate.check_with_backlog(&[0, 0], &[Some(0), Some(0)]), Verdict::Ping);
+        // Progressing with work pending -> ping.
+        assert_eq!(gate.check_with_backlog(&[4, 3], &[Some(2), Some(1)]), Verdict::Ping);
+        // Resident loop stalled with frames pending -> no ping.
+        assert_eq!(gate.check_with_backlog(&[4, 5], &[Some(3), Some(0)]), Verdict::Stalled(vec![0]));
+        // Result thread stalled with results pending -> no ping.
+        assert_eq!(gate.check_with_backlog(&[6, 5], &[Some(0), Some(7)]), Verdict::Stalled(vec![1]));
+        // A source without a backlog (the receiver's poll counter) must advance.
+        let mut rx = ProgressGate::new(vec![9]);
+        assert_eq!(rx.check_with_backlog(&[9], &[None]), Verdict::Stalled(vec![0]));
+        assert_eq!(rx.check_with_backlog(&[10], &[None]), Verdict::Ping);
     }
 
     #[test]
