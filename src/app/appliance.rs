@@ -13,15 +13,21 @@ use super::report::{RecordingReport, Report};
 use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
 use crate::ingest::{IngestCounters, IngestSnapshot};
-use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
+use crate::metrics::{
+    LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
+    create_interval_log,
+};
 use crate::rdma::Transport;
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, ResultReader};
+use crate::ring::{FrameRing, ResultReader, ResultRing};
 use crate::rtp::RtpCounters;
+use crate::service::ProgressSource;
+use crate::service::bounded::{call_by, join_by};
+use crate::service::thread_stall::ThreadStall;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,8 +70,15 @@ pub struct Appliance {
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
+    /// The receiver's poll-loop count (UDP receivers), for the watchdog.
+    rx_poll_loops: Option<Arc<AtomicU64>>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
+    /// The result ring and how far the result thread has read it, for the watchdog.
+    result_ring: Arc<ResultRing>,
+    result_progress: Arc<ResultProgress>,
+    /// `service.shutdown_timeout_ms`: the bound on [`Appliance::stop`].
+    shutdown_timeout: Duration,
     started: Instant,
 }
 
@@ -137,7 +150,9 @@ impl Appliance {
         });
         let spin = ResultSpin { budget: result_spin_budget(), frame_head };
         let result_cpu = cfg.service.result_cpu;
-        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), move || {
+        let result_stall: Option<LoopHook> = ThreadStall::requested("result")
+            .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
+        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
                 .map_err(|e| e.to_string())
@@ -158,8 +173,12 @@ impl Appliance {
             frame_ring,
             rx_stop,
             rx_thread: Some(ingest.thread),
+            rx_poll_loops: ingest.poll_loops,
             resident,
+            result_progress: results.progress(),
             results: Some(results),
+            result_ring,
+            shutdown_timeout: cfg.service.shutdown_timeout(),
             started: Instant::now(),
         })
     }
@@ -281,6 +300,35 @@ impl Appliance {
         Ok(c)
     }
 
+    /// Frames published in the frame ring that the resident loop has not
+    /// taken yet (a copy and a stream sync for a ring in GPU memory).
+    pub fn frame_backlog(&self) -> u64 {
+        let seq = self.frame_ring.sequences();
+        crate::service::backlog(seq.head, seq.consumed)
+    }
+
+    /// The receiver's and the result thread's progress for the watchdog,
+    /// read from atomics on the watchdog's thread: the receiver's poll loop
+    /// must always advance (its poll is timed); the result thread's loop
+    /// must advance while results wait in the result ring. The resident
+    /// loop's source is built by the caller from [`Appliance::loop_stats`]
+    /// and [`Appliance::frame_backlog`], which need the loop itself.
+    pub fn progress_sources(&self) -> Vec<ProgressSource> {
+        let mut sources = Vec::new();
+        if let Some(loops) = &self.rx_poll_loops {
+            let loops = Arc::clone(loops);
+            sources.push(ProgressSource::new("receiver", move || loops.load(Ordering::Relaxed)));
+        }
+        let (count, read) = (Arc::clone(&self.result_progress), Arc::clone(&self.result_progress));
+        let ring = Arc::clone(&self.result_ring);
+        sources.push(ProgressSource::with_backlog(
+            "result thread",
+            move || count.iterations.load(Ordering::Relaxed),
+            move || crate::service::backlog(ring.head(), read.read_position.load(Ordering::Relaxed)),
+        ));
+        sources
+    }
+
     /// Waits until every published frame has been consumed or `timeout` passes.
     pub fn drain(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
@@ -299,37 +347,93 @@ impl Appliance {
 
     /// Stops the receiver (publishing what it holds), lets the loop finish
     /// the frames in the ring, tears the loop down and returns the report.
+    ///
+    /// Returns within `service.shutdown_timeout_ms` whatever happens: a
+    /// thread (or a tear-down) that has not finished by then is left behind,
+    /// leaked with what it owns, and named in [`Report::hung`], as is a
+    /// resident loop whose device stopped answering ([`ResidentLoop::is_wedged`]).
     pub fn stop(mut self) -> Result<Report, AppError> {
+        let deadline = Instant::now() + self.shutdown_timeout;
+        let mut hung = Vec::new();
         self.rx_stop.store(true, Ordering::Release);
-        let rx = self.rx_thread.take().map(|h| h.join());
-        let drained = self.drain(Duration::from_secs(2));
+        let rx = match self.rx_thread.take() {
+            Some(h) => {
+                let joined = join_by(h, deadline);
+                if joined.is_none() {
+                    hung.push("receiver thread (did not return)".to_string());
+                }
+                joined
+            }
+            None => None,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let drained = self.drain(left.min(Duration::from_secs(2)));
         if !drained {
             tracing::warn!("frames left in the ring at shutdown were not processed");
         }
-        let loop_result = self.resident.tear_down();
+        let stats_before = self.resident.stats();
+        let (clock_offset_ns, clock_error_ns) =
+            (self.resident.clock_offset_ns(), self.resident.clock_error_ns());
+        let mut resident = self.resident;
+        let torn_down = call_by("frameloop-tear-down", deadline, move || {
+            if let Some(stall) = ThreadStall::requested("tear-down") {
+                stall.hang_forever();
+            }
+            let result = resident.tear_down();
+            (result, resident.is_wedged())
+        });
+        let loop_stats = match torn_down {
+            Some((Ok(s), wedged)) => {
+                if wedged {
+                    hung.push(
+                        "resident loop (its device stopped answering; its memory is leaked)".to_string(),
+                    );
+                }
+                s
+            }
+            Some((Err(e), wedged)) => {
+                tracing::error!("resident loop: {e}");
+                if wedged {
+                    hung.push(
+                        "resident loop (its device stopped answering; its memory is leaked)".to_string(),
+                    );
+                }
+                stats_before
+            }
+            None => {
+                hung.push("resident loop (its tear-down did not return)".to_string());
+                stats_before
+            }
+        };
         // Results of the last frames: give the result thread a moment to see them.
         std::thread::sleep(Duration::from_millis(5));
-        let latency = match self.results.take() {
-            Some(r) => r.stop().map_err(|e| AppError::Runtime(e.to_string()))?,
+        let latency = match self.results {
+            Some(r) => match call_by("frameloop-results-stop", deadline, move || r.stop()) {
+                Some(summary) => summary.map_err(AppError::Results)?,
+                None => {
+                    hung.push("result thread (did not return; latency figures lost)".to_string());
+                    Summary::of(&Default::default())
+                }
+            },
             None => Summary::of(&Default::default()),
-        };
-        let loop_stats = match loop_result {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("resident loop: {e}");
-                self.resident.stats()
-            }
         };
         match rx {
             Some(Ok(Ok(()))) | None => {}
             Some(Ok(Err(e))) => tracing::error!("receiver stopped with an error: {e}"),
             Some(Err(_)) => tracing::error!("the receiver thread panicked"),
         }
-        // The receiver thread has ended, so the tap was dropped and has reported.
+        for stage in &hung {
+            tracing::error!(
+                "shutdown: {stage}, within service.shutdown_timeout_ms = {} ms; left behind",
+                self.shutdown_timeout.as_millis()
+            );
+        }
+        // Once the receiver thread has ended, the tap was dropped and has reported.
         let recording = self.recording.as_ref().and_then(|done| done.try_recv().ok());
         if let Some(e) = recording.as_ref().and_then(|r| r.error.as_ref()) {
             tracing::error!("the recording stopped early: {e}");
         }
+        let rtp = self.rtp_counters.as_ref().map(|c| c.iter().collect());
         Ok(Report {
             backend: self.pick.clone(),
             elapsed_s: self.started.elapsed().as_secs_f64(),
@@ -337,11 +441,13 @@ impl Appliance {
             gro: self.gro_active,
             loop_stats,
             ingest: self.counters.snapshot(),
-            clock_offset_ns: self.resident.clock_offset_ns(),
-            clock_error_ns: self.resident.clock_error_ns(),
-            rtp: self.rtp_counters(),
+            clock_offset_ns,
+            clock_error_ns,
+            rtp,
             recording,
             latency,
+            hung,
+            shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),
         })
     }
 }

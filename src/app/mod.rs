@@ -34,19 +34,32 @@ pub enum AppError {
     Startup(String),
     #[error("{0}")]
     Runtime(String),
+    /// The result thread failed (it panicked, or the histogram log could
+    /// not be written).
+    #[error(transparent)]
+    Results(crate::metrics::MetricsError),
     #[error(
         "the {thread} thread died: {message}; the service stopped so that it can be restarted \
          (see the log above for the cause)"
     )]
     ThreadDied { thread: String, message: String },
+    #[error(
+        "the pipeline did not stop within service.shutdown_timeout_ms = {timeout_ms} ms: {}; \
+         it was left behind and the process exits so that it can be restarted (a wedged GPU may \
+         need a reset: see docs/operations.md, exit status 4)",
+        stages.join("; ")
+    )]
+    StopTimedOut { stages: Vec<String>, timeout_ms: u64 },
 }
 
 impl AppError {
     /// Exit status of `frameloop`: 3 when a pipeline thread died (the
-    /// service must be restarted), 1 for every other error.
+    /// service must be restarted), 4 when the stop had to leave a hung
+    /// thread or a wedged device behind, 1 for every other error.
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::ThreadDied { .. } => 3,
+            AppError::StopTimedOut { .. } => 4,
             _ => 1,
         }
     }
@@ -239,7 +252,9 @@ pub(crate) const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration:
 ///
 /// Under systemd (`NOTIFY_SOCKET`) it sends READY=1 once the ring is
 /// allocated, the loop launched and the socket bound; WATCHDOG=1 only while
-/// the resident loop keeps iterating; STOPPING=1 on the way out.
+/// no stage (receiver, resident loop, result thread, this control loop)
+/// stops making progress with work waiting for it; STOPPING=1 on the way
+/// out. A stop that has to leave a hung stage behind exits with status 4.
 pub fn run(args: &RunArgs) -> Result<(), AppError> {
     use crate::service::{MetricsBoard, MetricsServer, Notifier, ProgressSource, WatchdogPinger};
     use std::sync::Arc;
@@ -265,16 +280,22 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         }
         None => None,
     };
-    // The watchdog pings only while this counter, fed from the loop's own
-    // iteration count, keeps moving.
+    // The resident loop's counters need the loop itself, so this loop copies
+    // them for the watchdog; its own tick shows that the copies are fresh.
     let iterations = Arc::new(AtomicU64::new(app.loop_stats().iterations));
+    let frame_backlog = Arc::new(AtomicU64::new(0));
+    let ticks = Arc::new(AtomicU64::new(0));
     let pinger = notifier.as_ref().and_then(|n| {
         n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name));
-        let it = Arc::clone(&iterations);
-        WatchdogPinger::start(
-            Arc::clone(n),
-            vec![ProgressSource::new("resident loop", move || it.load(Ordering::Relaxed))],
-        )
+        let (it, pending, tick) = (Arc::clone(&iterations), Arc::clone(&frame_backlog), Arc::clone(&ticks));
+        let mut sources = app.progress_sources();
+        sources.push(ProgressSource::with_backlog(
+            "resident loop",
+            move || it.load(Ordering::Relaxed),
+            move || pending.load(Ordering::Relaxed),
+        ));
+        sources.push(ProgressSource::new("control loop", move || tick.load(Ordering::Relaxed)));
+        WatchdogPinger::start(Arc::clone(n), sources)
     });
 
     let started = Instant::now();
@@ -296,7 +317,11 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             tracing::error!("the resident loop stopped by itself; shutting down");
             break;
         }
-        iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+        if pinger.is_some() {
+            iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+            frame_backlog.store(app.frame_backlog(), Ordering::Relaxed);
+            ticks.fetch_add(1, Ordering::Relaxed);
+        }
         if last_calibration.elapsed() >= CLOCK_RECALIBRATION {
             if let Err(e) = app.recalibrate_clock() {
                 tracing::warn!("GPU clock recalibration failed: {e}");
@@ -333,6 +358,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     }
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
+    if !report.hung.is_empty() {
+        return Err(AppError::StopTimedOut { stages: report.hung, timeout_ms: report.shutdown_timeout_ms });
+    }
     Ok(())
 }
 
