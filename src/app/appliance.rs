@@ -354,11 +354,15 @@ impl Appliance {
     /// resident loop whose device stopped answering ([`ResidentLoop::is_wedged`]).
     pub fn stop(mut self) -> Result<Report, AppError> {
         let deadline = Instant::now() + self.shutdown_timeout;
+        // The last part of the budget is kept for the result thread, so that
+        // a hung tear-down does not make a healthy result thread look hung.
+        let results_reserve = (self.shutdown_timeout / 10).min(Duration::from_millis(200));
+        let loop_deadline = deadline - results_reserve;
         let mut hung = Vec::new();
         self.rx_stop.store(true, Ordering::Release);
         let rx = match self.rx_thread.take() {
             Some(h) => {
-                let joined = join_by(h, deadline);
+                let joined = join_by(h, loop_deadline);
                 if joined.is_none() {
                     hung.push("receiver thread (did not return)".to_string());
                 }
@@ -366,7 +370,7 @@ impl Appliance {
             }
             None => None,
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = loop_deadline.saturating_duration_since(Instant::now());
         let drained = self.drain(left.min(Duration::from_secs(2)));
         if !drained {
             tracing::warn!("frames left in the ring at shutdown were not processed");
@@ -375,7 +379,7 @@ impl Appliance {
         let (clock_offset_ns, clock_error_ns) =
             (self.resident.clock_offset_ns(), self.resident.clock_error_ns());
         let mut resident = self.resident;
-        let torn_down = call_by("frameloop-tear-down", deadline, move || {
+        let torn_down = call_by("frameloop-tear-down", loop_deadline, move || {
             if let Some(stall) = ThreadStall::requested("tear-down") {
                 stall.hang_forever();
             }
@@ -424,7 +428,8 @@ impl Appliance {
         }
         for stage in &hung {
             tracing::error!(
-                "shutdown: {stage}, within service.shutdown_timeout_ms = {} ms; left behind",
+                "shutdown: {stage} within service.shutdown_timeout_ms = {} ms; left it behind \
+                 (raise the key if the stage is only slow to stop)",
                 self.shutdown_timeout.as_millis()
             );
         }
