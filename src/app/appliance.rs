@@ -103,7 +103,7 @@ impl Appliance {
         if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
             && cfg.ingest.transport != Transport::Udp
         {
-            return Err(AppError::Startup(
+            return Err(AppError::Unsupported(
                 "ingest.format = \"hsb\" receives UDP datagrams: set ingest.transport = \"udp\"".into(),
             ));
         }
@@ -112,26 +112,22 @@ impl Appliance {
             .as_ref()
             .map(|h| crate::gpu::user_handler::UserHandlerSource::from_config(h, Path::new("")))
             .transpose()
-            .map_err(|e| AppError::Startup(format!("handler.source: {e}")))?;
+            .map_err(AppError::HandlerSource)?;
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {
-            AppError::Startup("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
+            AppError::Unsupported("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
         })?;
         let result_bytes = result_ring_bytes(cfg.ring.results)
-            .ok_or_else(|| AppError::Startup("ring.results is too large; lower it".into()))?;
+            .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
             open_backend(&pick, cfg, user_handler, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
-        resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
+        resident.launch().map_err(AppError::Launch)?;
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
         let on_result = match &cfg.sink.nats {
-            Some(nats) => Some(
-                crate::sink::nats::forward_results(nats, opts.on_result)
-                    .map_err(|e| AppError::Startup(e.to_string()))?
-                    .0,
-            ),
+            Some(nats) => Some(crate::sink::nats::forward_results(nats, opts.on_result)?.0),
             None => opts.on_result,
         };
         if let Some(cb) = on_result {
@@ -139,7 +135,7 @@ impl Appliance {
         }
         if let Some(path) = opts.histogram_log.as_ref().or(cfg.metrics.histogram_log.as_ref()) {
             let now = crate::clock::realtime_ns();
-            let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
+            let writer = create_interval_log(path, now)?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
         // Reading the head of a ring in GPU memory takes a copy and a stream
@@ -156,8 +152,7 @@ impl Appliance {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
                 .map_err(|e| e.to_string())
-        })
-        .map_err(|e| AppError::Startup(e.to_string()))?;
+        })?;
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
@@ -287,7 +282,7 @@ impl Appliance {
     /// thread; returns the new offset and its error bound, if the backend has
     /// a clock of its own.
     pub fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, AppError> {
-        let c = self.resident.recalibrate_clock().map_err(|e| AppError::Runtime(e.to_string()))?;
+        let c = self.resident.recalibrate_clock()?;
         if let (Some(c), Some(r)) = (c, &self.results) {
             r.set_clock(c.offset_ns, c.measured_at_ns, c.drift_ppb);
             tracing::debug!(
@@ -413,7 +408,7 @@ impl Appliance {
         std::thread::sleep(Duration::from_millis(5));
         let latency = match self.results {
             Some(r) => match call_by("frameloop-results-stop", deadline, move || r.stop()) {
-                Some(summary) => summary.map_err(AppError::Results)?,
+                Some(summary) => summary?,
                 None => {
                     hung.push("result thread (did not return; latency figures lost)".to_string());
                     Summary::of(&Default::default())

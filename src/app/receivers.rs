@@ -74,22 +74,20 @@ fn start_udp(
 ) -> Result<IngestParts, AppError> {
     if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
         if record.is_some() {
-            return Err(AppError::Startup(
+            return Err(AppError::Unsupported(
                 "--record taps the native receiver; with ingest.format = \"hsb\" record with tcpdump instead"
                     .into(),
             ));
         }
         return start_hsb(cfg, frame_ring, rx_stop);
     }
-    let writer = frame_ring
-        .writer()
-        .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
+    let writer = frame_ring.writer().ok_or(AppError::WriterTaken)?;
     let poll_loops = Arc::new(AtomicU64::new(0));
     let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
         Some(rtp) => {
             let settings =
                 rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
-            let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
+            let a = RtpAssembler::new(settings, writer)?;
             let c = Arc::clone(a.counters());
             (Box::new(PollCounted::new(a, &poll_loops, rx_stop)), Some(c))
         }
@@ -99,7 +97,7 @@ fn start_udp(
         }
     };
     let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(counters))
-        .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+        .map_err(AppError::Receiver)?;
     let recording = match record {
         Some(path) => {
             let (tap, done) = super::captures::recording_tap(path)?;
@@ -126,10 +124,10 @@ fn start_udp(
             crate::service::thread_failure::panic_if_requested("receiver");
             receiver.run(&stop).map_err(|e| e.to_string())
         })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     if let Ok(Err(e)) = placed_rx.recv() {
         rx_stop.store(true, Ordering::Release);
-        return Err(AppError::Startup(e.to_string()));
+        return Err(e.into());
     }
     tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
     Ok(IngestParts {
@@ -151,21 +149,20 @@ fn start_hsb(
 ) -> Result<IngestParts, AppError> {
     use crate::ingest::hsb::{HsbDma, HsbReceiver};
     if cfg.handler.is_none() || cfg.rtp.is_some() {
-        return Err(AppError::Startup(
+        return Err(AppError::Unsupported(
             "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
              finds them: add [handler] (handlers/hsb_ready.cu, docs/operators.md) and remove [rtp]"
                 .into(),
         ));
     }
-    let listen: SocketAddr = cfg.ingest.bind.parse().map_err(|e| {
-        AppError::Startup(format!(
-            "ingest.bind {:?} is not ADDR:PORT ({e}); for example \"0.0.0.0:5000\"",
-            cfg.ingest.bind
-        ))
-    })?;
-    let dma = HsbDma::new(Arc::clone(frame_ring)).map_err(|e| AppError::Startup(e.to_string()))?;
-    let receiver = HsbReceiver::bind(listen, dma).map_err(|e| AppError::Startup(e.to_string()))?;
-    let local_addr = receiver.local_addr().map_err(|e| AppError::Startup(e.to_string()))?;
+    let listen: SocketAddr = cfg
+        .ingest
+        .bind
+        .parse()
+        .map_err(|source| AppError::BindAddress { value: cfg.ingest.bind.clone(), source })?;
+    let dma = HsbDma::new(Arc::clone(frame_ring))?;
+    let receiver = HsbReceiver::bind(listen, dma)?;
+    let local_addr = receiver.local_addr().map_err(|source| AppError::Socket { addr: listen, source })?;
     let stop = Arc::clone(rx_stop);
     let thread = std::thread::Builder::new()
         .name("frameloop-hsb".into())
@@ -174,7 +171,7 @@ fn start_hsb(
             tracing::info!("HSB receiver: {counters:?}");
             Ok(())
         })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
     Ok(IngestParts {
         local_addr,
@@ -212,7 +209,7 @@ pub(super) fn start_ingest(
             let thread = std::thread::Builder::new()
                 .name("frameloop-rdma".into())
                 .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
-                .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
+                .map_err(|source| AppError::Spawn { thread: "RDMA", source })?;
             IngestParts {
                 local_addr,
                 gro_active: false,
