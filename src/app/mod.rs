@@ -5,6 +5,8 @@ mod appliance;
 mod backend_factory;
 mod captures;
 mod loopback;
+mod loops;
+mod numa;
 mod receivers;
 mod report;
 pub mod signals;
@@ -13,6 +15,7 @@ pub use appliance::{Appliance, StartOptions};
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
+pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
 pub use report::{RecordingReport, Report};
 
 use crate::config::{self, BackendChoice, Config};
@@ -39,14 +42,19 @@ pub enum AppError {
          (see the log above for the cause)"
     )]
     ThreadDied { thread: String, message: String },
+    #[error(
+        "{loops} went down while the others kept running; the service exits non-zero so that it can be \
+         restarted (see the log above for the cause)"
+    )]
+    LoopsDown { loops: String },
 }
 
 impl AppError {
-    /// Exit status of `frameloop`: 3 when a pipeline thread died (the
-    /// service must be restarted), 1 for every other error.
+    /// Exit status of `frameloop`: 3 when a pipeline thread died or a loop
+    /// went down (the service must be restarted), 1 for every other error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            AppError::ThreadDied { .. } => 3,
+            AppError::ThreadDied { .. } | AppError::LoopsDown { .. } => 3,
             _ => 1,
         }
     }
@@ -97,6 +105,9 @@ pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppErro
             let mut cfg = config::load(p)?;
             // User kernel sources are named relative to the config file.
             cfg.chain = crate::gpu::user_kernel::with_sources_resolved(&cfg.chain, p);
+            for spec in &mut cfg.loops {
+                spec.chain = crate::gpu::user_kernel::with_sources_resolved(&spec.chain, p);
+            }
             // [handler] source is relative to the config file, like chain kernels.
             if let Some(h) = &mut cfg.handler {
                 h.source = h.source_path(p);
@@ -248,6 +259,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
 
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
+    if !cfg.loops.is_empty() {
+        return loops::run_loops(args, &cfg);
+    }
     crate::service::thread_failure::install();
     signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
     let notifier = Notifier::from_env().map(Arc::new);

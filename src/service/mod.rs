@@ -5,6 +5,7 @@
 pub mod config;
 pub mod logging;
 pub mod metrics_http;
+pub mod metrics_loops;
 pub mod notify;
 pub mod thread_failure;
 pub mod threads;
@@ -12,6 +13,7 @@ pub mod watchdog;
 
 pub use config::ServiceConfig;
 pub use metrics_http::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;
 pub use watchdog::{ProgressSource, WatchdogPinger};
 
