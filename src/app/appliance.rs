@@ -199,15 +199,16 @@ impl Appliance {
         self.resident.is_launched()
     }
 
-    /// The first stage found stopped by itself (`receiver`, `resident loop`
-    /// or `result`), if one has: the appliance no longer serves its streams.
+    /// The first stage found stopped by itself (`receiver thread`, `resident
+    /// loop` or `result thread`), if one has: the appliance no longer serves
+    /// its streams.
     pub fn stopped_stage(&self) -> Option<&'static str> {
         if self.rx_thread.as_ref().is_none_or(JoinHandle::is_finished) {
-            Some("receiver")
+            Some("receiver thread")
         } else if !self.resident.is_launched() {
             Some("resident loop")
         } else if !self.results.as_ref().is_some_and(ResultThread::is_running) {
-            Some("result")
+            Some("result thread")
         } else {
             None
         }

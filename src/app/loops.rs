@@ -290,18 +290,40 @@ impl LoopSet {
             .loops
             .into_iter()
             .map(|l| {
-                let (report, stop_error) = match l.app.stop() {
-                    Ok(r) => (Some(r), None),
-                    Err(e) => {
+                // Stopping drains the last results through the loop's result
+                // callback on this thread; one that panicked on the loop's
+                // own thread may panic here too, and must not take the
+                // other loops' reports with it.
+                let app = l.app;
+                let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || app.stop()));
+                let (report, stop_error) = match stopped {
+                    Ok(Ok(r)) => (Some(r), None),
+                    Ok(Err(e)) => {
                         tracing::error!("loop {}: {e}", l.plan.name);
                         (None, Some(e.to_string()))
                     }
+                    Err(_) => (None, Some("stopping it panicked (see the log above)".to_string())),
                 };
                 LoopOutcome { plan: l.plan, streams: l.streams, down: l.down, report, stop_error }
             })
             .collect();
         LoopsReport { loops }
     }
+}
+
+/// With `FRAMELOOP_TEST_PANIC_THREAD=result@NAME`, loop NAME's result
+/// thread panics at its first result: lets tests take one loop of the real
+/// binary down while the others run.
+fn test_panic_callback(name: &str) -> Option<ResultCallback> {
+    let wanted = std::env::var(crate::service::thread_failure::TEST_PANIC_ENV).ok()?;
+    (wanted == format!("result@{name}")).then(|| {
+        let name = name.to_string();
+        Box::new(move |_: &crate::ring::ResultRecord| requested_panic(&wanted, &name)) as ResultCallback
+    })
+}
+
+fn requested_panic(wanted: &str, name: &str) {
+    panic!("{wanted}: test-requested panic of loop {name}'s result thread")
 }
 
 /// `frameloop run` with `[[loop]]` tables: plans and starts the loops, serves
@@ -341,7 +363,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     let base_log = args.histogram_log.clone().or_else(|| cfg.metrics.histogram_log.clone());
     // The per-loop configs name their logs from metrics.histogram_log; a
     // command-line log overrides it the same way.
-    let mut set = LoopSet::start(cfg, plans, args.histogram_log.as_deref(), |_| None)?;
+    let mut set = LoopSet::start(cfg, plans, args.histogram_log.as_deref(), test_panic_callback)?;
     if let Some(p) = &base_log {
         tracing::info!("histogram logs per loop: {}", per_loop_path(p, "<loop>").display());
     }
