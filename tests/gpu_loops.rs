@@ -16,11 +16,12 @@ use std::time::Duration;
 
 /// The host test's two loops, both on GPU 0 over UDP.
 fn gpu_config() -> Config {
-    let text = TWO_LOOPS.replace("backend = \"host\"", "backend = \"cuda\"").replace(
-        "frame_timeout_ms = 1000",
-        "frame_timeout_ms = 1000\ntransport = \"udp\"",
-    );
-    let text = text.replace("name = \"cam0\"", "name = \"cam0\"\ngpu = 0").replace("name = \"cam1\"", "name = \"cam1\"\ngpu = 0");
+    let text = TWO_LOOPS
+        .replace("backend = \"host\"", "backend = \"cuda\"")
+        .replace("frame_timeout_ms = 1000", "frame_timeout_ms = 1000\ntransport = \"udp\"");
+    let text = text
+        .replace("name = \"cam0\"", "name = \"cam0\"\ngpu = 0")
+        .replace("name = \"cam1\"", "name = \"cam1\"\ngpu = 0");
     parse(&text).unwrap()
 }
 
@@ -60,11 +61,7 @@ fn two_resident_loops_on_one_gpu_process_their_own_streams() {
     }
     for outcome in &report.loops {
         let r = outcome.report.as_ref().unwrap();
-        println!(
-            "loop {}: {}",
-            outcome.plan.name,
-            r.latency.progress_line()
-        );
+        println!("loop {}: {}", outcome.plan.name, r.latency.progress_line());
     }
 }
 
@@ -83,7 +80,11 @@ fn one_resident_loop_down_leaves_the_other_processing() {
         send_frame(&socket, a, 1, seq);
         std::thread::sleep(Duration::from_millis(1));
     }
-    wait_for("cam0's results", || (count(&seen, "cam0") >= FRAMES as usize).then_some(()), || set.progress_line());
+    wait_for(
+        "cam0's results",
+        || (count(&seen, "cam0") >= FRAMES as usize).then_some(()),
+        || set.progress_line(),
+    );
     let report = set.stop();
     assert_eq!(report.down(), ["loop cam1 (its result thread stopped)"]);
     for r in &seen.lock().unwrap()["cam0"] {

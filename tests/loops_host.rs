@@ -33,12 +33,20 @@ fn two_loops_each_process_their_own_stream_with_their_own_chain() {
     wait_for(
         "every frame's result",
         || (count(&seen, "cam0") >= FRAMES as usize && count(&seen, "cam1") >= FRAMES as usize).then_some(()),
-        || format!("{:?}", seen.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.len())).collect::<Vec<_>>()),
+        || {
+            format!(
+                "{:?}",
+                seen.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.len())).collect::<Vec<_>>()
+            )
+        },
     );
     let text = frameloop::service::metrics_http::render(&set.metrics_snapshot());
     assert!(text.contains("frameloop_loop_up{loop=\"cam0\",gpu=\"none\"} 1"), "{text}");
     assert!(text.contains("frameloop_stream_up{loop=\"cam1\",stream=\"2\"} 1"), "{text}");
-    assert!(text.contains(&format!("frameloop_frames_total{{loop=\"cam1\",outcome=\"processed\"}} {FRAMES}")), "{text}");
+    assert!(
+        text.contains(&format!("frameloop_frames_total{{loop=\"cam1\",outcome=\"processed\"}} {FRAMES}")),
+        "{text}"
+    );
     let report = set.stop();
     assert!(report.down().is_empty(), "{:?}", report.down());
     let seen = seen.lock().unwrap();
@@ -75,7 +83,11 @@ fn a_loop_whose_result_thread_dies_is_down_and_the_other_keeps_processing() {
         send_frame(&socket, b, 2, seq + 1);
         std::thread::sleep(Duration::from_millis(1));
     }
-    wait_for("cam0's results", || (count(&seen, "cam0") >= FRAMES as usize).then_some(()), || set.progress_line());
+    wait_for(
+        "cam0's results",
+        || (count(&seen, "cam0") >= FRAMES as usize).then_some(()),
+        || set.progress_line(),
+    );
     assert_eq!(count(&seen, "cam1"), 0);
     let snapshot = set.metrics_snapshot();
     let up: Vec<(&str, bool)> = snapshot.loops.iter().map(|l| (l.name.as_str(), l.up)).collect();

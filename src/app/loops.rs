@@ -96,6 +96,23 @@ pub fn plan_loops(
         .collect())
 }
 
+/// One line on a configured loop, for `frameloop validate`.
+pub(super) fn describe(spec: &crate::config::loops::LoopSpec) -> String {
+    let gpu = match spec.gpu {
+        GpuChoice::Ordinal(n) => format!("GPU {n}"),
+        GpuChoice::Auto => "GPU by placement".to_string(),
+    };
+    format!(
+        "loop {}: udp {}, streams {:?}, {gpu}, {} slots of {} bytes, chain: {}",
+        spec.name,
+        spec.ingest.bind,
+        spec.streams,
+        spec.ring.slots,
+        spec.ring.slot_bytes,
+        spec.chain.iter().map(|o| o.name()).collect::<Vec<_>>().join(" -> ")
+    )
+}
+
 /// One running loop.
 struct RunningLoop {
     plan: LoopPlan,
@@ -150,7 +167,10 @@ impl LoopsReport {
                 (None, None) => "up".to_string(),
             };
             let streams = l.streams.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-            out.push_str(&format!("=== loop {} [{state}] streams [{streams}]\n{}\n", l.plan.name, l.plan.reason));
+            out.push_str(&format!(
+                "=== loop {} [{state}] streams [{streams}]\n{}\n",
+                l.plan.name, l.plan.reason
+            ));
             if let Some(r) = &l.report {
                 out.push_str(&r.render());
             }
@@ -337,14 +357,16 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
 
     if args.record.is_some() {
         return Err(AppError::Startup(
-            "--record captures one receiver; with [[loop]] tables record with tcpdump, or run one loop".into(),
+            "--record captures one receiver; with [[loop]] tables record with tcpdump, or run one loop"
+                .into(),
         ));
     }
     let pick = super::pick_backend(cfg.backend)?;
     let cuda = pick.name == "cuda";
     let (topology, interfaces) = if cuda {
         let topology = Topology::read(Path::new("/sys")).map_err(|e| AppError::Startup(e.to_string()))?;
-        let interfaces = crate::topology::interface_addresses().map_err(|e| AppError::Startup(e.to_string()))?;
+        let interfaces =
+            crate::topology::interface_addresses().map_err(|e| AppError::Startup(e.to_string()))?;
         if topology.gpus.len() > 1 && std::env::var("CUDA_DEVICE_ORDER").as_deref() != Ok("PCI_BUS_ID") {
             tracing::warn!(
                 "GPUs are numbered in PCI address order (`frameloop topology`); set CUDA_DEVICE_ORDER=PCI_BUS_ID \
@@ -372,7 +394,8 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     board.publish(set.metrics_snapshot());
     let server = match cfg.service.metrics_socket_addr() {
         Some(addr) => {
-            let s = MetricsServer::start(addr, board.clone()).map_err(|e| AppError::Startup(e.to_string()))?;
+            let s =
+                MetricsServer::start(addr, board.clone()).map_err(|e| AppError::Startup(e.to_string()))?;
             tracing::info!("metrics on http://{}/metrics", s.local_addr());
             Some(s)
         }
@@ -470,7 +493,8 @@ mod tests {
     fn two_socket_loops_go_to_their_nics_gpu_and_node() {
         let topo = fixture("two-socket");
         let interfaces = [iface("enp4s0f0np0", "10.0.0.1"), iface("enp132s0f0np0", "10.0.1.1")];
-        let cfg = loops(&[("10.0.1.1:5000", ""), ("10.0.0.1:5000", ""), ("10.0.1.1:5001", "cpus = \"20-21\"")]);
+        let cfg =
+            loops(&[("10.0.1.1:5000", ""), ("10.0.0.1:5000", ""), ("10.0.1.1:5001", "cpus = \"20-21\"")]);
         let plans = plan_loops(&cfg, true, &topo, &interfaces).unwrap();
         assert_eq!(plans.iter().map(|p| p.gpu).collect::<Vec<_>>(), [Some(1), Some(0), Some(1)]);
         assert_eq!(plans.iter().map(|p| p.numa_node).collect::<Vec<_>>(), [Some(1), Some(0), Some(1)]);
@@ -478,7 +502,9 @@ mod tests {
         assert_eq!(plans[1].cpus.as_ref().unwrap().to_string(), "0-15,32-47");
         // A loop's own cpus win over its node's.
         assert_eq!(plans[2].cpus.as_ref().unwrap().to_string(), "20-21");
-        assert!(plans[0].reason.starts_with("stream 0 (loop l0: udp 10.0.1.1:5000 on enp132s0f0np0) -> GPU 1"));
+        assert!(
+            plans[0].reason.starts_with("stream 0 (loop l0: udp 10.0.1.1:5000 on enp132s0f0np0) -> GPU 1")
+        );
         assert!(plans[0].reason.ends_with("same PCIe switch"), "{}", plans[0].reason);
     }
 

@@ -95,6 +95,9 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
         cfg.ring.policy,
         cfg.chain.iter().map(|o| o.name()).collect::<Vec<_>>().join(" -> ")
     );
+    for spec in &cfg.loops {
+        println!("  {}", loops::describe(spec));
+    }
     Ok(())
 }
 

@@ -29,7 +29,10 @@ fn set_memory_policy(node: Option<u32>) -> Result<(), std::io::Error> {
             MPOL_PREFERRED
         }
         Some(n) => {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("node {n} > {MAX_NODE}")));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("node {n} > {MAX_NODE}"),
+            ));
         }
         None => MPOL_DEFAULT,
     };
@@ -79,7 +82,9 @@ pub(super) fn bind_current_thread(loop_name: &str, cpus: Option<&CpuList>, node:
                     tracing::info!("loop {loop_name}: receiver, loop and result threads on CPUs {cpus}");
                 }
             }
-            Err(e) => tracing::warn!("loop {loop_name}: cannot read the allowed CPUs ({e}); threads not pinned"),
+            Err(e) => {
+                tracing::warn!("loop {loop_name}: cannot read the allowed CPUs ({e}); threads not pinned")
+            }
         }
     }
     if let Some(node) = node {

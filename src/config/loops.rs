@@ -197,8 +197,11 @@ pub(super) fn parse(
             inherited(top.get("ingest"), table.get("ingest")).as_ref(),
             problems,
         );
-        let ring =
-            section::<RingConfig>(&key("ring"), inherited(top.get("ring"), table.get("ring")).as_ref(), problems);
+        let ring = section::<RingConfig>(
+            &key("ring"),
+            inherited(top.get("ring"), table.get("ring")).as_ref(),
+            problems,
+        );
         let chain = match table.get("chain") {
             None => chain.to_vec(),
             Some(v) => parse_chain(&key("chain"), v, problems).unwrap_or_else(|| chain.to_vec()),
@@ -277,7 +280,8 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
                     format!("{:?} is also the name of loop[{j}]; give each loop its own name", spec.name),
                 ));
             }
-            let (Ok(a), Ok(b)) = (spec.ingest.bind.parse::<SocketAddr>(), other.ingest.bind.parse::<SocketAddr>())
+            let (Ok(a), Ok(b)) =
+                (spec.ingest.bind.parse::<SocketAddr>(), other.ingest.bind.parse::<SocketAddr>())
             else {
                 continue;
             };
@@ -428,7 +432,10 @@ mod tests {
         assert_eq!(b.cpus.as_ref().map(ToString::to_string).as_deref(), Some("2-3"));
         let one = loop_config(&cfg, b);
         assert!(one.loops.is_empty());
-        assert_eq!((one.ingest.bind.as_str(), one.ring.slot_bytes, one.loop_.poll_budget_us), ("0.0.0.0:5001", 8192, 500));
+        assert_eq!(
+            (one.ingest.bind.as_str(), one.ring.slot_bytes, one.loop_.poll_budget_us),
+            ("0.0.0.0:5001", 8192, 500)
+        );
     }
 
     #[test]
@@ -440,27 +447,66 @@ mod tests {
 
     #[test]
     fn each_problem_names_its_loop_and_key() {
-        let text = |extra: &str| format!("[[loop]]\nname = \"a\"\n[loop.ingest]\nbind = \"0.0.0.0:5000\"\n{extra}");
+        let text =
+            |extra: &str| format!("[[loop]]\nname = \"a\"\n[loop.ingest]\nbind = \"0.0.0.0:5000\"\n{extra}");
         let cases = [
             ("[[loop]]\nname = \"a\"\n", "loop[1].name: \"a\" is also the name of loop[0]"),
-            ("[[loop]]\nname = \"b\"\n", "loop[1].ingest.bind: 0.0.0.0:5000 takes the same datagrams as loop[0]"),
-            ("[[loop]]\nname = \"b c\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].name: \"b c\" is not"),
-            ("[[loop]]\nname = \"b\"\nplacement = \"nearest\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
-             "loop[1].placement: \"nearest\" is not a placement"),
-            ("[[loop]]\nname = \"b\"\nplacement = \"auto\"\ngpu = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
-             "loop[1].placement: is \"auto\" but the loop also sets gpu"),
-            ("[[loop]]\nname = \"b\"\ngpu = -1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].gpu: -1 is not a GPU number"),
-            ("[[loop]]\nname = \"b\"\ncpus = \"3-1\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].cpus: \"3-1\" is not a CPU list"),
-            ("[[loop]]\nname = \"b\"\nstreams = [1, 1]\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].streams: lists stream 1 twice"),
-            ("[[loop]]\nname = \"b\"\nstreams = [-4]\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].streams: -4 is not a stream id"),
-            ("[[loop]]\nname = \"b\"\npoll_budget_us = 5000000\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
-             "loop[1].poll_budget_us: 5000000 is out of range"),
-            ("[[loop]]\nname = \"b\"\nbogus = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].bogus: unknown key"),
-            ("[[loop]]\nname = \"b\"\n[loop.ring]\nslots = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n", "loop[1].ring.slots: 1 is out of range"),
-            ("[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"nowhere\"\n", "loop[1].ingest.bind: \"nowhere\" is not an address"),
-            ("[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[[loop.chain]]\nop = \"median\"\n", "loop[1].chain[0]"),
-            ("[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[service]\nloop_cpu = 1\n",
-             "service.loop_cpu: would pin the threads of every loop to one core"),
+            (
+                "[[loop]]\nname = \"b\"\n",
+                "loop[1].ingest.bind: 0.0.0.0:5000 takes the same datagrams as loop[0]",
+            ),
+            (
+                "[[loop]]\nname = \"b c\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].name: \"b c\" is not",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\nplacement = \"nearest\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].placement: \"nearest\" is not a placement",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\nplacement = \"auto\"\ngpu = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].placement: is \"auto\" but the loop also sets gpu",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\ngpu = -1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].gpu: -1 is not a GPU number",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\ncpus = \"3-1\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].cpus: \"3-1\" is not a CPU list",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\nstreams = [1, 1]\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].streams: lists stream 1 twice",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\nstreams = [-4]\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].streams: -4 is not a stream id",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\npoll_budget_us = 5000000\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].poll_budget_us: 5000000 is out of range",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\nbogus = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].bogus: unknown key",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\n[loop.ring]\nslots = 1\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
+                "loop[1].ring.slots: 1 is out of range",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"nowhere\"\n",
+                "loop[1].ingest.bind: \"nowhere\" is not an address",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[[loop.chain]]\nop = \"median\"\n",
+                "loop[1].chain[0]",
+            ),
+            (
+                "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[service]\nloop_cpu = 1\n",
+                "service.loop_cpu: would pin the threads of every loop to one core",
+            ),
         ];
         for (extra, want) in cases {
             let problems = keys_of(&text(extra));
@@ -480,7 +526,9 @@ mod tests {
         let problems = keys_of(&two("10.0.0.1:5000", "10.0.1.1:5000"));
         assert_eq!(
             problems,
-            ["loop[1].streams: stream 2 on port 5000 is already claimed by loop[0] (\"a\"); a stream belongs to one loop"]
+            [
+                "loop[1].streams: stream 2 on port 5000 is already claimed by loop[0] (\"a\"); a stream belongs to one loop"
+            ]
         );
         assert!(parse(&two("10.0.0.1:5000", "10.0.1.1:5001")).is_ok());
         // Port 0 picks a free port for each loop: never a clash.

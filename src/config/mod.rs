@@ -334,8 +334,21 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let output = section("output", table.get("output"), &mut problems);
     let sink = section("sink", table.get("sink"), &mut problems);
     let loops = loop_tables.map_or_else(Vec::new, |items| loops::parse(items, &table, &chain, &mut problems));
-    let config =
-        Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output, sink, loops };
+    let config = Config {
+        backend,
+        ring,
+        loop_,
+        chain,
+        ingest,
+        metrics,
+        service,
+        rtp,
+        rdma,
+        handler,
+        output,
+        sink,
+        loops,
+    };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

@@ -85,7 +85,11 @@ pub fn render_loops(loops: &[LoopMetrics]) -> String {
                             new_family = false;
                         }
                         None => {
-                            families.push(Family { name: name.to_string(), head: String::new(), samples: Vec::new() });
+                            families.push(Family {
+                                name: name.to_string(),
+                                head: String::new(),
+                                samples: Vec::new(),
+                            });
                             current = Some(families.len() - 1);
                             new_family = true;
                         }
@@ -137,8 +141,20 @@ mod tests {
     #[test]
     fn each_family_appears_once_with_a_loop_label_on_every_sample() {
         let loops = [
-            LoopMetrics { name: "cam0".into(), gpu: Some(0), up: true, streams: vec![1, 2], snapshot: snapshot(10) },
-            LoopMetrics { name: "cam1".into(), gpu: None, up: false, streams: vec![3], snapshot: snapshot(20) },
+            LoopMetrics {
+                name: "cam0".into(),
+                gpu: Some(0),
+                up: true,
+                streams: vec![1, 2],
+                snapshot: snapshot(10),
+            },
+            LoopMetrics {
+                name: "cam1".into(),
+                gpu: None,
+                up: false,
+                streams: vec![3],
+                snapshot: snapshot(20),
+            },
         ];
         let text = render(&MetricsSnapshot { loops: loops.to_vec(), ..Default::default() });
         for want in [

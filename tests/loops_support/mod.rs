@@ -67,7 +67,9 @@ pub fn send_frame(socket: &UdpSocket, to: SocketAddr, stream: u32, seq: u64) {
     for index in 0..(FRAME_LEN / STRIDE) as u32 {
         let (offset, len) = geometry.span(index);
         let header = geometry.header(stream, seq, index, clock::realtime_ns());
-        socket.send_to(&native::encode(&header, &data[offset as usize..(offset + len) as usize]), to).unwrap();
+        socket
+            .send_to(&native::encode(&header, &data[offset as usize..(offset + len) as usize]), to)
+            .unwrap();
     }
 }
 
@@ -99,4 +101,3 @@ pub fn count(seen: &Seen, name: &str) -> usize {
 pub fn addr(set: &LoopSet, name: &str) -> SocketAddr {
     set.appliance(name).unwrap().local_addr()
 }
-
