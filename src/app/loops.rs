@@ -59,6 +59,27 @@ pub fn plan_loops(
             })
             .collect());
     }
+    if topology.gpus.is_empty() {
+        // CUDA works but sysfs lists no NVIDIA device (a container without
+        // the host's /sys): the ordinals are checked when each GPU is opened.
+        return Ok(cfg
+            .loops
+            .iter()
+            .map(|spec| {
+                let (gpu, why) = match spec.gpu {
+                    GpuChoice::Ordinal(n) => (n, format!("set by `gpu = {n}`")),
+                    GpuChoice::Auto => (0, "sysfs shows no GPU, so nothing to place by: GPU 0".to_string()),
+                };
+                LoopPlan {
+                    name: spec.name.clone(),
+                    gpu: Some(gpu),
+                    numa_node: None,
+                    cpus: spec.cpus.clone(),
+                    reason: format!("loop {} (udp {}) -> GPU {gpu}: {why}", spec.name, spec.ingest.bind),
+                }
+            })
+            .collect());
+    }
     let problems = gpu_problems(&cfg.loops, topology.gpus.len());
     if !problems.is_empty() {
         return Err(ConfigError::Invalid(problems).into());
@@ -526,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_past_the_machine_is_a_config_problem_naming_the_loop() {
+    fn a_gpu_past_the_machine_is_a_config_problem_naming_the_loop_where_sysfs_lists_gpus() {
         let topo = fixture("split-roots");
         let cfg = loops(&[("0.0.0.0:5000", ""), ("0.0.0.0:5001", "gpu = 3")]);
         let err = plan_loops(&cfg, true, &topo, &[]).unwrap_err();
@@ -534,8 +555,15 @@ mod tests {
             err.to_string().contains("loop[1].gpu: GPU 3 does not exist on this machine (2 GPUs)"),
             "{err}"
         );
-        let err = plan_loops(&cfg, true, &fixture("build-vm"), &[]).unwrap_err();
-        assert!(err.to_string().contains("(0 GPUs)"), "{err}");
+        // A tree without GPUs (CUDA in a container without the host's
+        // /sys): ordinals are taken as given, automatic loops go to GPU 0.
+        let plans = plan_loops(&cfg, true, &fixture("build-vm"), &[]).unwrap();
+        assert_eq!(plans.iter().map(|p| p.gpu).collect::<Vec<_>>(), [Some(0), Some(3)]);
+        assert!(
+            plans[0].reason.ends_with("sysfs shows no GPU, so nothing to place by: GPU 0"),
+            "{}",
+            plans[0].reason
+        );
     }
 
     #[test]
