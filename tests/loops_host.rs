@@ -6,11 +6,12 @@
 //! went down.
 
 mod appliance_support;
-
 mod loops_support;
+mod service_support;
 
 use appliance_support::{PATIENCE, check_result, one_at_a_time, reference_chain, wait_for};
 use frameloop::config::parse;
+use frameloop::service::{MetricsBoard, MetricsServer};
 use loops_support::{FRAMES, TWO_LOOPS, addr, count, payload, send_frame, start};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -40,7 +41,27 @@ fn two_loops_each_process_their_own_stream_with_their_own_chain() {
             )
         },
     );
-    let text = frameloop::service::metrics_http::render(&set.metrics_snapshot());
+    // Scraped over HTTP, the text parses strictly, every sample labelled by its loop.
+    let board = MetricsBoard::new();
+    board.publish(set.metrics_snapshot());
+    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), board).unwrap();
+    let (status, _, text) = service_support::http_get(server.local_addr(), "/metrics").unwrap();
+    server.stop();
+    assert_eq!(status, 200);
+    let exposition = service_support::parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(exposition.samples.iter().all(|s| s.labels.contains_key("loop")), "{text}");
+    let processed = |name: &str| {
+        exposition
+            .samples
+            .iter()
+            .find(|s| {
+                s.name == "frameloop_frames_total"
+                    && s.labels.get("loop").map(String::as_str) == Some(name)
+                    && s.labels.get("outcome").map(String::as_str) == Some("processed")
+            })
+            .map(|s| s.value)
+    };
+    assert_eq!((processed("cam0"), processed("cam1")), (Some(FRAMES as f64), Some(FRAMES as f64)));
     assert!(text.contains("frameloop_loop_up{loop=\"cam0\",gpu=\"none\"} 1"), "{text}");
     assert!(text.contains("frameloop_stream_up{loop=\"cam1\",stream=\"2\"} 1"), "{text}");
     assert!(
