@@ -1,7 +1,8 @@
 //! Several resident loops on the host backend (`[[loop]]`): two loops fed
 //! by two streams on two UDP ports, every result checked against the CPU
 //! reference of its loop's own chain and seen only by that loop; a loop whose
-//! result thread dies is marked down while the other keeps processing; and
+//! result thread dies, or whose resident loop stops, is marked down while the
+//! other keeps processing; and
 //! `frameloop run` over two loops, reporting each and exiting 3 when one
 //! went down.
 
@@ -197,4 +198,32 @@ fn run_serves_two_loops_and_exits_3_when_one_went_down() {
             }
         }
     }
+}
+
+/// A resident loop that tears itself down (here its `timeout_ms` without a
+/// frame, as a faulted GPU graph would) marks its loop down; the other loop
+/// keeps processing.
+#[test]
+fn a_loop_whose_resident_loop_stops_is_down_and_the_other_keeps_processing() {
+    let _one = one_at_a_time();
+    let text = TWO_LOOPS.replace("name = \"cam1\"", "name = \"cam1\"\ntimeout_ms = 200");
+    let cfg = parse(&text).unwrap();
+    assert_eq!(cfg.loops[1].settings.timeout_ms, 200);
+    let (mut set, seen) = start(&cfg, None);
+    let down = wait_for("cam1 down", || Some(set.check()).filter(|d| !d.is_empty()), String::new);
+    assert_eq!(down, ["cam1"]);
+    let (a, socket) = (addr(&set, "cam0"), UdpSocket::bind("127.0.0.1:0").unwrap());
+    for seq in 0..FRAMES {
+        send_frame(&socket, a, 1, seq);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_for(
+        "cam0's results",
+        || (count(&seen, "cam0") >= FRAMES as usize).then_some(()),
+        || set.progress_line(),
+    );
+    assert!(set.check().is_empty(), "a loop goes down once");
+    let report = set.stop();
+    assert_eq!(report.down(), ["loop cam1 (its resident loop stopped)"]);
+    assert_eq!(report.loops[0].report.as_ref().unwrap().loop_stats.frames_processed, FRAMES);
 }
