@@ -30,6 +30,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
                 quantiles: vec![(0.5, 2_900), (0.99, 4_100)],
             },
         ],
+        loops: Vec::new(),
     }
 }
 

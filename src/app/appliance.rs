@@ -7,7 +7,7 @@
 //! receives as pcapng ([`Appliance::start_recording`]).
 
 use super::AppError;
-use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend};
+use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend_on};
 use super::receivers::start_ingest;
 use super::report::{RecordingReport, Report};
 use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
@@ -97,7 +97,18 @@ impl Appliance {
         opts: StartOptions,
         record: Option<&Path>,
     ) -> Result<Self, AppError> {
-        let pick = pick_backend(cfg.backend)?;
+        Self::start_on_gpu(cfg, opts, record, 0)
+    }
+
+    /// As [`Appliance::start_recording`], the CUDA backend on GPU `gpu`
+    /// (a CUDA ordinal; the host backend ignores it).
+    pub fn start_on_gpu(
+        cfg: &Config,
+        opts: StartOptions,
+        record: Option<&Path>,
+        gpu: usize,
+    ) -> Result<Self, AppError> {
+        let pick = pick_backend_on(cfg.backend, gpu)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
         pick.check_handler(cfg)?;
         if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
@@ -120,7 +131,7 @@ impl Appliance {
             .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
-            open_backend(&pick, cfg, user_handler, frame_bytes, result_bytes)?;
+            open_backend(&pick, gpu, cfg, user_handler, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(AppError::Launch)?;
 
@@ -202,6 +213,21 @@ impl Appliance {
         self.resident.is_launched()
     }
 
+    /// The first stage found stopped by itself (`receiver thread`, `resident
+    /// loop` or `result thread`), if one has: the appliance no longer serves
+    /// its streams.
+    pub fn stopped_stage(&self) -> Option<&'static str> {
+        if self.rx_thread.as_ref().is_none_or(JoinHandle::is_finished) {
+            Some("receiver thread")
+        } else if !self.resident.is_launched() {
+            Some("resident loop")
+        } else if !self.results.as_ref().is_some_and(ResultThread::is_running) {
+            Some("result thread")
+        } else {
+            None
+        }
+    }
+
     /// Latency summary so far.
     pub fn latency(&self) -> Summary {
         self.results.as_ref().map(ResultThread::snapshot).unwrap_or_else(|| Summary::of(&Default::default()))
@@ -275,6 +301,7 @@ impl Appliance {
                     }
                 })
                 .collect(),
+            loops: Vec::new(),
         }
     }
 

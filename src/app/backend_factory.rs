@@ -25,13 +25,18 @@ pub struct BackendPick {
 /// Picks the backend for `choice`: `auto` takes CUDA only when a GPU and
 /// NVRTC are usable, and says why it took what it took.
 pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
+    pick_backend_on(choice, 0)
+}
+
+/// As [`pick_backend`], probing GPU `gpu` (a CUDA ordinal).
+pub(super) fn pick_backend_on(choice: BackendChoice, gpu: usize) -> Result<BackendPick, AppError> {
     match choice {
         BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
-        BackendChoice::Cuda => match crate::gpu::probe(0) {
+        BackendChoice::Cuda => match crate::gpu::probe(gpu) {
             Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
             Err(why) => Err(AppError::NoGpu(why)),
         },
-        BackendChoice::Auto => match crate::gpu::probe(0) {
+        BackendChoice::Auto => match crate::gpu::probe(gpu) {
             Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
             Err(why) => Ok(BackendPick { name: "host", reason: format!("auto: no usable GPU ({why})") }),
         },
@@ -61,9 +66,11 @@ pub(super) struct OpenedBackend {
 }
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
-/// picked backend needs them and builds its resident loop over them.
+/// picked backend needs them and builds its resident loop over them (the
+/// CUDA one on GPU `gpu`).
 pub(super) fn open_backend(
     pick: &BackendPick,
+    gpu: usize,
     cfg: &Config,
     user_handler: Option<UserHandlerSource>,
     frame_bytes: usize,
@@ -72,9 +79,9 @@ pub(super) fn open_backend(
     let transport = cfg.ingest.transport;
     Ok(match pick.name {
         "cuda" => {
-            let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
+            let rt = crate::gpu::executor::GpuRuntime::open(gpu, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(AppError::GpuOpen)?;
-            let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
+            let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
             let lp = crate::gpu::CudaLoop::with_handler(
                 Arc::clone(&rt),
@@ -137,12 +144,13 @@ fn select_ingest(
 fn cuda_frame_ring(
     cfg: &Config,
     rt: &crate::gpu::executor::GpuRuntime,
+    gpu_ordinal: usize,
     frame_bytes: usize,
 ) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
     let transport = cfg.ingest.transport;
     let gpu = match transport {
         Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
-        _ => rdma::dmabuf::gpu_rdma_support(0).map_err(|e| e.to_string()),
+        _ => rdma::dmabuf::gpu_rdma_support(gpu_ordinal).map_err(|e| e.to_string()),
     };
     let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
     if let Some(note) = note {

@@ -5,6 +5,8 @@ mod appliance;
 mod backend_factory;
 mod captures;
 mod loopback;
+mod loops;
+mod numa;
 mod receivers;
 mod report;
 pub mod signals;
@@ -13,6 +15,7 @@ pub use appliance::{Appliance, StartOptions};
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
+pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
 pub use report::{RecordingReport, Report};
 
 use crate::config::{self, BackendChoice, Config};
@@ -71,6 +74,16 @@ pub enum AppError {
     Service(#[from] crate::service::ServiceError),
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
+    /// Placing `[[loop]]` tables on the box's GPUs (the message names the fix).
+    #[error(transparent)]
+    Topology(#[from] crate::topology::TopologyError),
+    /// One loop of several could not start; the loops started before it were stopped.
+    #[error("loop {name} cannot start: {source}")]
+    LoopStart {
+        name: String,
+        #[source]
+        source: Box<AppError>,
+    },
     #[error(
         "cannot start the {thread} thread: {source}; check the process thread limit (ulimit -u, TasksMax=)"
     )]
@@ -114,15 +127,20 @@ pub enum AppError {
         stages.join("; ")
     )]
     StopTimedOut { stages: Vec<String>, timeout_ms: u64 },
+    #[error(
+        "{loops} went down while the others kept running; the service exits non-zero so that it can be \
+         restarted (see the log above for the cause)"
+    )]
+    LoopsDown { loops: String },
 }
 
 impl AppError {
-    /// Exit status of `frameloop`: 3 when a pipeline thread died (the
-    /// service must be restarted), 4 when the stop had to leave a hung
-    /// thread or a wedged device behind, 1 for every other error.
+    /// Exit status of `frameloop`: 3 when a pipeline thread died or a loop
+    /// went down (the service must be restarted), 4 when the stop had to
+    /// leave a hung thread or a wedged device behind, 1 for every other error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            AppError::ThreadDied { .. } => 3,
+            AppError::ThreadDied { .. } | AppError::LoopsDown { .. } => 3,
             AppError::StopTimedOut { .. } => 4,
             _ => 1,
         }
@@ -164,6 +182,9 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
         cfg.ring.policy,
         cfg.chain.iter().map(|o| o.name()).collect::<Vec<_>>().join(" -> ")
     );
+    for spec in &cfg.loops {
+        println!("  {}", loops::describe(spec));
+    }
     Ok(())
 }
 
@@ -174,6 +195,9 @@ pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppErro
             let mut cfg = config::load(p)?;
             // User kernel sources are named relative to the config file.
             cfg.chain = crate::gpu::user_kernel::with_sources_resolved(&cfg.chain, p);
+            for spec in &mut cfg.loops {
+                spec.chain = crate::gpu::user_kernel::with_sources_resolved(&spec.chain, p);
+            }
             // [handler] source is relative to the config file, like chain kernels.
             if let Some(h) = &mut cfg.handler {
                 h.source = h.source_path(p);
@@ -327,6 +351,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
 
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
+    if !cfg.loops.is_empty() {
+        return loops::run_loops(args, &cfg);
+    }
     crate::service::thread_failure::install();
     signals::install().map_err(AppError::Signals)?;
     let notifier = Notifier::from_env().map(Arc::new);

@@ -4,6 +4,7 @@
 
 use crate::ops::{self, OpSpec};
 use crate::ring::OverrunPolicy;
+pub mod loops;
 pub mod problem;
 
 pub use problem::{ConfigProblem, check_range, section};
@@ -170,6 +171,9 @@ pub struct Config {
     /// `[sink.*]`: where results are streamed off the box.
     #[serde(default)]
     pub sink: crate::sink::SinkConfig,
+    /// `[[loop]]`: several resident loops (empty: one loop, as configured above).
+    #[serde(skip)]
+    pub loops: Vec<loops::LoopSpec>,
 }
 
 impl Default for Config {
@@ -187,6 +191,7 @@ impl Default for Config {
             handler: None,
             output: Default::default(),
             sink: Default::default(),
+            loops: Vec::new(),
         }
     }
 }
@@ -203,6 +208,7 @@ impl Config {
         self.rdma.validate(self.ingest.transport, &mut p);
         self.output.validate(&mut p);
         self.sink.validate(&mut p);
+        loops::problems(self, &mut p);
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -295,7 +301,11 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     }
     let backend = section::<BackendChoice>("backend", table.get("backend"), &mut problems);
     let ring = section::<RingConfig>("ring", table.get("ring"), &mut problems);
-    let loop_ = section::<LoopConfig>("loop", table.get("loop"), &mut problems);
+    // `[loop]` is the one resident loop's settings; `[[loop]]` several loops.
+    let (loop_, loop_tables) = match table.get("loop") {
+        Some(toml::Value::Array(items)) => (LoopConfig::default(), Some(items)),
+        other => (section::<LoopConfig>("loop", other, &mut problems), None),
+    };
     let problems_before_chain = problems.len();
     let chain = match table.get("chain") {
         None => default_chain(),
@@ -323,8 +333,22 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
     let output = section("output", table.get("output"), &mut problems);
     let sink = section("sink", table.get("sink"), &mut problems);
-    let config =
-        Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output, sink };
+    let loops = loop_tables.map_or_else(Vec::new, |items| loops::parse(items, &table, &chain, &mut problems));
+    let config = Config {
+        backend,
+        ring,
+        loop_,
+        chain,
+        ingest,
+        metrics,
+        service,
+        rtp,
+        rdma,
+        handler,
+        output,
+        sink,
+        loops,
+    };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

@@ -114,6 +114,11 @@ impl ResultThread {
         lock(&self.sink).set_clock(clock_offset_ns, measured_at_ns, drift_ppb);
     }
 
+    /// True until the thread ends (a panic ends it early).
+    pub fn is_running(&self) -> bool {
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
     /// Summary of every result recorded so far.
     pub fn snapshot(&self) -> Summary {
         lock(&self.sink).summary()

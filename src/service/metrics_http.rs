@@ -59,6 +59,9 @@ pub struct MetricsSnapshot {
     pub ring_overruns: u64,
     /// Latency percentiles per segment.
     pub latency: Vec<SegmentLatency>,
+    /// With several resident loops (`[[loop]]`): each loop's own snapshot,
+    /// shown with a `loop` label instead of the fields above.
+    pub loops: Vec<super::metrics_loops::LoopMetrics>,
 }
 
 /// How long a scrape waits for the pipeline to publish current values
@@ -181,6 +184,9 @@ fn seconds(ns: f64) -> f64 {
 
 /// Renders `snap` in the Prometheus text exposition format.
 pub fn render(snap: &MetricsSnapshot) -> String {
+    if !snap.loops.is_empty() {
+        return super::metrics_loops::render_loops(&snap.loops);
+    }
     let mut out = String::with_capacity(2048);
     family(&mut out, "frameloop_info", "gauge", "frameloop build and backend; always 1.");
     sample(
@@ -466,6 +472,7 @@ mod tests {
                 sum_ns: 2_000_000.0,
                 quantiles: vec![(0.5, 9_000), (0.99, 25_000)],
             }],
+            loops: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@ pub mod bounded;
 pub mod config;
 pub mod logging;
 pub mod metrics_http;
+pub mod metrics_loops;
 pub mod notify;
 pub mod thread_failure;
 pub mod thread_stall;
@@ -14,6 +15,7 @@ pub mod watchdog;
 
 pub use config::ServiceConfig;
 pub use metrics_http::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;
 pub use watchdog::{ProgressSource, WatchdogPinger, backlog};
 
