@@ -11,6 +11,7 @@
 //! (the loop as the appliance sees it).
 
 pub mod bench;
+pub mod chain_builder;
 pub mod clock;
 pub mod control;
 mod cuda_loop;
@@ -28,8 +29,8 @@ pub mod nvrtc;
 pub mod operators;
 mod runtime;
 pub mod sources;
-pub mod user_kernel;
 pub mod user_handler;
+pub mod user_kernel;
 pub mod user_source;
 
 use cudarc::driver::sys;
