@@ -175,8 +175,8 @@ struct alignas(64) DeviceLoopState {
   uint64_t idle_iterations;
   uint64_t frames;
   uint64_t counters_ns;  // %globaltimer when the handler last published the counters
-  uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed by the first
-                                       // user kernel's prologue, published in ResultRecord::user
+  uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed after each publish (and by
+                                       // a prologue), published in ResultRecord::user
 };
 
 // The fused chain (kernels/fused.cu): the built-in operators of a chain as
@@ -321,10 +321,15 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
 
 // fl_publish_record of the loop state's frame, numbered after the last
 // result: what the end marker kernel, or the epilogue of the chain's last
-// built-in kernel, runs (one thread).
+// built-in kernel, runs (one thread). It then zeroes the user result words
+// for the next frame: a user kernel wrapped into its entry kernel
+// (gpu::user_kernel) finds them zero without a node of its own to clear them
+// (the loop state starts zeroed).
 FL_DEVICE void fl_publish_result(const LoopParams& p) {
   DeviceLoopState* st = p.st;
   const uint64_t seq = st->result_seq + 1;
   st->result_seq = seq;
   fl_publish_record(p, st->desc, st->chain, st->slot, seq);
+#pragma unroll
+  for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) st->user[i] = 0u;
 }

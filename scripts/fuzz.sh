@@ -11,6 +11,8 @@
 #   --runs N     stop a target after N executions (default: no limit)
 #   --jobs J     parallel libFuzzer processes per target (default 1)
 #   --out FILE   append one summary line per target to FILE
+#   --bin-dir D  run the targets already built in D (no build: for a
+#                machine without a Rust toolchain)
 #
 # Summary line: target=<t> executions=<n> seconds=<s> crashes=<c> jobs=<j>
 set -euo pipefail
@@ -21,6 +23,7 @@ seconds=30
 runs=0
 jobs=1
 out=""
+bin_dir=""
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --runs) runs="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --bin-dir) bin_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -39,13 +43,15 @@ fi
 
 [ -n "$out" ] && mkdir -p "$(dirname "$out")"
 
-triple=$(rustc -vV | sed -n 's/^host: //p')
-export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
--Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
--Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
-# An explicit --target keeps these flags off build scripts and proc macros.
-(cd fuzz && cargo build --release --target "$triple" --bins)
-bin_dir="$root/fuzz/target/$triple/release"
+if [ -z "$bin_dir" ]; then
+  triple=$(rustc -vV | sed -n 's/^host: //p')
+  export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+  -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
+  # An explicit --target keeps these flags off build scripts and proc macros.
+  (cd fuzz && cargo build --release --target "$triple" --bins)
+  bin_dir="$root/fuzz/target/$triple/release"
+fi
 
 failed=0
 for t in "${targets[@]}"; do

@@ -61,3 +61,14 @@ fn pcap_with_header_len_past_the_datagram_replays() {
         summary.ingest_counters.iter().filter(|(n, _)| HEADER_LEN_DROPS.contains(n)).map(|(_, v)| v).sum();
     assert!(header_drops >= 1, "{}", summary.render());
 }
+
+/// `"" = ''`: a top-level key that is the empty string was reported with an
+/// empty key name, naming nothing for the user to fix.
+#[test]
+fn an_empty_top_level_key_is_named() {
+    let input = regression("config_parse", "empty_top_level_key.toml");
+    let err = frameloop::config::parse(std::str::from_utf8(&input).unwrap()).unwrap_err();
+    let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["\"\""], "{err}");
+    assert!(err.to_string().contains("unknown key"), "{err}");
+}

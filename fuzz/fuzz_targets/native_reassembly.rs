@@ -18,7 +18,12 @@ fuzz_target!(|data: &[u8]| {
     let mem = HostMemory::new(ring_bytes(SLOTS, CAPACITY).expect("ring size")).expect("host ring memory");
     let ring = FrameRing::new(Box::new(mem), SLOTS, CAPACITY, OverrunPolicy::Every).expect("ring");
     let mut reader = ring.reader().expect("one reader");
-    let cfg = ReassemblyConfig { frame_timeout_ms: 5, max_frames_in_flight: 3, max_packets_per_frame: 256, restart_window: 8 };
+    let cfg = ReassemblyConfig {
+        frame_timeout_ms: 5,
+        max_frames_in_flight: 3,
+        max_packets_per_frame: 256,
+        restart_window: 8,
+    };
     let mut reassembler = Reassembler::new(cfg, ring.writer().expect("one writer"), Arc::default());
     let mut now = 1_000 * MS;
     let mut rest = data;

@@ -7,18 +7,17 @@
 //! receives as pcapng ([`Appliance::start_recording`]).
 
 use super::AppError;
+use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend};
+use super::receivers::start_ingest;
+use super::report::{RecordingReport, Report};
 use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
-use crate::config::{BackendChoice, Config};
-use crate::host::HostLoop;
-use crate::ingest::{FrameAssembler, IngestCounters, IngestSnapshot, Reassembler, UdpReceiver};
+use crate::config::Config;
+use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
-use crate::rdma::{
-    self, ConsumerBackend, GpuFrameRing, IngestPlan, RingPlacement, Transport, final_placement,
-    first_placement,
-};
+use crate::rdma::Transport;
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, HostMemory, ResultReader, ResultRing, RingMemory};
-use crate::rtp::{RtpAssembler, RtpCounters};
+use crate::ring::{FrameRing, ResultReader};
+use crate::rtp::RtpCounters;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,31 +50,6 @@ pub struct StartOptions {
     pub on_result: Option<ResultCallback>,
 }
 
-/// The backend that was picked and why.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct BackendPick {
-    pub name: &'static str,
-    pub reason: String,
-}
-
-/// Picks the backend for `choice`: `auto` takes CUDA only when a GPU and
-/// NVRTC are usable, and says why it took what it took.
-pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
-    match choice {
-        BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
-        BackendChoice::Cuda => match crate::gpu::probe(0) {
-            Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
-            Err(why) => Err(AppError::Startup(format!(
-                "backend cuda needs a usable GPU: {why}; use --backend host (or auto) on this machine"
-            ))),
-        },
-        BackendChoice::Auto => match crate::gpu::probe(0) {
-            Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
-            Err(why) => Ok(BackendPick { name: "host", reason: format!("auto: no usable GPU ({why})") }),
-        },
-    }
-}
-
 /// A running appliance.
 pub struct Appliance {
     pick: BackendPick,
@@ -87,50 +61,12 @@ pub struct Appliance {
     /// Where the recording tap reports once the receiver has dropped it.
     recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     frame_ring: Arc<FrameRing>,
-    /// Where the frame ring's bytes live.
-    placement: RingPlacement,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
     started: Instant,
-}
-
-/// Everything the appliance reports when it stops.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Report {
-    pub backend: BackendPick,
-    pub elapsed_s: f64,
-    pub listen: String,
-    pub gro: bool,
-    pub loop_stats: LoopStats,
-    pub ingest: IngestSnapshot,
-    /// GPU clock to CLOCK_REALTIME offset used for the GPU timestamps, and
-    /// the bound on its error (both 0 on the host backend).
-    pub clock_offset_ns: i64,
-    pub clock_error_ns: u64,
-    /// RTP assembler counters (name, value), when the config has `[rtp]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rtp: Option<Vec<(&'static str, u64)>>,
-    /// What `--record` wrote.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recording: Option<RecordingReport>,
-    pub latency: Summary,
-}
-
-/// What a recording of the received datagrams wrote.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RecordingReport {
-    pub path: PathBuf,
-    /// Datagrams written.
-    pub datagrams: u64,
-    /// Their UDP payload bytes.
-    pub payload_bytes: u64,
-    /// Datagrams not written: too large for one IP packet, or after a write error.
-    pub not_written: u64,
-    /// The write error that stopped the recording, if one did.
-    pub error: Option<String>,
 }
 
 impl Appliance {
@@ -150,11 +86,7 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend(cfg.backend)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
-        if let Some(h) = &cfg.handler
-            && pick.name != "cuda"
-        {
-            return Err(AppError::Startup(format!("handler.entry: {}", h.host_refusal())));
-        }
+        pick.check_handler(cfg)?;
         if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
             && cfg.ingest.transport != Transport::Udp
         {
@@ -174,48 +106,8 @@ impl Appliance {
         let result_bytes = result_ring_bytes(cfg.ring.results)
             .ok_or_else(|| AppError::Startup("ring.results is too large; lower it".into()))?;
 
-        let transport = cfg.ingest.transport;
-        let (frame_ring, result_ring, mut resident, plan, placement): (_, _, Box<dyn ResidentLoop>, _, _) =
-            match pick.name {
-                "cuda" => {
-                    let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
-                        .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
-                    let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
-                    let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)
-                        .map_err(|e| AppError::Startup(e.to_string()))?;
-                    let lp = crate::gpu::CudaLoop::with_handler(
-                        Arc::clone(&rt),
-                        Arc::clone(&fr),
-                        Arc::clone(&rr),
-                        &cfg.chain,
-                        cfg.loop_.clone(),
-                        user_handler,
-                    )
-                    .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
-                    (fr, rr, Box::new(lp), plan, placement)
-                }
-                _ => {
-                    let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
-                        Ok(Box::new(HostMemory::new(len).map_err(|e| {
-                            AppError::Startup(format!(
-                                "cannot map {len} bytes for a ring: {e}; lower ring.slots"
-                            ))
-                        })?))
-                    };
-                    let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
-                    let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
-                    let mut lp = HostLoop::new(
-                        Arc::clone(&fr),
-                        Arc::clone(&rr),
-                        cfg.chain.clone(),
-                        cfg.ring.slot_bytes,
-                        cfg.loop_.clone(),
-                    )
-                    .map_err(|e| AppError::Startup(e.to_string()))?;
-                    lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
-                    (fr, rr, Box::new(lp), plan, RingPlacement::Host)
-                }
-            };
+        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
+            open_backend(&pick, cfg, user_handler, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
 
@@ -254,25 +146,7 @@ impl Appliance {
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
-        let ingest = match plan {
-            IngestPlan::Udp { reason } => {
-                if transport != Transport::Udp {
-                    tracing::info!("{reason}; using UDP");
-                }
-                start_udp(cfg, &frame_ring, &counters, &rx_stop, record)?
-            }
-            #[cfg(feature = "rdma")]
-            IngestPlan::Rdma(mut endpoint) => {
-                tracing::info!("{}", endpoint.summary());
-                let local_addr = endpoint.listen_addr();
-                let stop = Arc::clone(&rx_stop);
-                let thread = std::thread::Builder::new()
-                    .name("frameloop-rdma".into())
-                    .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
-                    .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
-                IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread }
-            }
-        };
+        let ingest = start_ingest(plan, cfg, &frame_ring, &counters, &rx_stop, record)?;
 
         Ok(Self {
             pick,
@@ -282,7 +156,6 @@ impl Appliance {
             rtp_counters: ingest.rtp_counters,
             recording: ingest.recording,
             frame_ring,
-            placement,
             rx_stop,
             rx_thread: Some(ingest.thread),
             resident,
@@ -298,11 +171,6 @@ impl Appliance {
 
     pub fn backend(&self) -> &BackendPick {
         &self.pick
-    }
-
-    /// Where the frame ring's bytes live (GPU memory only with RDMA ingest on the CUDA backend).
-    pub fn ring_placement(&self) -> RingPlacement {
-        self.placement
     }
 
     /// Ingest counters (live).
@@ -475,250 +343,5 @@ impl Appliance {
             recording,
             latency,
         })
-    }
-}
-
-/// The receiving side, whichever transport runs it.
-struct IngestParts {
-    local_addr: SocketAddr,
-    gro_active: bool,
-    rtp_counters: Option<Arc<RtpCounters>>,
-    recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
-    thread: JoinHandle<Result<(), String>>,
-}
-
-/// Binds the UDP receiver (native or RTP assembly, optional recording) and
-/// starts its thread on the configured core.
-fn start_udp(
-    cfg: &Config,
-    frame_ring: &Arc<FrameRing>,
-    counters: &Arc<IngestCounters>,
-    rx_stop: &Arc<AtomicBool>,
-    record: Option<&std::path::Path>,
-) -> Result<IngestParts, AppError> {
-    if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
-        if record.is_some() {
-            return Err(AppError::Startup(
-                "--record taps the native receiver; with ingest.format = \"hsb\" record with tcpdump instead"
-                    .into(),
-            ));
-        }
-        return start_hsb(cfg, frame_ring, rx_stop);
-    }
-    let writer = frame_ring
-        .writer()
-        .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
-    let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
-        Some(rtp) => {
-            let settings =
-                rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
-            let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
-            let c = Arc::clone(a.counters());
-            (Box::new(a), Some(c))
-        }
-        None => {
-            let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(counters));
-            (Box::new(r), None)
-        }
-    };
-    let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(counters))
-        .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
-    let recording = match record {
-        Some(path) => {
-            let (tap, done) = super::captures::recording_tap(path)?;
-            receiver.set_tap(Box::new(tap));
-            tracing::info!("recording received datagrams to {}", path.display());
-            Some(done)
-        }
-        None => None,
-    };
-    let local_addr = receiver.local_addr();
-    let gro_active = receiver.gro_active();
-    let stop = Arc::clone(rx_stop);
-    let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
-    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
-    let rx_thread = std::thread::Builder::new()
-        .name("frameloop-rx".into())
-        .spawn(move || {
-            let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
-            let ok = placed.is_ok();
-            let _ = placed_tx.send(placed);
-            if !ok {
-                return Ok(());
-            }
-            crate::service::thread_failure::panic_if_requested("receiver");
-            receiver.run(&stop).map_err(|e| e.to_string())
-        })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
-    if let Ok(Err(e)) = placed_rx.recv() {
-        rx_stop.store(true, Ordering::Release);
-        return Err(AppError::Startup(e.to_string()));
-    }
-    tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
-    Ok(IngestParts { local_addr, gro_active, rtp_counters, recording, thread: rx_thread })
-}
-
-/// `ingest.format = "hsb"`: the emulated HSB bridge's receiver writes the
-/// ring like its DMA engine (no head sequence: the `[handler]` finds frames).
-fn start_hsb(
-    cfg: &Config,
-    frame_ring: &Arc<FrameRing>,
-    rx_stop: &Arc<AtomicBool>,
-) -> Result<IngestParts, AppError> {
-    use crate::ingest::hsb::{HsbDma, HsbReceiver};
-    if cfg.handler.is_none() || cfg.rtp.is_some() {
-        return Err(AppError::Startup(
-            "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
-             finds them: add [handler] (handlers/hsb_ready.cu, docs/operators.md) and remove [rtp]"
-                .into(),
-        ));
-    }
-    let listen: SocketAddr = cfg.ingest.bind.parse().map_err(|e| {
-        AppError::Startup(format!(
-            "ingest.bind {:?} is not ADDR:PORT ({e}); for example \"0.0.0.0:5000\"",
-            cfg.ingest.bind
-        ))
-    })?;
-    let dma = HsbDma::new(Arc::clone(frame_ring)).map_err(|e| AppError::Startup(e.to_string()))?;
-    let receiver = HsbReceiver::bind(listen, dma).map_err(|e| AppError::Startup(e.to_string()))?;
-    let local_addr = receiver.local_addr().map_err(|e| AppError::Startup(e.to_string()))?;
-    let stop = Arc::clone(rx_stop);
-    let thread = std::thread::Builder::new()
-        .name("frameloop-hsb".into())
-        .spawn(move || {
-            let counters = receiver.run(&stop);
-            tracing::info!("HSB receiver: {counters:?}");
-            Ok(())
-        })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
-    tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
-    Ok(IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread })
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b { "on" } else { "off" }
-}
-
-/// Page-locked host memory the GPU maps, for a ring.
-fn mapped(rt: &crate::gpu::executor::GpuRuntime, len: usize) -> Result<Box<dyn RingMemory>, AppError> {
-    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
-}
-
-/// The transport decision, as a start-up error when `rdma` cannot run.
-fn select_ingest(
-    transport: Transport,
-    cfg: &crate::rdma::RdmaConfig,
-    ring: &Arc<FrameRing>,
-    region: &crate::rdma::RingRegion,
-) -> Result<IngestPlan, AppError> {
-    rdma::select_ingest_for(transport, cfg, ring, region).map_err(|e| AppError::Startup(e.to_string()))
-}
-
-/// The CUDA backend's frame ring and ingest: with a transport that may take
-/// RDMA and a GPU that can be its target, the ring goes in GPU memory and is
-/// registered from there (dma-buf, then nvidia-peermem); if RDMA is not
-/// taken after all (`auto` without a usable device), that ring is freed --
-/// before any graph runs -- and the UDP receiver gets a ring in mapped host
-/// memory. Returns the ring, the ingest plan and where the ring lives.
-fn cuda_frame_ring(
-    cfg: &Config,
-    rt: &crate::gpu::executor::GpuRuntime,
-    frame_bytes: usize,
-) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
-    let transport = cfg.ingest.transport;
-    let gpu = match transport {
-        Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
-        _ => rdma::dmabuf::gpu_rdma_support(0).map_err(|e| e.to_string()),
-    };
-    let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
-    if let Some(note) = note {
-        tracing::info!("{note}");
-    }
-    let mapped_ring = || -> Result<Arc<FrameRing>, AppError> {
-        FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
-            .map_err(|e| AppError::Startup(e.to_string()))
-    };
-    if first == RingPlacement::Device {
-        match GpuFrameRing::new(&rt.ctx, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy) {
-            Ok(gpu_ring) => {
-                let plan = select_ingest(transport, &cfg.rdma, gpu_ring.ring(), gpu_ring.region())?;
-                let placement = final_placement(first, plan.is_rdma());
-                if placement == RingPlacement::Device {
-                    return Ok((gpu_ring.into_ring(), plan, placement));
-                }
-                // UDP after all: the CPU receiver writes the ring, so it goes
-                // in mapped host memory; the GPU ring is freed before any
-                // graph runs (freeing synchronises the device).
-                drop(gpu_ring);
-                return Ok((mapped_ring()?, plan, placement));
-            }
-            Err(e) => {
-                tracing::info!("cannot put the frame ring in GPU memory ({e}); it stays in host memory")
-            }
-        }
-    }
-    let ring = mapped_ring()?;
-    let plan = select_ingest(transport, &cfg.rdma, &ring, &rdma::ring_region(&ring))?;
-    Ok((ring, plan, RingPlacement::HostMapped))
-}
-
-fn make_rings(
-    cfg: &Config,
-    frames: Box<dyn RingMemory>,
-    results: Box<dyn RingMemory>,
-) -> Result<(Arc<FrameRing>, Arc<ResultRing>), AppError> {
-    let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)
-        .map_err(|e| AppError::Startup(e.to_string()))?;
-    let rr = ResultRing::new(results, cfg.ring.results).map_err(|e| AppError::Startup(e.to_string()))?;
-    Ok((fr, rr))
-}
-
-impl Report {
-    /// The human-readable report: latency table, then counter sections.
-    pub fn render(&self) -> String {
-        let mut summary = self.latency.clone();
-        let l = &self.loop_stats;
-        summary.add_counters(
-            "resident loop",
-            [
-                ("frames_processed", l.frames_processed),
-                ("frames_skipped", l.frames_skipped),
-                ("iterations", l.iterations),
-                ("idle_iterations", l.idle_iterations),
-            ],
-        );
-        summary.add_counters("ingest", self.ingest.iter());
-        if let Some(rtp) = &self.rtp {
-            summary.add_counters("rtp", rtp.iter().copied());
-        }
-        let recording = match &self.recording {
-            None => String::new(),
-            Some(r) => format!(
-                "recorded {} datagrams ({} payload bytes, {} not written) to {}{}\n",
-                r.datagrams,
-                r.payload_bytes,
-                r.not_written,
-                r.path.display(),
-                r.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
-            ),
-        };
-        let clock = if self.clock_error_ns > 0 {
-            format!(
-                "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
-                self.clock_offset_ns,
-                self.clock_error_ns as f64 / 1000.0
-            )
-        } else {
-            String::new()
-        };
-        format!(
-            "backend: {} ({})\n{clock}{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
-            self.backend.name,
-            self.backend.reason,
-            self.listen,
-            on_off(self.gro),
-            self.elapsed_s,
-            summary.render_table()
-        )
     }
 }

@@ -1,7 +1,7 @@
 //! The `record` and `replay` commands, and the tap behind `run --record`
 //! that writes what the appliance's receiver takes off the socket as pcapng.
 
-use super::appliance::RecordingReport;
+use super::report::RecordingReport;
 use super::{AppError, load_or_default, signals};
 use crate::capture::{
     self, CaptureError, DatagramTap, InProcessSetup, PcapngRecorder, RecordArgs, ReplayArgs,

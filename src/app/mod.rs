@@ -1,14 +1,19 @@
 //! The appliance as the command line drives it: argument structs, logging,
 //! and the `bench`, `run`, `send` and `validate` commands.
 
-pub mod appliance;
+mod appliance;
+mod backend_factory;
 mod captures;
 mod loopback;
+mod receivers;
+mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, BackendPick, Report, StartOptions, pick_backend};
+pub use appliance::{Appliance, StartOptions};
+pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
+pub use report::{RecordingReport, Report};
 
 use crate::config::{self, BackendChoice, Config};
 use std::path::PathBuf;
@@ -19,6 +24,12 @@ use thiserror::Error;
 pub enum AppError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// A ring could not be created (the message names the ring.* key).
+    #[error(transparent)]
+    Ring(#[from] crate::ring::RingError),
+    /// The RDMA ingest was chosen but cannot run (the message names what to change).
+    #[error(transparent)]
+    Rdma(#[from] crate::rdma::RdmaError),
     #[error("{0}")]
     Startup(String),
     #[error("{0}")]

@@ -279,12 +279,16 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
     };
     let mut problems = Vec::new();
-    const SECTIONS: &[&str] =
-        &["backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output", "sink"];
+    const SECTIONS: &[&str] = &[
+        "backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler",
+        "output", "sink",
+    ];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
+            // A quoted empty key (`"" = 1`) is still named, as TOML writes it.
+            let name = if key.is_empty() { "\"\"".to_string() } else { key.clone() };
             problems.push(ConfigProblem::new(
-                key.clone(),
+                name,
                 format!("unknown key; top-level keys are {}", SECTIONS.join(", ")),
             ));
         }
@@ -319,7 +323,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
     let output = section("output", table.get("output"), &mut problems);
     let sink = section("sink", table.get("sink"), &mut problems);
-    let config = Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output, sink };
+    let config =
+        Config { backend, ring, loop_, chain, ingest, metrics, service, rtp, rdma, handler, output, sink };
     // Keys that failed to parse fell back to their (valid) defaults, so the
     // range and cross-field checks add only real problems; a chain that did
     // not parse is not checked again.

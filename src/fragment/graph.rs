@@ -108,17 +108,8 @@ impl Fragment {
         Ok(OperatorId(self.operators.len() - 1))
     }
 
-    /// The id of the operator with this name.
-    pub fn operator_id(&self, name: &str) -> Option<OperatorId> {
-        self.operators.iter().position(|e| e.name == name).map(OperatorId)
-    }
-
     pub fn operator_name(&self, id: OperatorId) -> Option<&str> {
         self.operators.get(id.0).map(|e| e.name.as_str())
-    }
-
-    pub fn operator_spec(&self, id: OperatorId) -> Option<&OperatorSpec> {
-        self.operators.get(id.0).map(|e| &e.spec)
     }
 
     /// Connects `from.from_port` (an output) to `to.to_port` (an input).

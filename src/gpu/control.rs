@@ -78,8 +78,8 @@ pub struct DeviceLoopState {
     /// `%globaltimer` when the handler last published the idle counters.
     pub counters_ns: u64,
     /// The frame's user result words, published in
-    /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user); the
-    /// first user kernel's prologue zeroes them for each frame.
+    /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user);
+    /// zeroed after each publish (and by a stand-alone user prologue).
     pub user: [u32; USER_RESULT_WORDS],
 }
 
@@ -123,6 +123,14 @@ const _: () = {
 pub const DESC_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, desc);
 pub const CHAIN_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, chain);
 pub const USER_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, user);
+pub const SLOT_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, slot);
+
+/// Device address of the loop state's copy of the claimed slot's header
+/// (`DeviceLoopState::slot`, device memory: no read over the bus), given the
+/// address of the same state's `desc` as an executor hands its operators.
+pub fn slot_copy_of(frame_desc: u64) -> u64 {
+    frame_desc - DESC_OFFSET as u64 + SLOT_OFFSET as u64
+}
 
 /// `(name, size or offset)` pairs the layout test checks against `ring.cuh`.
 pub fn layout_facts() -> Vec<(String, usize)> {
@@ -159,6 +167,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ("FL_RESULT_HAS_STATS".into(), RESULT_HAS_STATS as usize),
         ("FL_RESULT_HAS_DETECT".into(), RESULT_HAS_DETECT as usize),
         ("FL_RESULT_GPU_CLOCK".into(), RESULT_GPU_CLOCK as usize),
+        ("FL_STATE_IDLE".into(), STATE_IDLE as usize),
         ("FL_STATE_RUNNING".into(), STATE_RUNNING as usize),
         ("FL_STATE_TORN_DOWN".into(), STATE_TORN_DOWN as usize),
         ("FL_STATE_TIMED_OUT".into(), STATE_TIMED_OUT as usize),

@@ -344,15 +344,18 @@ impl<'g> GraphRef<'g> {
     ) -> Result<usize, GpuError> {
         let mut n = 0usize;
         // SAFETY: live graph; null arrays ask for the edge count only.
-        check("cuGraphGetEdges", unsafe {
+        check("cuGraphGetEdges(count)", unsafe {
             sys::cuGraphGetEdges_v2(self.raw, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), &mut n)
         })?;
+        if n == 0 {
+            return Ok(0);
+        }
         let mut from = vec![ptr::null_mut(); n];
         let mut to = vec![ptr::null_mut(); n];
         // SAFETY: an all-zero CUgraphEdgeData is a valid value (plain bytes).
         let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
         // SAFETY: three arrays of `n` entries; the driver writes at most `n`.
-        check("cuGraphGetEdges", unsafe {
+        check("cuGraphGetEdges(edges)", unsafe {
             sys::cuGraphGetEdges_v2(self.raw, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut n)
         })?;
         let kernel_function = |node: sys::CUgraphNode| -> Result<Option<sys::CUfunction>, GpuError> {
@@ -488,6 +491,24 @@ impl Drop for GraphExec {
             tracing::warn!("cuGraphExecDestroy failed: {r:?}");
         }
     }
+}
+
+/// The name a loaded kernel was compiled with (`cuFuncGetName`), `None`
+/// when the driver cannot say.
+///
+/// # Safety
+/// `f` is a function handle of a module that is still loaded (for example
+/// the function of a kernel node of a live graph).
+pub unsafe fn function_name(f: sys::CUfunction) -> Option<String> {
+    let mut name: *const std::ffi::c_char = ptr::null();
+    // SAFETY: `f` is a loaded function handle (the caller's contract); the driver
+    // stores a pointer to a NUL-terminated string it owns in `name`.
+    let status = unsafe { sys::cuFuncGetName(&mut name, f) };
+    if status != sys::CUresult::CUDA_SUCCESS || name.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated per cuFuncGetName's contract; copied at once.
+    Some(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned())
 }
 
 /// Non-blocking check of a stream: `Ok(true)` when all work finished,

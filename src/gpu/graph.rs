@@ -183,6 +183,10 @@ impl ExecutorCore {
             .chain(&["fl_end_marker"])
             .filter(|n| **n != "fl_fused_chain")
             .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
+            // A user kernel's entry kernel waits like the built-in ones.
+            // SAFETY: `f` is the function of a kernel node of the graph being built,
+            // whose modules the executor keeps loaded.
+            || unsafe { super::driver::function_name(f) }.as_deref() == Some(super::user_source::WRAPPED_ENTRY)
     }
 
     pub(super) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {

@@ -11,6 +11,8 @@ pub const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("filter2d.cuh", include_str!("../../kernels/filter2d.cuh")),
     ("reduce.cuh", include_str!("../../kernels/reduce.cuh")),
     ("frameloop.cuh", include_str!("../../kernels/frameloop.cuh")),
+    ("user_frame.cuh", include_str!("../../kernels/user_frame.cuh")),
+    ("output_ring.cuh", include_str!("../../kernels/output_ring.cuh")),
 ];
 
 /// Every `.cu` file of `kernels/`: (file name, source).

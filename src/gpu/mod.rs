@@ -79,25 +79,6 @@ impl GpuError {
         let text = err.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         GpuError::Driver { call, name, text }
     }
-
-    /// True for errors that leave the CUDA context unusable (a kernel fault).
-    pub fn is_sticky_fault(&self) -> bool {
-        matches!(self, GpuError::Driver { name, .. } if is_sticky_name(name))
-    }
-}
-
-fn is_sticky_name(name: &str) -> bool {
-    matches!(
-        name,
-        "CUDA_ERROR_ILLEGAL_ADDRESS"
-            | "CUDA_ERROR_ILLEGAL_INSTRUCTION"
-            | "CUDA_ERROR_MISALIGNED_ADDRESS"
-            | "CUDA_ERROR_INVALID_ADDRESS_SPACE"
-            | "CUDA_ERROR_INVALID_PC"
-            | "CUDA_ERROR_LAUNCH_FAILED"
-            | "CUDA_ERROR_HARDWARE_STACK_ERROR"
-            | "CUDA_ERROR_ASSERT"
-    )
 }
 
 /// Converts a raw driver status into a `Result`, naming the call.

@@ -1,17 +1,22 @@
 //! A user CUDA kernel (`op = "kernel"`, `ops::user_kernel`) as a
 //! GPU-resident operator: its source compiled by NVRTC (through the cubin
 //! cache) and loaded into the executor's context when the graph is built,
-//! its parameter block in device memory it owns, and per frame two graph
-//! nodes: `fl_user_prologue` (kernels/user_support.cu) fills the
-//! operator's `fl_frame` and clamps the counts, then the user kernel runs.
-//! The chain's first user kernel's prologue reads the slot header and zeroes
-//! the frame's user result words; the others copy its `fl_frame`'s fields.
+//! its parameter block in device memory it owns, and per frame one graph
+//! node: the user's code compiled as the device function of an entry
+//! kernel (`user_source::entry_kernel_cubin`) that fills the operator's
+//! `fl_frame` (kernels/user_frame.cuh), clamps the counts, and calls it.
+//! A source that cannot be compiled that way (it fails, while the plain
+//! source compiles) runs as before: a prologue node
+//! (`fl_user_prologue`, kernels/user_support.cu) in front of the user's
+//! own kernel. The chain's first user kernel reads the loop state's copy of the slot header; the
+//! others copy its `fl_frame`'s fields. The frame's user result words are
+//! zero when the chain starts (cleared after each publish).
 //!
 //! Ports: `in` (the previous operator's samples), `out` (this operator's
 //! own output buffer, sized for its largest output) and `frame` (its
-//! `fl_frame`, 64 bytes, unconnected so it is its own buffer). A correct
-//! kernel cannot write outside them: its counts are clamped to the
-//! buffers' sizes by the prologue.
+//! `fl_frame`, 64 bytes, then the entry kernel's block ticket; unconnected
+//! so it is its own buffer). A correct kernel cannot write outside them:
+//! its counts are clamped to the buffers' sizes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -24,18 +29,18 @@ use cudarc::nvrtc::Ptx;
 
 use super::driver::DeviceBuffer;
 use super::nvrtc::{CacheDir, Compiler};
-use super::user_source::{kernel_cubin, read_source};
+use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, read_source};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::OpSpec;
 use crate::ops::user_kernel::{OutputSize, UserKernelSpec};
 
 /// Bytes of an `fl_frame` (kernels/frameloop.cuh).
 pub const FRAME_BYTES: usize = 64;
+/// Bytes of the `frame` port: the `fl_frame`, then the entry kernel's block
+/// ticket (a `uint32_t` the last block resets) on its own 64 bytes.
+const FRAME_PORT_BYTES: usize = FRAME_BYTES + 64;
 /// Threads of the one block of `fl_user_prologue` (`FL_USER_PROLOGUE_THREADS`).
 const PROLOGUE_THREADS: u32 = 32;
-
-// The prologue reads the slot header's first three 16-byte words, through sender_ts_ns.
-const _: () = assert!(std::mem::offset_of!(crate::ring::layout::SlotHeader, sender_ts_ns) + 8 <= 48);
 
 /// The chain with every user kernel's `source` made absolute, a relative
 /// one taken relative to the directory of `config_file` (the file the chain
@@ -60,6 +65,9 @@ struct Loaded {
     /// Kept so that `function` stays loaded.
     _module: Arc<CudaModule>,
     function: CudaFunction,
+    /// `function` is the entry kernel wrapped around the user's code (one
+    /// node per frame), not the user's kernel behind a prologue.
+    wrapped: bool,
     /// The parameter block (`param_block()`), `None` without parameters.
     /// Read by the kernel on every frame, so that it can be rewritten live.
     params: Option<DeviceBuffer>,
@@ -165,16 +173,33 @@ impl UserKernelOp {
                 .map_err(|e| self.problem(e.to_string()))?;
             let file = self.spec.source.display().to_string();
             let text = read_source(&self.spec.source).map_err(|e| self.problem(e.to_string()))?;
-            let cubin = kernel_cubin(&compiler, &file, &text, &self.spec.entry).map_err(|errors| {
-                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                self.problem(list.join("; "))
-            })?;
+            let threads = self.spec.launch(1).threads;
+            let (cubin, wrapped) =
+                match entry_kernel_cubin(&compiler, &file, &text, &self.spec.entry, threads) {
+                    Ok(cubin) => (cubin, true),
+                    Err(wrapping) => {
+                        let cubin =
+                            kernel_cubin(&compiler, &file, &text, &self.spec.entry).map_err(|errors| {
+                                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                                self.problem(list.join("; "))
+                            })?;
+                        let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
+                        tracing::warn!(
+                            "{}: the source does not compile as the device function of an entry kernel \
+                         ({}); it runs behind a prologue node, which costs one more kernel per frame",
+                            self.name,
+                            why.join("; ")
+                        );
+                        (cubin, false)
+                    }
+                };
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| self.problem(format!("loading the compiled {file}: {e}")))?;
+            let name = if wrapped { WRAPPED_ENTRY } else { self.spec.entry.as_str() };
             let function = module
-                .load_function(&self.spec.entry)
-                .map_err(|e| self.problem(format!("{file} has no kernel \"{}\": {e}", self.spec.entry)))?;
+                .load_function(name)
+                .map_err(|e| self.problem(format!("{file} has no kernel \"{name}\": {e}")))?;
             let params = if self.params.is_empty() {
                 None
             } else {
@@ -183,7 +208,7 @@ impl UserKernelOp {
                 b.write(0, &self.params).map_err(|e| self.problem(e.to_string()))?;
                 Some(b)
             };
-            self.loaded = Some(Loaded { _module: module, function, params });
+            self.loaded = Some(Loaded { _module: module, function, wrapped, params });
         }
         Ok(())
     }
@@ -211,12 +236,12 @@ impl GpuResidentOperator for UserKernelOp {
     fn setup(&mut self, spec: &mut OperatorSpec) {
         spec.input("in", PortMemory::Size(sample_bytes(self.max_in)))
             .output("out", PortMemory::Size(sample_bytes(self.max_out)))
-            .output("frame", PortMemory::Size(FRAME_BYTES));
+            .output("frame", PortMemory::Size(FRAME_PORT_BYTES));
     }
 
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
         let (x, y, frame) = (ctx.port("in")?, ctx.port("out")?, ctx.port("frame")?);
-        if frame.bytes < FRAME_BYTES || x.dptr == y.dptr {
+        if frame.bytes < FRAME_PORT_BYTES || x.dptr == y.dptr {
             return Err(self.problem("its ports were bound to memory it did not declare"));
         }
         let user = ctx.user_result().ok_or_else(|| {
@@ -225,6 +250,9 @@ impl GpuResidentOperator for UserKernelOp {
         let in_capacity = u32::try_from(x.bytes / 4).unwrap_or(u32::MAX);
         let out_capacity = u32::try_from(y.bytes / 4).unwrap_or(u32::MAX);
         let (fd, stream) = (ctx.frame_desc(), ctx.stream());
+        // The user result words exist only in the resident executor, whose
+        // FrameDesc is the loop state's: the header copy sits beside it.
+        let slot = super::control::slot_copy_of(fd);
         let fixed_out = fixed_output(&self.spec);
         let first_frame = if self.first {
             self.first_frame.store(frame.dptr, Ordering::Relaxed);
@@ -240,10 +268,51 @@ impl GpuResidentOperator for UserKernelOp {
         self.load(stream)?;
         let loaded = self.loaded.as_ref().ok_or_else(|| self.problem("the kernel is not loaded"))?;
 
+        let params = loaded.params.as_ref().map_or(0, DeviceBuffer::dptr);
+        let cfg = LaunchConfig {
+            grid_dim: (shape.blocks, 1, 1),
+            block_dim: (shape.threads, 1, 1),
+            shared_mem_bytes: shape.shared_bytes,
+        };
+        if loaded.wrapped {
+            let ticket = frame.dptr + FRAME_BYTES as u64;
+            // The chain's last operator publishes the result itself: no end-marker node.
+            let publisher = ctx.take_result_publisher().unwrap_or(0);
+            let mut launch = stream.launch_builder(&loaded.function);
+            launch
+                .arg(&fd)
+                .arg(&slot)
+                .arg(&frame.dptr)
+                .arg(&ticket)
+                .arg(&first_frame)
+                .arg(&in_capacity)
+                .arg(&out_capacity)
+                .arg(&fixed_out)
+                .arg(&publisher)
+                .arg(&x.dptr)
+                .arg(&y.dptr)
+                .arg(&params)
+                .arg(&user);
+            // SAFETY: the arguments are fl_user_entry's (user_source::ENTRY_WRAPPER):
+            // FrameDesc*, the loop state's SlotHeader copy beside it, fl_frame* and its
+            // uint32_t ticket (the `frame` port: 64 bytes then the ticket, checked above,
+            // zeroed when allocated and reset by the last block), the first user kernel's
+            // fl_frame or 0, three uint32_t counts, the LoopParams* the executor offered
+            // (its last block calls fl_publish_result once, after every block's work) or
+            // 0, then the user kernel's (const float*, float*, const void*, fl_user_result*),
+            // whose signature entry_kernel_cubin checked. Every pointer is device memory
+            // that outlives the graph; the counts the user code sees are clamped to the
+            // ports. The shape was checked by UserKernelSpec::problems (threads <= 1024,
+            // shared bytes <= 48 KiB) and is the block size the kernel was compiled for.
+            unsafe { launch.launch(cfg) }.map_err(|e| self.problem(format!("launching the kernel: {e}")))?;
+            return Ok(());
+        }
+
         let prologue = ctx.kernel("fl_user_prologue")?;
         let mut launch = stream.launch_builder(prologue);
         launch
             .arg(&fd)
+            .arg(&slot)
             .arg(&frame.dptr)
             .arg(&first_frame)
             .arg(&user)
@@ -252,21 +321,16 @@ impl GpuResidentOperator for UserKernelOp {
             .arg(&fixed_out);
         let one_warp =
             LaunchConfig { grid_dim: (1, 1, 1), block_dim: (PROLOGUE_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: (FrameDesc*, fl_frame*, const fl_frame*, fl_user_result*, uint32_t x3) is
-        // fl_user_prologue's signature; it writes the 64 bytes of `frame` (checked above), the
-        // 48 user result bytes the executor keeps, and the FrameDesc's sample count, and reads
+        // SAFETY: (FrameDesc*, const SlotHeader*, fl_frame*, const fl_frame*,
+        // fl_user_result*, uint32_t x3) is fl_user_prologue's signature; it writes the 64
+        // bytes of `frame` (checked above), the 48 user result bytes the executor keeps, and
+        // the FrameDesc's sample count, and reads the loop state's SlotHeader copy and
         // `first_frame` (0, or the first user kernel's 64-byte `frame` port, enqueued before
         // this one); one block of its 32 threads.
         unsafe { launch.launch(one_warp) }.map_err(|e| ctx.enqueue_error("fl_user_prologue", e))?;
 
-        let params = loaded.params.as_ref().map_or(0, DeviceBuffer::dptr);
         let mut launch = stream.launch_builder(&loaded.function);
         launch.arg(&frame.dptr).arg(&x.dptr).arg(&y.dptr).arg(&params).arg(&user);
-        let cfg = LaunchConfig {
-            grid_dim: (shape.blocks, 1, 1),
-            block_dim: (shape.threads, 1, 1),
-            shared_mem_bytes: shape.shared_bytes,
-        };
         // SAFETY: user_source::kernel_cubin checked at compile time that the entry has the
         // fl_kernel_fn signature (const fl_frame*, const float*, float*, const void*,
         // fl_user_result*); every pointer is device memory that outlives the graph (ports
@@ -281,6 +345,7 @@ impl GpuResidentOperator for UserKernelOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::user_source::UserCodeError;
     use crate::ops::SampleFormat;
 
     fn spec(text: &str) -> UserKernelSpec {
@@ -299,6 +364,61 @@ mod tests {
         assert!(Arc::ptr_eq(&same.first_frame, &second.first_frame));
         assert_eq!(fixed_output(&fixed), 16);
         assert_eq!(fixed_output(&spec("source='a.cu'\nentry='k'")), 0);
+    }
+
+    #[test]
+    fn the_bench_user_kernels_compile_against_the_abi() {
+        if !super::super::nvrtc_present() {
+            eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let compiler = Compiler::new("sm_90", CacheDir::At(dir.path().to_path_buf())).unwrap();
+        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kernels");
+        for (file, entry) in [("fir5.cu", "fir5"), ("stats_threshold.cu", "stats_threshold")] {
+            let text = std::fs::read_to_string(kernels.join(file)).unwrap();
+            let cubin =
+                kernel_cubin(&compiler, file, &text, entry).unwrap_or_else(|e| panic!("{file}: {e:?}"));
+            assert_eq!(&cubin[..4], b"\x7fELF", "{file}");
+        }
+    }
+
+    #[test]
+    fn user_kernels_compile_into_their_entry_kernel() {
+        if !super::super::nvrtc_present() {
+            eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let compiler = Compiler::new("sm_90", CacheDir::At(dir.path().to_path_buf())).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let kernels = [
+            ("bench/kernels/fir5.cu", "fir5", 256),
+            ("bench/kernels/stats_threshold.cu", "stats_threshold", 1024),
+            ("tests/fixtures/user_kernels/gain_offset.cu", "gain_offset", 128),
+            ("tests/fixtures/user_kernels/window_sum.cu", "window_sum", 256),
+            ("tests/fixtures/user_kernels/frame_words.cu", "frame_words", 64),
+            ("tests/fixtures/user_kernels/trap_at.cu", "trap_at", 256),
+        ];
+        for (file, entry, threads) in kernels {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let cubin = entry_kernel_cubin(&compiler, file, &text, entry, threads)
+                .unwrap_or_else(|e| panic!("{file}: {e:?}"));
+            assert_eq!(&cubin[..4], b"\x7fELF", "{file}");
+        }
+        // The user's file and line survive the wrapping; a missing entry is named.
+        let text = std::fs::read_to_string(root.join("tests/fixtures/user_kernels/syntax_error.cu")).unwrap();
+        let errors = entry_kernel_cubin(&compiler, "syntax_error.cu", &text, "broken", 256).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| matches!(e, UserCodeError::Compile { file, .. } if file == "syntax_error.cu")),
+            "{errors:?}"
+        );
+        let text = std::fs::read_to_string(root.join("tests/fixtures/user_kernels/gain_offset.cu")).unwrap();
+        let errors =
+            entry_kernel_cubin(&compiler, "gain_offset.cu", &text, "no_such_kernel", 256).unwrap_err();
+        assert!(errors.iter().any(|e| matches!(e, UserCodeError::MissingEntry { .. })), "{errors:?}");
     }
 
     #[test]

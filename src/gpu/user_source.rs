@@ -226,6 +226,94 @@ pub fn kernel_cubin(
     }
 }
 
+/// Name of the kernel [`entry_kernel_cubin`] wraps around a user kernel.
+pub const WRAPPED_ENTRY: &str = "fl_user_entry";
+
+/// `text` compiled as the device function of one entry kernel,
+/// [`WRAPPED_ENTRY`]: the user's `__global__` functions become `__device__`
+/// ones (and their `__launch_bounds__` go, the wrapper declares `threads`),
+/// and the wrapper fills the frame's `fl_frame` in shared memory
+/// (`kernels/user_frame.cuh`), calls `entry` with it, and has its last block
+/// store that `fl_frame` and the sample count for the operators after it.
+/// One kernel per frame instead of a prologue node and the user's kernel.
+/// Errors name the user's file and lines as [`kernel_cubin`]'s do.
+pub fn entry_kernel_cubin(
+    compiler: &Compiler,
+    file: &str,
+    text: &str,
+    entry: &str,
+    threads: u32,
+) -> Result<Vec<u8>, Vec<UserCodeError>> {
+    let kind = EntryKind::Kernel;
+    let quoted = file.replace('\\', "\\\\").replace('"', "\\\"");
+    let wrapped = format!(
+        "#include \"user_frame.cuh\"\n\
+         #undef __global__\n#define __global__ __device__\n\
+         #undef __launch_bounds__\n#define __launch_bounds__(...)\n\
+         #line 1 \"{quoted}\"\n{text}\n\
+         #line 1 \"{CHECK_FILE}\"\n\
+         #undef __global__\n#define __global__ __attribute__((global))\n\
+         #undef __launch_bounds__\n#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))\n\
+         static_assert(fl_same<decltype(&{entry}), fl_kernel_fn>::value, \"frameloop: wrong signature\");\n\
+         {WRAPPER}",
+        WRAPPER = ENTRY_WRAPPER.replace("FL_ENTRY", entry).replace("FL_THREADS", &threads.to_string()),
+    );
+    let cubin = compiler.cubin(file, &wrapped).map_err(|e| compile_problems(e, file, entry, kind))?;
+    let section = format!(".text.{WRAPPED_ENTRY}\0");
+    if cubin.windows(section.len()).any(|w| w == section.as_bytes()) {
+        Ok(cubin)
+    } else {
+        Err(vec![missing_entry(file, entry, kind, "")])
+    }
+}
+
+/// The entry kernel of [`entry_kernel_cubin`]; `FL_ENTRY` and `FL_THREADS`
+/// are replaced by the user's entry and the block size. Arguments: the
+/// FrameDesc, the loop state's copy of the claimed slot's header, this
+/// operator's `fl_frame` in device memory (read by the chain's later user
+/// kernels as `first`) and its block ticket, `first` (null for the chain's
+/// first user kernel), the counts' capacities, the loop parameters when this
+/// is the chain's last operator and publishes the result itself (else null),
+/// then the user kernel's own arguments.
+const ENTRY_WRAPPER: &str = r#"
+extern "C" __global__ void __launch_bounds__(FL_THREADS)
+    fl_user_entry(FrameDesc* fd, const SlotHeader* slot, fl_frame* frame_out, uint32_t* ticket,
+                  const fl_frame* first, uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out,
+                  const LoopParams* publish, const float* in, float* out, const void* params,
+                  fl_user_result* user) {
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
+  __shared__ alignas(64) fl_frame frame;
+  __shared__ uint32_t samples_before;  // the FrameDesc's sample count as this kernel found it
+  if (threadIdx.x == 0) {
+    samples_before = fd->n_samples;
+    fl_user_fill_frame(&frame, fd, slot, first, in_capacity, out_capacity, fixed_out);
+  }
+  __syncthreads();
+  FL_ENTRY(&frame, in, out, params, user);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // The FrameDesc's sample count changes only when this operator's output
+  // is sized differently from its input; every block reads it first, so a
+  // change (and the publish, which needs every block's work) waits for the
+  // last block to take a ticket. Otherwise block 0 finishes alone.
+  const bool resized = frame.out_count != samples_before;
+  bool finisher = blockIdx.x == 0;
+  if (gridDim.x > 1 && (resized || publish != nullptr)) {
+    __threadfence();
+    finisher = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    if (finisher) {
+      __threadfence();
+      *ticket = 0u;
+    }
+  }
+  if (!finisher) return;
+  *frame_out = frame;
+  if (resized) fd->n_samples = frame.out_count;
+  if (publish != nullptr) fl_publish_result(*publish);
+}
+"#;
+
 /// The text of a user source: a regular file of at most [`MAX_SOURCE_BYTES`].
 pub fn read_source(path: &Path) -> Result<String, UserCodeError> {
     let file = path.display().to_string();

@@ -110,14 +110,6 @@ fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc:
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
-/// Puts the calling thread under `SCHED_FIFO` at `priority`.
-fn set_realtime_priority(priority: u8) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: priority.into() };
-    // SAFETY: pid 0 is the calling thread; `param` is a live, initialised struct.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
-}
-
 /// Asks for `wanted` bytes of receive buffer (forcing past `rmem_max` where
 /// permitted) and returns what the kernel granted, as usable bytes.
 fn size_receive_buffer(socket: &Socket, wanted: usize) -> Result<usize, IngestError> {
@@ -280,11 +272,6 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.tap.replace(tap)
     }
 
-    /// Removes the tap and returns it.
-    pub fn take_tap(&mut self) -> Option<Box<dyn DatagramTap>> {
-        self.tap.take()
-    }
-
     /// The assembler the receiver feeds.
     pub fn assembler(&self) -> &A {
         &self.assembler
@@ -298,7 +285,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
     /// stayed empty for the budget.
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), IngestError> {
         if self.realtime_priority > 0 {
-            match set_realtime_priority(self.realtime_priority) {
+            match crate::realtime::set_current_thread_fifo(self.realtime_priority) {
                 Ok(()) => {
                     tracing::info!("UDP receiver runs under SCHED_FIFO priority {}", self.realtime_priority)
                 }

@@ -3,6 +3,7 @@
 //! which unit setting or capability is missing.
 
 use super::ServiceError;
+use crate::realtime::{self, RealtimeError};
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
 
@@ -52,40 +53,25 @@ fn describe_cpu_set(set: &CpuSet) -> String {
     if parts.is_empty() { "empty".to_string() } else { parts.join(",") }
 }
 
-/// The soft RLIMIT_RTPRIO of this process (the highest SCHED_FIFO priority an
-/// unprivileged thread may take), or None when it cannot be read.
-pub fn rtprio_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes one rlimit into the valid, exclusively
-    // borrowed struct and reads nothing else.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_RTPRIO, &mut lim) };
-    (rc == 0).then_some(lim.rlim_cur)
-}
-
 /// Gives the calling thread SCHED_FIFO at `priority` (1..=99). When the
 /// kernel refuses, the error names what to change: `LimitRTPRIO=` (or
 /// CAP_SYS_NICE) and `RestrictRealtime=no` in the unit.
 pub fn set_current_thread_realtime(priority: u8) -> Result<(), ServiceError> {
-    if !(1..=99).contains(&priority) {
-        return Err(ServiceError::Realtime { priority, reason: "priority must be from 1 to 99".to_string() });
-    }
-    let param = libc::sched_param { sched_priority: i32::from(priority) };
-    // SAFETY: pthread_self() is always a valid handle of the calling thread,
-    // and `param` is a valid sched_param that the call only reads.
-    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::from_raw_os_error(rc);
-    let reason = if rc == libc::EPERM {
-        let limit = rtprio_limit().map_or("unknown".to_string(), |l| l.to_string());
-        format!(
-            "{err}: the process may not use real-time scheduling (RLIMIT_RTPRIO is {limit}); \
-             run with LimitRTPRIO={priority} (or CAP_SYS_NICE) and RestrictRealtime=no — \
-             see systemd/realtime.conf — or remove service.realtime_priority"
-        )
-    } else {
-        err.to_string()
+    let err = match realtime::set_current_thread_fifo(priority) {
+        Ok(()) => return Ok(()),
+        Err(err) => err,
+    };
+    let reason = match &err {
+        RealtimeError::OutOfRange { .. } => "priority must be from 1 to 99".to_string(),
+        RealtimeError::Refused { source, .. } if err.is_permission_denied() => {
+            let limit = realtime::rtprio_limit().map_or("unknown".to_string(), |l| l.to_string());
+            format!(
+                "{source}: the process may not use real-time scheduling (RLIMIT_RTPRIO is {limit}); \
+                 run with LimitRTPRIO={priority} (or CAP_SYS_NICE) and RestrictRealtime=no — \
+                 see systemd/realtime.conf — or remove service.realtime_priority"
+            )
+        }
+        RealtimeError::Refused { source, .. } => source.to_string(),
     };
     Err(ServiceError::Realtime { priority, reason })
 }

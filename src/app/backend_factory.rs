@@ -1,0 +1,190 @@
+//! The backend factory: picks the consumer of the frame ring (host threads or
+//! a GPU-resident graph) and opens it with its rings. The only place that
+//! knows the backends apart; the rest of the appliance sees a
+//! [`ResidentLoop`].
+
+use super::AppError;
+use crate::backend::ResidentLoop;
+use crate::config::{BackendChoice, Config};
+use crate::gpu::user_handler::UserHandlerSource;
+use crate::host::HostLoop;
+use crate::rdma::{
+    self, ConsumerBackend, GpuFrameRing, IngestPlan, RingPlacement, Transport, final_placement,
+    first_placement,
+};
+use crate::ring::{FrameRing, HostMemory, ResultRing, RingMemory};
+use std::sync::Arc;
+
+/// The backend that was picked and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackendPick {
+    pub name: &'static str,
+    pub reason: String,
+}
+
+/// Picks the backend for `choice`: `auto` takes CUDA only when a GPU and
+/// NVRTC are usable, and says why it took what it took.
+pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
+    match choice {
+        BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
+        BackendChoice::Cuda => match crate::gpu::probe(0) {
+            Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
+            Err(why) => Err(AppError::Startup(format!(
+                "backend cuda needs a usable GPU: {why}; use --backend host (or auto) on this machine"
+            ))),
+        },
+        BackendChoice::Auto => match crate::gpu::probe(0) {
+            Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
+            Err(why) => Ok(BackendPick { name: "host", reason: format!("auto: no usable GPU ({why})") }),
+        },
+    }
+}
+
+impl BackendPick {
+    /// Refuses a `[handler]` on a backend that cannot run user handlers.
+    pub(super) fn check_handler(&self, cfg: &Config) -> Result<(), AppError> {
+        match &cfg.handler {
+            Some(h) if self.name != "cuda" => {
+                Err(AppError::Startup(format!("handler.entry: {}", h.host_refusal())))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An opened backend: its rings, its resident loop (not yet launched), how
+/// frames reach the frame ring and where that ring lives.
+pub(super) struct OpenedBackend {
+    pub(super) frame_ring: Arc<FrameRing>,
+    pub(super) result_ring: Arc<ResultRing>,
+    pub(super) resident: Box<dyn ResidentLoop>,
+    pub(super) plan: IngestPlan,
+    pub(super) placement: RingPlacement,
+}
+
+/// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
+/// picked backend needs them and builds its resident loop over them.
+pub(super) fn open_backend(
+    pick: &BackendPick,
+    cfg: &Config,
+    user_handler: Option<UserHandlerSource>,
+    frame_bytes: usize,
+    result_bytes: usize,
+) -> Result<OpenedBackend, AppError> {
+    let transport = cfg.ingest.transport;
+    Ok(match pick.name {
+        "cuda" => {
+            let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
+                .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
+            let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
+            let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
+            let lp = crate::gpu::CudaLoop::with_handler(
+                Arc::clone(&rt),
+                Arc::clone(&fr),
+                Arc::clone(&rr),
+                &cfg.chain,
+                cfg.loop_.clone(),
+                user_handler,
+            )
+            .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
+            OpenedBackend { frame_ring: fr, result_ring: rr, resident: Box::new(lp), plan, placement }
+        }
+        _ => {
+            let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
+                Ok(Box::new(HostMemory::new(len).map_err(|e| {
+                    AppError::Startup(format!("cannot map {len} bytes for a ring: {e}; lower ring.slots"))
+                })?))
+            };
+            let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
+            let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
+            let mut lp = HostLoop::new(
+                Arc::clone(&fr),
+                Arc::clone(&rr),
+                cfg.chain.clone(),
+                cfg.ring.slot_bytes,
+                cfg.loop_.clone(),
+            )
+            .map_err(|e| AppError::Startup(e.to_string()))?;
+            lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
+            OpenedBackend {
+                frame_ring: fr,
+                result_ring: rr,
+                resident: Box::new(lp),
+                plan,
+                placement: RingPlacement::Host,
+            }
+        }
+    })
+}
+
+/// Page-locked host memory the GPU maps, for a ring.
+fn mapped(rt: &crate::gpu::executor::GpuRuntime, len: usize) -> Result<Box<dyn RingMemory>, AppError> {
+    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
+}
+
+/// The transport decision, as a start-up error when `rdma` cannot run.
+fn select_ingest(
+    transport: Transport,
+    cfg: &crate::rdma::RdmaConfig,
+    ring: &Arc<FrameRing>,
+    region: &crate::rdma::RingRegion,
+) -> Result<IngestPlan, AppError> {
+    Ok(rdma::select_ingest_for(transport, cfg, ring, region)?)
+}
+
+/// The CUDA backend's frame ring and ingest: with a transport that may take
+/// RDMA and a GPU that can be its target, the ring goes in GPU memory and is
+/// registered from there (dma-buf, then nvidia-peermem); if RDMA is not
+/// taken after all (`auto` without a usable device), that ring is freed --
+/// before any graph runs -- and the UDP receiver gets a ring in mapped host
+/// memory. Returns the ring, the ingest plan and where the ring lives.
+fn cuda_frame_ring(
+    cfg: &Config,
+    rt: &crate::gpu::executor::GpuRuntime,
+    frame_bytes: usize,
+) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
+    let transport = cfg.ingest.transport;
+    let gpu = match transport {
+        Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
+        _ => rdma::dmabuf::gpu_rdma_support(0).map_err(|e| e.to_string()),
+    };
+    let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
+    if let Some(note) = note {
+        tracing::info!("{note}");
+    }
+    let mapped_ring = || -> Result<Arc<FrameRing>, AppError> {
+        Ok(FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?)
+    };
+    if first == RingPlacement::Device {
+        match GpuFrameRing::new(&rt.ctx, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy) {
+            Ok(gpu_ring) => {
+                let plan = select_ingest(transport, &cfg.rdma, gpu_ring.ring(), gpu_ring.region())?;
+                let placement = final_placement(first, plan.is_rdma());
+                if placement == RingPlacement::Device {
+                    return Ok((gpu_ring.into_ring(), plan, placement));
+                }
+                // UDP after all: the CPU receiver writes the ring, so it goes
+                // in mapped host memory; the GPU ring is freed before any
+                // graph runs (freeing synchronises the device).
+                drop(gpu_ring);
+                return Ok((mapped_ring()?, plan, placement));
+            }
+            Err(e) => {
+                tracing::info!("cannot put the frame ring in GPU memory ({e}); it stays in host memory")
+            }
+        }
+    }
+    let ring = mapped_ring()?;
+    let plan = select_ingest(transport, &cfg.rdma, &ring, &rdma::ring_region(&ring))?;
+    Ok((ring, plan, RingPlacement::HostMapped))
+}
+
+fn make_rings(
+    cfg: &Config,
+    frames: Box<dyn RingMemory>,
+    results: Box<dyn RingMemory>,
+) -> Result<(Arc<FrameRing>, Arc<ResultRing>), AppError> {
+    let fr = FrameRing::new(frames, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?;
+    let rr = ResultRing::new(results, cfg.ring.results)?;
+    Ok((fr, rr))
+}

@@ -1,0 +1,165 @@
+//! Start-up of the receiving side: the thread that takes frames off the
+//! network into the frame ring, by transport and format (native UDP, RTP
+//! video, the emulated HSB bridge, or RDMA).
+
+use super::AppError;
+use super::report::{RecordingReport, on_off};
+use crate::config::Config;
+use crate::ingest::{FrameAssembler, IngestCounters, Reassembler, UdpReceiver};
+use crate::rdma::{IngestPlan, Transport};
+use crate::ring::FrameRing;
+use crate::rtp::{RtpAssembler, RtpCounters};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+/// The receiving side, whichever transport runs it.
+pub(super) struct IngestParts {
+    pub(super) local_addr: SocketAddr,
+    pub(super) gro_active: bool,
+    pub(super) rtp_counters: Option<Arc<RtpCounters>>,
+    pub(super) recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
+    pub(super) thread: JoinHandle<Result<(), String>>,
+}
+
+/// Binds the UDP receiver (native or RTP assembly, optional recording) and
+/// starts its thread on the configured core.
+fn start_udp(
+    cfg: &Config,
+    frame_ring: &Arc<FrameRing>,
+    counters: &Arc<IngestCounters>,
+    rx_stop: &Arc<AtomicBool>,
+    record: Option<&std::path::Path>,
+) -> Result<IngestParts, AppError> {
+    if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
+        if record.is_some() {
+            return Err(AppError::Startup(
+                "--record taps the native receiver; with ingest.format = \"hsb\" record with tcpdump instead"
+                    .into(),
+            ));
+        }
+        return start_hsb(cfg, frame_ring, rx_stop);
+    }
+    let writer = frame_ring
+        .writer()
+        .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
+    let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
+        Some(rtp) => {
+            let settings =
+                rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
+            let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
+            let c = Arc::clone(a.counters());
+            (Box::new(a), Some(c))
+        }
+        None => {
+            let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(counters));
+            (Box::new(r), None)
+        }
+    };
+    let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(counters))
+        .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+    let recording = match record {
+        Some(path) => {
+            let (tap, done) = super::captures::recording_tap(path)?;
+            receiver.set_tap(Box::new(tap));
+            tracing::info!("recording received datagrams to {}", path.display());
+            Some(done)
+        }
+        None => None,
+    };
+    let local_addr = receiver.local_addr();
+    let gro_active = receiver.gro_active();
+    let stop = Arc::clone(rx_stop);
+    let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let rx_thread = std::thread::Builder::new()
+        .name("frameloop-rx".into())
+        .spawn(move || {
+            let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
+            let ok = placed.is_ok();
+            let _ = placed_tx.send(placed);
+            if !ok {
+                return Ok(());
+            }
+            crate::service::thread_failure::panic_if_requested("receiver");
+            receiver.run(&stop).map_err(|e| e.to_string())
+        })
+        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+    if let Ok(Err(e)) = placed_rx.recv() {
+        rx_stop.store(true, Ordering::Release);
+        return Err(AppError::Startup(e.to_string()));
+    }
+    tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
+    Ok(IngestParts { local_addr, gro_active, rtp_counters, recording, thread: rx_thread })
+}
+
+/// `ingest.format = "hsb"`: the emulated HSB bridge's receiver writes the
+/// ring like its DMA engine (no head sequence: the `[handler]` finds frames).
+fn start_hsb(
+    cfg: &Config,
+    frame_ring: &Arc<FrameRing>,
+    rx_stop: &Arc<AtomicBool>,
+) -> Result<IngestParts, AppError> {
+    use crate::ingest::hsb::{HsbDma, HsbReceiver};
+    if cfg.handler.is_none() || cfg.rtp.is_some() {
+        return Err(AppError::Startup(
+            "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
+             finds them: add [handler] (handlers/hsb_ready.cu, docs/operators.md) and remove [rtp]"
+                .into(),
+        ));
+    }
+    let listen: SocketAddr = cfg.ingest.bind.parse().map_err(|e| {
+        AppError::Startup(format!(
+            "ingest.bind {:?} is not ADDR:PORT ({e}); for example \"0.0.0.0:5000\"",
+            cfg.ingest.bind
+        ))
+    })?;
+    let dma = HsbDma::new(Arc::clone(frame_ring)).map_err(|e| AppError::Startup(e.to_string()))?;
+    let receiver = HsbReceiver::bind(listen, dma).map_err(|e| AppError::Startup(e.to_string()))?;
+    let local_addr = receiver.local_addr().map_err(|e| AppError::Startup(e.to_string()))?;
+    let stop = Arc::clone(rx_stop);
+    let thread = std::thread::Builder::new()
+        .name("frameloop-hsb".into())
+        .spawn(move || {
+            let counters = receiver.run(&stop);
+            tracing::info!("HSB receiver: {counters:?}");
+            Ok(())
+        })
+        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+    tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
+    Ok(IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread })
+}
+
+/// Starts the receiver that `plan` chose, writing into `frame_ring`; with
+/// `record`, every datagram the UDP receiver takes is also written there.
+pub(super) fn start_ingest(
+    plan: IngestPlan,
+    cfg: &Config,
+    frame_ring: &Arc<FrameRing>,
+    counters: &Arc<IngestCounters>,
+    rx_stop: &Arc<AtomicBool>,
+    record: Option<&Path>,
+) -> Result<IngestParts, AppError> {
+    let transport = cfg.ingest.transport;
+    Ok(match plan {
+        IngestPlan::Udp { reason } => {
+            if transport != Transport::Udp {
+                tracing::info!("{reason}; using UDP");
+            }
+            start_udp(cfg, frame_ring, counters, rx_stop, record)?
+        }
+        #[cfg(feature = "rdma")]
+        IngestPlan::Rdma(mut endpoint) => {
+            tracing::info!("{}", endpoint.summary());
+            let local_addr = endpoint.listen_addr();
+            let stop = Arc::clone(rx_stop);
+            let thread = std::thread::Builder::new()
+                .name("frameloop-rdma".into())
+                .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
+                .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
+            IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread }
+        }
+    })
+}

@@ -1,0 +1,99 @@
+//! The report the appliance gives when it stops: what ran, its counters and
+//! latency summary, as JSON or as a human-readable table.
+
+use super::backend_factory::BackendPick;
+use crate::backend::LoopStats;
+use crate::ingest::IngestSnapshot;
+use crate::metrics::Summary;
+use std::path::PathBuf;
+
+/// Everything the appliance reports when it stops.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub backend: BackendPick,
+    pub elapsed_s: f64,
+    pub listen: String,
+    pub gro: bool,
+    pub loop_stats: LoopStats,
+    pub ingest: IngestSnapshot,
+    /// GPU clock to CLOCK_REALTIME offset used for the GPU timestamps, and
+    /// the bound on its error (both 0 on the host backend).
+    pub clock_offset_ns: i64,
+    pub clock_error_ns: u64,
+    /// RTP assembler counters (name, value), when the config has `[rtp]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtp: Option<Vec<(&'static str, u64)>>,
+    /// What `--record` wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording: Option<RecordingReport>,
+    pub latency: Summary,
+}
+
+/// What a recording of the received datagrams wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecordingReport {
+    pub path: PathBuf,
+    /// Datagrams written.
+    pub datagrams: u64,
+    /// Their UDP payload bytes.
+    pub payload_bytes: u64,
+    /// Datagrams not written: too large for one IP packet, or after a write error.
+    pub not_written: u64,
+    /// The write error that stopped the recording, if one did.
+    pub error: Option<String>,
+}
+
+impl Report {
+    /// The human-readable report: latency table, then counter sections.
+    pub fn render(&self) -> String {
+        let mut summary = self.latency.clone();
+        let l = &self.loop_stats;
+        summary.add_counters(
+            "resident loop",
+            [
+                ("frames_processed", l.frames_processed),
+                ("frames_skipped", l.frames_skipped),
+                ("iterations", l.iterations),
+                ("idle_iterations", l.idle_iterations),
+            ],
+        );
+        summary.add_counters("ingest", self.ingest.iter());
+        if let Some(rtp) = &self.rtp {
+            summary.add_counters("rtp", rtp.iter().copied());
+        }
+        let recording = match &self.recording {
+            None => String::new(),
+            Some(r) => format!(
+                "recorded {} datagrams ({} payload bytes, {} not written) to {}{}\n",
+                r.datagrams,
+                r.payload_bytes,
+                r.not_written,
+                r.path.display(),
+                r.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
+            ),
+        };
+        let clock = if self.clock_error_ns > 0 {
+            format!(
+                "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
+                self.clock_offset_ns,
+                self.clock_error_ns as f64 / 1000.0
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "backend: {} ({})\n{clock}{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            self.backend.name,
+            self.backend.reason,
+            self.listen,
+            on_off(self.gro),
+            self.elapsed_s,
+            summary.render_table()
+        )
+    }
+}
+
+/// "on" or "off", for report and log lines.
+pub(super) fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
