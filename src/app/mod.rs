@@ -9,7 +9,7 @@ mod receivers;
 mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, StartOptions};
+pub use appliance::{Appliance, ApplianceBuilder, StartOptions};
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
@@ -30,6 +30,9 @@ pub enum AppError {
     /// The RDMA ingest was chosen but cannot run (the message names what to change).
     #[error(transparent)]
     Rdma(#[from] crate::rdma::RdmaError),
+    /// Rust operators that cannot go into the chain (the message names the operator).
+    #[error(transparent)]
+    Operators(#[from] crate::gpu::chain_builder::ChainBuilderError),
     #[error("{0}")]
     Startup(String),
     #[error("{0}")]

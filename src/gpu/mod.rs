@@ -36,6 +36,9 @@ pub mod user_source;
 use cudarc::driver::sys;
 use thiserror::Error;
 
+/// What a Rust GPU operator implements and uses (see `Appliance::builder`).
+pub use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
+pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
 pub use executor::{ExecutorCore, ResidentExecutor};
