@@ -109,6 +109,6 @@ fn ports_sized_by_samples_after_connect_and_others_are_refused() {
     let err = ops.into_chain(&chain, slot_bytes).err().expect("a port of another size does not connect");
     let ChainBuilderError::Ports { operator, place, source } = &err else { panic!("{err}") };
     assert_eq!((operator.as_str(), place.as_str()), ("gain", "after chain[1] (fir)"));
-    assert!(matches!(source, FragmentError::SizeMismatch { .. }), "{source}");
+    assert!(matches!(**source, FragmentError::SizeMismatch { .. }), "{source}");
     assert!(err.to_string().contains("samples_after"), "{err}");
 }

@@ -52,10 +52,16 @@ pub enum ChainBuilderError {
         operator: String,
         place: String,
         #[source]
-        source: FragmentError,
+        source: Box<FragmentError>,
     },
     #[error("the configured chain cannot be built: {0}")]
-    Chain(#[from] FragmentError),
+    Chain(#[source] Box<FragmentError>),
+}
+
+impl From<FragmentError> for ChainBuilderError {
+    fn from(e: FragmentError) -> Self {
+        ChainBuilderError::Chain(Box::new(e))
+    }
 }
 
 /// User operators in insertion order, each with its position, until
@@ -78,7 +84,7 @@ impl UserOperators {
     }
 
     /// The operators' names, for logs and errors.
-    pub fn names(&self) -> String {
+    fn names(&self) -> String {
         self.entries.iter().map(|(_, op)| format!("\"{}\"", op.name())).collect::<Vec<_>>().join(", ")
     }
 
@@ -139,7 +145,7 @@ impl UserOperators {
                     let ports = |source| ChainBuilderError::Ports {
                         operator: operator.clone(),
                         place: place.clone(),
-                        source,
+                        source: Box::new(source),
                     };
                     let id = fragment.add_operator(BoxedOperator(op)).map_err(ports)?;
                     fragment.add_flow(tail, "out", id, "in").map_err(ports)?;
@@ -155,7 +161,8 @@ impl UserOperators {
                 debug_assert!(placed.iter().all(|(_, op)| op.is_none()), "every position is in the chain");
                 return Ok(UserChain { fragment, payload_capacity, operators });
             }
-            Ok(Err(source)) | Err(ChainBuilderError::Chain(source)) => source,
+            Ok(Err(source)) => Box::new(source),
+            Err(ChainBuilderError::Chain(source)) => source,
             Err(other) => return Err(other),
         };
         let involved = involved_operators(&source);
@@ -263,7 +270,7 @@ impl GpuResidentOperator for BoxedOperator {
 }
 
 /// The chain index after which an operator named `operator` goes.
-pub fn resolve_position(
+fn resolve_position(
     chain: &[OpSpec],
     position: &OperatorPosition,
     operator: &str,
@@ -412,7 +419,7 @@ mod tests {
         let ChainBuilderError::Ports { operator, place, source } = &err else { panic!("{err}") };
         assert_eq!((operator.as_str(), place.as_str()), ("gain", "after chain[1] (fir)"));
         assert!(
-            matches!(source, FragmentError::SizeMismatch { from_bytes: 16384, to_bytes: 100, .. }),
+            matches!(**source, FragmentError::SizeMismatch { from_bytes: 16384, to_bytes: 100, .. }),
             "{source}"
         );
         assert!(std::error::Error::source(&err).is_some());
@@ -423,7 +430,7 @@ mod tests {
         let ChainBuilderError::Ports { operator, source, .. } = &err else { panic!("{err}") };
         assert_eq!(operator, "odd");
         assert!(
-            matches!(source, FragmentError::UnknownPort { port, direction, .. } if port == "out" && *direction == PortDirection::Output.as_str()),
+            matches!(&**source, FragmentError::UnknownPort { port, direction, .. } if port == "out" && *direction == PortDirection::Output.as_str()),
             "{source}"
         );
         assert!(err.to_string().contains("output port \"out\""), "{err}");
