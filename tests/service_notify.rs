@@ -5,10 +5,13 @@
 
 mod service_support;
 
+use frameloop::service::thread_stall::{TEST_STALL_THREAD_AFTER_ENV, TEST_STALL_THREAD_ENV};
 use service_support::{NotifySocket, count_line, http_get, parse_exposition};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Debug builds compile and start slowly on a loaded 2-core CI machine.
@@ -64,6 +67,8 @@ impl Appliance {
             .env_remove("WATCHDOG_PID")
             .env_remove("JOURNAL_STREAM")
             .env_remove(frameloop::service::watchdog::TEST_STALL_ENV)
+            .env_remove(TEST_STALL_THREAD_ENV)
+            .env_remove(TEST_STALL_THREAD_AFTER_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -164,6 +169,37 @@ fn send_frames(port: u16, count: u64) {
         sock.send_to(&encode(&h, &payload), ("127.0.0.1", port)).unwrap();
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Streams single-packet native frames to `port` every 2 ms until the
+/// returned flag is set (send errors, after the appliance exits, ignored).
+fn stream_frames(port: u16) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    use frameloop::wire::native::{FLAG_LAST_PACKET, NativeHeader, encode};
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread_stop = Arc::clone(&stop);
+    let sender = std::thread::spawn(move || {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let payload = vec![0x22u8; 1024];
+        let mut seq = 0;
+        while !thread_stop.load(Ordering::Relaxed) {
+            let h = NativeHeader {
+                flags: FLAG_LAST_PACKET,
+                stream_id: 3,
+                packet_index: 0,
+                frame_seq: seq,
+                packet_count: 1,
+                payload_offset: 0,
+                frame_len: payload.len() as u32,
+                payload_len: payload.len() as u32,
+                sender_ts_ns: frameloop::clock::realtime_ns(),
+            };
+            let _ = sock.send_to(&encode(&h, &payload), ("127.0.0.1", port));
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        seq
+    });
+    (stop, sender)
 }
 
 /// Scrapes and parses the endpoint, retrying until `ok` holds (5 s).
@@ -269,6 +305,50 @@ fn stalled_pipeline_stops_the_watchdog_pings() {
     app.sigterm();
     let (status, _, stderr, _, _dir) = app.wait_exit();
     assert!(status.success(), "exit {status:?}\n{stderr}");
+}
+
+/// `thread` (a FRAMELOOP_TEST_STALL_THREAD value) hangs 1.5 s after it
+/// starts while frames stream in: the pings go on before, stop after, the
+/// log names `stage` as stalled, and SIGTERM still stops the appliance
+/// cleanly (the hung thread ends with the shutdown).
+fn a_hung_stage_stops_the_pings(thread: &str, stage: &str) {
+    let stall_ms = 1500u64;
+    let mut app = Appliance::start(
+        Duration::from_millis(300),
+        &[(TEST_STALL_THREAD_ENV, thread), (TEST_STALL_THREAD_AFTER_ENV, &stall_ms.to_string())],
+    );
+    app.wait_ready();
+    let ready_at = Instant::now();
+    let (stop_sending, sender) = stream_frames(app.udp_port);
+    let before = app.notify.collect(Duration::from_millis(900));
+    assert!(count_line(&before, "WATCHDOG=1") >= 2, "no pings before the {thread} hung: {before:?}");
+    // The thread started before READY=1, so its hang began at the latest
+    // here; one check later the pings stop.
+    let quiet_from = ready_at + Duration::from_millis(stall_ms + 600);
+    let _ = app.notify.collect(quiet_from.saturating_duration_since(Instant::now()));
+    let after = app.notify.collect(Duration::from_millis(1500));
+    assert_eq!(count_line(&after, "WATCHDOG=1"), 0, "pings went on with a hung {thread} thread: {after:?}");
+    app.sigterm();
+    let (status, _, stderr, _, _dir) = app.wait_exit();
+    stop_sending.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    assert!(sent > 500, "only {sent} frames streamed");
+    assert!(status.success(), "exit {status:?}\n{stderr}");
+    assert!(stderr.contains(&format!("the {thread} thread hangs now")), "the hook did not fire:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("stalled stage: {stage} made no progress")),
+        "the log does not name the stalled {stage}:\n{stderr}"
+    );
+}
+
+#[test]
+fn a_hung_result_thread_stops_the_watchdog_pings() {
+    a_hung_stage_stops_the_pings("result", "result thread");
+}
+
+#[test]
+fn a_hung_receiver_stops_the_watchdog_pings() {
+    a_hung_stage_stops_the_pings("receiver", "receiver");
 }
 
 #[test]

@@ -15,15 +15,21 @@ use crate::config::Config;
 use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
 use crate::ingest::{IngestCounters, IngestSnapshot};
-use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
+use crate::metrics::{
+    LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
+    create_interval_log,
+};
 use crate::rdma::Transport;
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, ResultReader};
+use crate::ring::{FrameRing, ResultReader, ResultRing};
 use crate::rtp::RtpCounters;
+use crate::service::ProgressSource;
+use crate::service::bounded::{call_by, join_by};
+use crate::service::thread_stall::ThreadStall;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -101,8 +107,15 @@ pub struct Appliance {
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
+    /// The receiver's poll-loop count (UDP receivers), for the watchdog.
+    rx_poll_loops: Option<Arc<AtomicU64>>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
+    /// The result ring and how far the result thread has read it, for the watchdog.
+    result_ring: Arc<ResultRing>,
+    result_progress: Arc<ResultProgress>,
+    /// `service.shutdown_timeout_ms`: the bound on [`Appliance::stop`].
+    shutdown_timeout: Duration,
     started: Instant,
 }
 
@@ -150,7 +163,7 @@ impl Appliance {
         if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
             && cfg.ingest.transport != Transport::Udp
         {
-            return Err(AppError::Startup(
+            return Err(AppError::Unsupported(
                 "ingest.format = \"hsb\" receives UDP datagrams: set ingest.transport = \"udp\"".into(),
             ));
         }
@@ -159,26 +172,22 @@ impl Appliance {
             .as_ref()
             .map(|h| crate::gpu::user_handler::UserHandlerSource::from_config(h, Path::new("")))
             .transpose()
-            .map_err(|e| AppError::Startup(format!("handler.source: {e}")))?;
+            .map_err(AppError::HandlerSource)?;
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {
-            AppError::Startup("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
+            AppError::Unsupported("ring.slots x ring.slot_bytes overflows; use fewer or smaller slots".into())
         })?;
         let result_bytes = result_ring_bytes(cfg.ring.results)
-            .ok_or_else(|| AppError::Startup("ring.results is too large; lower it".into()))?;
+            .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
             open_backend(&pick, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
-        resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
+        resident.launch().map_err(AppError::Launch)?;
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
         let on_result = match &cfg.sink.nats {
-            Some(nats) => Some(
-                crate::sink::nats::forward_results(nats, opts.on_result)
-                    .map_err(|e| AppError::Startup(e.to_string()))?
-                    .0,
-            ),
+            Some(nats) => Some(crate::sink::nats::forward_results(nats, opts.on_result)?.0),
             None => opts.on_result,
         };
         if let Some(cb) = on_result {
@@ -186,7 +195,7 @@ impl Appliance {
         }
         if let Some(path) = opts.histogram_log.as_ref().or(cfg.metrics.histogram_log.as_ref()) {
             let now = crate::clock::realtime_ns();
-            let writer = create_interval_log(path, now).map_err(|e| AppError::Startup(e.to_string()))?;
+            let writer = create_interval_log(path, now)?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
         // Reading the head of a ring in GPU memory takes a copy and a stream
@@ -197,12 +206,13 @@ impl Appliance {
         });
         let spin = ResultSpin { budget: result_spin_budget(), frame_head };
         let result_cpu = cfg.service.result_cpu;
-        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), move || {
+        let result_stall: Option<LoopHook> = ThreadStall::requested("result")
+            .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
+        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
                 .map_err(|e| e.to_string())
-        })
-        .map_err(|e| AppError::Startup(e.to_string()))?;
+        })?;
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
@@ -218,8 +228,12 @@ impl Appliance {
             frame_ring,
             rx_stop,
             rx_thread: Some(ingest.thread),
+            rx_poll_loops: ingest.poll_loops,
             resident,
+            result_progress: results.progress(),
             results: Some(results),
+            result_ring,
+            shutdown_timeout: cfg.service.shutdown_timeout(),
             started: Instant::now(),
         })
     }
@@ -328,7 +342,7 @@ impl Appliance {
     /// thread; returns the new offset and its error bound, if the backend has
     /// a clock of its own.
     pub fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, AppError> {
-        let c = self.resident.recalibrate_clock().map_err(|e| AppError::Runtime(e.to_string()))?;
+        let c = self.resident.recalibrate_clock()?;
         if let (Some(c), Some(r)) = (c, &self.results) {
             r.set_clock(c.offset_ns, c.measured_at_ns, c.drift_ppb);
             tracing::debug!(
@@ -339,6 +353,35 @@ impl Appliance {
             );
         }
         Ok(c)
+    }
+
+    /// Frames published in the frame ring that the resident loop has not
+    /// taken yet (a copy and a stream sync for a ring in GPU memory).
+    pub fn frame_backlog(&self) -> u64 {
+        let seq = self.frame_ring.sequences();
+        crate::service::backlog(seq.head, seq.consumed)
+    }
+
+    /// The receiver's and the result thread's progress for the watchdog,
+    /// read from atomics on the watchdog's thread: the receiver's poll loop
+    /// must always advance (its poll is timed); the result thread's loop
+    /// must advance while results wait in the result ring. The resident
+    /// loop's source is built by the caller from [`Appliance::loop_stats`]
+    /// and [`Appliance::frame_backlog`], which need the loop itself.
+    pub fn progress_sources(&self) -> Vec<ProgressSource> {
+        let mut sources = Vec::new();
+        if let Some(loops) = &self.rx_poll_loops {
+            let loops = Arc::clone(loops);
+            sources.push(ProgressSource::new("receiver", move || loops.load(Ordering::Relaxed)));
+        }
+        let (count, read) = (Arc::clone(&self.result_progress), Arc::clone(&self.result_progress));
+        let ring = Arc::clone(&self.result_ring);
+        sources.push(ProgressSource::with_backlog(
+            "result thread",
+            move || count.iterations.load(Ordering::Relaxed),
+            move || crate::service::backlog(ring.head(), read.read_position.load(Ordering::Relaxed)),
+        ));
+        sources
     }
 
     /// Waits until every published frame has been consumed or `timeout` passes.
@@ -359,37 +402,98 @@ impl Appliance {
 
     /// Stops the receiver (publishing what it holds), lets the loop finish
     /// the frames in the ring, tears the loop down and returns the report.
+    ///
+    /// Returns within `service.shutdown_timeout_ms` whatever happens: a
+    /// thread (or a tear-down) that has not finished by then is left behind,
+    /// leaked with what it owns, and named in [`Report::hung`], as is a
+    /// resident loop whose device stopped answering ([`ResidentLoop::is_wedged`]).
     pub fn stop(mut self) -> Result<Report, AppError> {
+        let deadline = Instant::now() + self.shutdown_timeout;
+        // The last part of the budget is kept for the result thread, so that
+        // a hung tear-down does not make a healthy result thread look hung.
+        let results_reserve = (self.shutdown_timeout / 10).min(Duration::from_millis(200));
+        let loop_deadline = deadline - results_reserve;
+        let mut hung = Vec::new();
         self.rx_stop.store(true, Ordering::Release);
-        let rx = self.rx_thread.take().map(|h| h.join());
-        let drained = self.drain(Duration::from_secs(2));
+        let rx = match self.rx_thread.take() {
+            Some(h) => {
+                let joined = join_by(h, loop_deadline);
+                if joined.is_none() {
+                    hung.push("receiver thread (did not return)".to_string());
+                }
+                joined
+            }
+            None => None,
+        };
+        let left = loop_deadline.saturating_duration_since(Instant::now());
+        let drained = self.drain(left.min(Duration::from_secs(2)));
         if !drained {
             tracing::warn!("frames left in the ring at shutdown were not processed");
         }
-        let loop_result = self.resident.tear_down();
+        let stats_before = self.resident.stats();
+        let (clock_offset_ns, clock_error_ns) =
+            (self.resident.clock_offset_ns(), self.resident.clock_error_ns());
+        let mut resident = self.resident;
+        let torn_down = call_by("frameloop-tear-down", loop_deadline, move || {
+            if let Some(stall) = ThreadStall::requested("tear-down") {
+                stall.hang_forever();
+            }
+            let result = resident.tear_down();
+            (result, resident.is_wedged())
+        });
+        let loop_stats = match torn_down {
+            Some((Ok(s), wedged)) => {
+                if wedged {
+                    hung.push(
+                        "resident loop (its device stopped answering; its memory is leaked)".to_string(),
+                    );
+                }
+                s
+            }
+            Some((Err(e), wedged)) => {
+                tracing::error!("resident loop: {e}");
+                if wedged {
+                    hung.push(
+                        "resident loop (its device stopped answering; its memory is leaked)".to_string(),
+                    );
+                }
+                stats_before
+            }
+            None => {
+                hung.push("resident loop (its tear-down did not return)".to_string());
+                stats_before
+            }
+        };
         // Results of the last frames: give the result thread a moment to see them.
         std::thread::sleep(Duration::from_millis(5));
-        let latency = match self.results.take() {
-            Some(r) => r.stop().map_err(|e| AppError::Runtime(e.to_string()))?,
+        let latency = match self.results {
+            Some(r) => match call_by("frameloop-results-stop", deadline, move || r.stop()) {
+                Some(summary) => summary?,
+                None => {
+                    hung.push("result thread (did not return; latency figures lost)".to_string());
+                    Summary::of(&Default::default())
+                }
+            },
             None => Summary::of(&Default::default()),
-        };
-        let loop_stats = match loop_result {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("resident loop: {e}");
-                self.resident.stats()
-            }
         };
         match rx {
             Some(Ok(Ok(()))) | None => {}
             Some(Ok(Err(e))) => tracing::error!("receiver stopped with an error: {e}"),
             Some(Err(_)) => tracing::error!("the receiver thread panicked"),
         }
-        // The receiver thread has ended, so the tap was dropped and has reported.
+        for stage in &hung {
+            tracing::error!(
+                "shutdown: {stage} within service.shutdown_timeout_ms = {} ms; left it behind \
+                 (raise the key if the stage is only slow to stop)",
+                self.shutdown_timeout.as_millis()
+            );
+        }
+        // Once the receiver thread has ended, the tap was dropped and has reported.
         let recording = self.recording.as_ref().and_then(|done| done.try_recv().ok());
         if let Some(e) = recording.as_ref().and_then(|r| r.error.as_ref()) {
             tracing::error!("the recording stopped early: {e}");
         }
+        let rtp = self.rtp_counters.as_ref().map(|c| c.iter().collect());
         Ok(Report {
             backend: self.pick.clone(),
             elapsed_s: self.started.elapsed().as_secs_f64(),
@@ -397,11 +501,13 @@ impl Appliance {
             gro: self.gro_active,
             loop_stats,
             ingest: self.counters.snapshot(),
-            clock_offset_ns: self.resident.clock_offset_ns(),
-            clock_error_ns: self.resident.clock_error_ns(),
-            rtp: self.rtp_counters(),
+            clock_offset_ns,
+            clock_error_ns,
+            rtp,
             recording,
             latency,
+            hung,
+            shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),
         })
     }
 }

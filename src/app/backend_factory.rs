@@ -30,9 +30,7 @@ pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
         BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
         BackendChoice::Cuda => match crate::gpu::probe(0) {
             Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
-            Err(why) => Err(AppError::Startup(format!(
-                "backend cuda needs a usable GPU: {why}; use --backend host (or auto) on this machine"
-            ))),
+            Err(why) => Err(AppError::NoGpu(why)),
         },
         BackendChoice::Auto => match crate::gpu::probe(0) {
             Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
@@ -46,7 +44,7 @@ impl BackendPick {
     pub(super) fn check_handler(&self, cfg: &Config) -> Result<(), AppError> {
         match &cfg.handler {
             Some(h) if self.name != "cuda" => {
-                Err(AppError::Startup(format!("handler.entry: {}", h.host_refusal())))
+                Err(AppError::Unsupported(format!("handler.entry: {}", h.host_refusal())))
             }
             _ => Ok(()),
         }
@@ -78,7 +76,7 @@ pub(super) fn open_backend(
     Ok(match pick.name {
         "cuda" => {
             let rt = crate::gpu::executor::GpuRuntime::open(0, crate::gpu::nvrtc::CacheDir::Default)
-                .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
+                .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
             let lp = crate::gpu::CudaLoop::with_operators(
@@ -90,15 +88,13 @@ pub(super) fn open_backend(
                 user_handler,
                 user_chain,
             )
-            .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
+            .map_err(AppError::GpuLoop)?;
             OpenedBackend { frame_ring: fr, result_ring: rr, resident: Box::new(lp), plan, placement }
         }
         _ => {
             debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
             let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
-                Ok(Box::new(HostMemory::new(len).map_err(|e| {
-                    AppError::Startup(format!("cannot map {len} bytes for a ring: {e}; lower ring.slots"))
-                })?))
+                Ok(Box::new(HostMemory::new(len).map_err(|source| AppError::RingMemory { len, source })?))
             };
             let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
             let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
@@ -109,7 +105,7 @@ pub(super) fn open_backend(
                 cfg.ring.slot_bytes,
                 cfg.loop_.clone(),
             )
-            .map_err(|e| AppError::Startup(e.to_string()))?;
+            .map_err(AppError::HostLoop)?;
             lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
             OpenedBackend {
                 frame_ring: fr,
@@ -124,7 +120,7 @@ pub(super) fn open_backend(
 
 /// Page-locked host memory the GPU maps, for a ring.
 fn mapped(rt: &crate::gpu::executor::GpuRuntime, len: usize) -> Result<Box<dyn RingMemory>, AppError> {
-    Ok(Box::new(rt.mapped(len).map_err(|e| AppError::Startup(e.to_string()))?))
+    Ok(Box::new(rt.mapped(len).map_err(|source| AppError::MappedRingMemory { len, source })?))
 }
 
 /// The transport decision, as a start-up error when `rdma` cannot run.

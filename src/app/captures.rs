@@ -3,9 +3,7 @@
 
 use super::report::RecordingReport;
 use super::{AppError, load_or_default, signals};
-use crate::capture::{
-    self, CaptureError, DatagramTap, InProcessSetup, PcapngRecorder, RecordArgs, ReplayArgs,
-};
+use crate::capture::{self, DatagramTap, InProcessSetup, PcapngRecorder, RecordArgs, ReplayArgs};
 use std::fs::File;
 use std::io::BufWriter;
 use std::net::SocketAddr;
@@ -13,18 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
-fn capture_error(e: CaptureError) -> AppError {
-    AppError::Runtime(e.to_string())
-}
-
 /// `frameloop record`: records until `--duration`, `--count` or a signal,
 /// then prints what it wrote.
 pub fn record(args: &RecordArgs) -> Result<(), AppError> {
-    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    signals::install().map_err(AppError::Signals)?;
     let summary = capture::record(args, signals::stop_flag(), |addr: SocketAddr| {
         eprintln!("recording UDP datagrams sent to {addr} into {}", args.out.display());
-    })
-    .map_err(capture_error)?;
+    })?;
     let s = summary.stats;
     println!(
         "recorded {} datagrams ({} payload bytes) to {}{}",
@@ -44,7 +37,7 @@ pub fn record(args: &RecordArgs) -> Result<(), AppError> {
 /// ring, reassembly, chain and wire format of `config`, or the defaults),
 /// prints the summary, and fails when the capture could not be read to its end.
 pub fn replay(args: &ReplayArgs, config: Option<&Path>) -> Result<(), AppError> {
-    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    signals::install().map_err(AppError::Signals)?;
     let mut replay_args = args.clone();
     let setup = match replay_args.to {
         Some(_) => None,
@@ -62,7 +55,7 @@ pub fn replay(args: &ReplayArgs, config: Option<&Path>) -> Result<(), AppError> 
         }
     };
     let stop = signals::stop_flag();
-    let summary = capture::replay(&replay_args, setup.as_ref(), stop).map_err(capture_error)?;
+    let summary = capture::replay(&replay_args, setup.as_ref(), stop)?;
     print!("{}", summary.render());
     if summary.unparsed_tails > 0 {
         tracing::warn!(
@@ -82,7 +75,7 @@ pub fn replay(args: &ReplayArgs, config: Option<&Path>) -> Result<(), AppError> 
     }
     match summary.ended_early {
         Some(why) if !stop.load(Ordering::Acquire) => {
-            Err(AppError::Runtime(format!("{}: {why}", args.file.display())))
+            Err(AppError::ReplayEnded { file: args.file.clone(), why })
         }
         _ => Ok(()),
     }
@@ -100,7 +93,7 @@ pub(super) struct FileTap {
 /// Creates `path` and returns the tap recording into it and where its
 /// outcome arrives once the tap is dropped.
 pub(super) fn recording_tap(path: &Path) -> Result<(FileTap, mpsc::Receiver<RecordingReport>), AppError> {
-    let recorder = PcapngRecorder::create(path).map_err(|e| AppError::Startup(format!("--record: {e}")))?;
+    let recorder = PcapngRecorder::create(path).map_err(AppError::RecordFile)?;
     let (done, outcome) = mpsc::channel();
     Ok((FileTap { recorder: Some(recorder), path: path.to_path_buf(), done }, outcome))
 }

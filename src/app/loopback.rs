@@ -22,7 +22,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         cfg.ring.slot_bytes = frame_bytes;
     }
     cfg.ingest.bind = "127.0.0.1:0".into();
-    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    signals::install().map_err(AppError::Signals)?;
     let mut app =
         Appliance::start(&cfg, StartOptions { histogram_log: args.histogram_log.clone(), on_result: None })?;
     let to = app.local_addr().to_string();
@@ -41,14 +41,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         "--streams".into(),
         args.streams.to_string(),
     ];
-    let send = <SendOnly as clap::Parser>::try_parse_from(argv)
-        .map_err(|e| AppError::Startup(format!("bad sender settings: {e}")))?
-        .args;
+    let send = <SendOnly as clap::Parser>::try_parse_from(argv).map_err(AppError::SenderSettings)?.args;
     let stop = signals::stop_flag();
     let sender = std::thread::Builder::new()
         .name("frameloop-sender".into())
         .spawn(move || crate::sender::run_sender(&send, stop, |_| {}))
-        .map_err(|e| AppError::Startup(format!("cannot start the sender thread: {e}")))?;
+        .map_err(|source| AppError::Spawn { thread: "sender", source })?;
     let mut progress = Progress::new();
     let mut last_calibration = std::time::Instant::now();
     while !sender.is_finished() {
@@ -62,10 +60,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     progress.done();
-    let sent = sender
-        .join()
-        .map_err(|_| AppError::Runtime("the sender thread panicked".into()))?
-        .map_err(|e| AppError::Runtime(format!("sender: {e}")))?;
+    let sent = sender.join().map_err(|_| AppError::SenderPanicked)?.map_err(AppError::Sender)?;
     // Let the last frames through reassembly and the loop.
     std::thread::sleep(std::time::Duration::from_millis(50));
     app.drain(std::time::Duration::from_secs(2));
@@ -85,7 +80,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
         cfg.backend
     })?;
     if pick.name != "cuda" {
-        return Err(AppError::Startup(
+        return Err(AppError::Unsupported(
             "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
                 .into(),
         ));
@@ -100,8 +95,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
             .compare_chain
             .as_deref()
             .map(crate::gpu::bench::load_compare_chain)
-            .transpose()
-            .map_err(|e| AppError::Startup(e.to_string()))?,
+            .transpose()?,
         ..Default::default()
     };
     // The measuring thread publishes frames and spins on results, like the
@@ -110,10 +104,9 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
         "bench",
         cfg.service.result_cpu,
         cfg.service.realtime_priority,
-    )
-    .map_err(|e| AppError::Startup(e.to_string()))?;
+    )?;
     eprintln!("comparing orchestration modes on {} ({} frames per mode)...", pick.reason, opts.frames);
-    let report = crate::gpu::bench::run_compare(&opts).map_err(|e| AppError::Runtime(e.to_string()))?;
+    let report = crate::gpu::bench::run_compare(&opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
@@ -144,7 +137,7 @@ pub struct SendCommand {
 
 /// `frameloop send`: the sensor emulator.
 pub fn send(args: &SendCommand) -> Result<(), AppError> {
-    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    signals::install().map_err(AppError::Signals)?;
     let mut progress = Progress::new();
     if args.transport == crate::rdma::Transport::Rdma {
         #[cfg(feature = "rdma")]
@@ -152,14 +145,13 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
             let stats =
                 crate::rdma::sender::run_rdma_sender(&args.send, &args.rdma, signals::stop_flag(), |s| {
                     progress.show(|| format!("{s:?}"));
-                })
-                .map_err(|e| AppError::Runtime(e.to_string()))?;
+                })?;
             progress.done();
             println!("{stats:#?}");
             return Ok(());
         }
         #[cfg(not(feature = "rdma"))]
-        return Err(AppError::Startup("this build has no RDMA support (cargo feature rdma)".into()));
+        return Err(AppError::Unsupported("this build has no RDMA support (cargo feature rdma)".into()));
     }
     let show = |s: &crate::sender::SenderStats| {
         progress.show(|| {
@@ -182,7 +174,7 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
             crate::sender::hsb::run_hsb_sender(&args.send, signals::stop_flag(), show)
         }
     }
-    .map_err(|e| AppError::Runtime(e.to_string()))?;
+    .map_err(AppError::Sender)?;
     progress.done();
     println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
     Ok(())

@@ -19,7 +19,8 @@ use crate::config::{self, BackendChoice, Config};
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// Errors that stop a command, each saying what to do about it.
+/// Errors that stop a command, each saying what to do about it and keeping
+/// the error underneath as its source.
 #[derive(Debug, Error)]
 pub enum AppError {
     #[error(transparent)]
@@ -27,29 +28,105 @@ pub enum AppError {
     /// A ring could not be created (the message names the ring.* key).
     #[error(transparent)]
     Ring(#[from] crate::ring::RingError),
-    /// The RDMA ingest was chosen but cannot run (the message names what to change).
+    /// The RDMA ingest (or sender) was chosen but cannot run (the message
+    /// names what to change).
     #[error(transparent)]
     Rdma(#[from] crate::rdma::RdmaError),
     /// Rust operators that cannot go into the chain (the message names the operator).
     #[error(transparent)]
     Operators(#[from] crate::gpu::chain_builder::ChainBuilderError),
+    /// A combination of settings that this build, backend or ingest format
+    /// cannot run; the message names the keys or flags to change.
     #[error("{0}")]
-    Startup(String),
-    #[error("{0}")]
-    Runtime(String),
+    Unsupported(String),
+    #[error("backend cuda needs a usable GPU: {0}; use --backend host (or auto) on this machine")]
+    NoGpu(#[source] crate::gpu::GpuUnavailable),
+    #[error("handler.source: {0}")]
+    HandlerSource(#[source] crate::gpu::user_source::UserCodeError),
+    #[error("cannot open the GPU: {0}")]
+    GpuOpen(#[source] crate::gpu::GpuError),
+    #[error("cannot build the GPU loop: {0}")]
+    GpuLoop(#[source] crate::gpu::GpuError),
+    /// A GPU step outside the appliance (`bench --compare`); the message
+    /// names what failed.
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+    #[error("cannot map {len} bytes for a ring: {source}; lower ring.slots")]
+    RingMemory { len: usize, source: std::io::Error },
+    #[error("cannot map {len} bytes of GPU-mapped memory for a ring: {source}; lower ring.slots")]
+    MappedRingMemory { len: usize, source: crate::gpu::GpuError },
+    #[error("cannot build the host loop: {0}")]
+    HostLoop(#[source] crate::host::HostError),
+    #[error("cannot launch the resident loop: {0}")]
+    Launch(#[source] crate::backend::BackendError),
+    /// The resident loop failed while running (clock recalibration, ...).
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    /// `[sink.nats]` cannot start (the message names the key).
+    #[error(transparent)]
+    Sink(#[from] crate::sink::nats::SinkError),
+    /// The histogram log or the result thread failed.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    /// Thread placement or the metrics endpoint (the message names the key
+    /// or unit setting).
+    #[error(transparent)]
+    Service(#[from] crate::service::ServiceError),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] nix::Error),
+    #[error(
+        "cannot start the {thread} thread: {source}; check the process thread limit (ulimit -u, TasksMax=)"
+    )]
+    Spawn { thread: &'static str, source: std::io::Error },
+    #[error("cannot start the UDP receiver: {0}")]
+    Receiver(#[source] crate::ingest::IngestError),
+    /// The `[rtp]` assembler refused its settings (the message names the key).
+    #[error(transparent)]
+    Rtp(#[from] crate::rtp::AssemblerError),
+    /// The emulated HSB bridge's receiver cannot start.
+    #[error(transparent)]
+    Hsb(#[from] crate::ingest::hsb::HsbIngestError),
+    #[error("ingest.bind {value:?} is not ADDR:PORT ({source}); for example \"0.0.0.0:5000\"")]
+    BindAddress { value: String, source: std::net::AddrParseError },
+    #[error("cannot read the local address of the socket bound to {addr}: {source}")]
+    Socket { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("the frame ring's writer is already taken")]
+    WriterTaken,
+    #[error("bad sender settings: {0}")]
+    SenderSettings(#[source] clap::Error),
+    #[error("sender: {0}")]
+    Sender(#[source] crate::sender::SendError),
+    #[error("the sender thread panicked")]
+    SenderPanicked,
+    /// Recording or replaying a capture failed (the message names the file).
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
+    #[error("--record: {0}")]
+    RecordFile(#[source] crate::capture::CaptureError),
+    #[error("{}: {why}", file.display())]
+    ReplayEnded { file: PathBuf, why: String },
     #[error(
         "the {thread} thread died: {message}; the service stopped so that it can be restarted \
          (see the log above for the cause)"
     )]
     ThreadDied { thread: String, message: String },
+    #[error(
+        "the pipeline did not stop within service.shutdown_timeout_ms = {timeout_ms} ms: {}; \
+         it was left behind and the process exits so that it can be restarted (a wedged GPU may \
+         need a reset: see docs/operations.md, exit status 4)",
+        stages.join("; ")
+    )]
+    StopTimedOut { stages: Vec<String>, timeout_ms: u64 },
 }
 
 impl AppError {
     /// Exit status of `frameloop`: 3 when a pipeline thread died (the
-    /// service must be restarted), 1 for every other error.
+    /// service must be restarted), 4 when the stop had to leave a hung
+    /// thread or a wedged device behind, 1 for every other error.
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::ThreadDied { .. } => 3,
+            AppError::StopTimedOut { .. } => 4,
             _ => 1,
         }
     }
@@ -242,7 +319,9 @@ pub(crate) const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration:
 ///
 /// Under systemd (`NOTIFY_SOCKET`) it sends READY=1 once the ring is
 /// allocated, the loop launched and the socket bound; WATCHDOG=1 only while
-/// the resident loop keeps iterating; STOPPING=1 on the way out.
+/// no stage (receiver, resident loop, result thread, this control loop)
+/// stops making progress with work waiting for it; STOPPING=1 on the way
+/// out. A stop that has to leave a hung stage behind exits with status 4.
 pub fn run(args: &RunArgs) -> Result<(), AppError> {
     use crate::service::{MetricsBoard, MetricsServer, Notifier, ProgressSource, WatchdogPinger};
     use std::sync::Arc;
@@ -252,7 +331,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
     crate::service::thread_failure::install();
-    signals::install().map_err(|e| AppError::Startup(format!("cannot install signal handlers: {e}")))?;
+    signals::install().map_err(AppError::Signals)?;
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
     let mut app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
@@ -261,23 +340,28 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     board.publish(app.metrics_snapshot());
     let server = match cfg.service.metrics_socket_addr() {
         Some(addr) => {
-            let s =
-                MetricsServer::start(addr, board.clone()).map_err(|e| AppError::Startup(e.to_string()))?;
+            let s = MetricsServer::start(addr, board.clone())?;
             tracing::info!("metrics on http://{}/metrics", s.local_addr());
             Some(s)
         }
         None => None,
     };
-    // The watchdog pings only while this counter, fed from the loop's own
-    // iteration count, keeps moving.
+    // The resident loop's counters need the loop itself, so this loop copies
+    // them for the watchdog; its own tick shows that the copies are fresh.
     let iterations = Arc::new(AtomicU64::new(app.loop_stats().iterations));
+    let frame_backlog = Arc::new(AtomicU64::new(0));
+    let ticks = Arc::new(AtomicU64::new(0));
     let pinger = notifier.as_ref().and_then(|n| {
         n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name));
-        let it = Arc::clone(&iterations);
-        WatchdogPinger::start(
-            Arc::clone(n),
-            vec![ProgressSource::new("resident loop", move || it.load(Ordering::Relaxed))],
-        )
+        let (it, pending, tick) = (Arc::clone(&iterations), Arc::clone(&frame_backlog), Arc::clone(&ticks));
+        let mut sources = app.progress_sources();
+        sources.push(ProgressSource::with_backlog(
+            "resident loop",
+            move || it.load(Ordering::Relaxed),
+            move || pending.load(Ordering::Relaxed),
+        ));
+        sources.push(ProgressSource::new("control loop", move || tick.load(Ordering::Relaxed)));
+        WatchdogPinger::start(Arc::clone(n), sources)
     });
 
     let started = Instant::now();
@@ -299,7 +383,11 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             tracing::error!("the resident loop stopped by itself; shutting down");
             break;
         }
-        iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+        if pinger.is_some() {
+            iterations.store(app.loop_stats().iterations, Ordering::Relaxed);
+            frame_backlog.store(app.frame_backlog(), Ordering::Relaxed);
+            ticks.fetch_add(1, Ordering::Relaxed);
+        }
         if last_calibration.elapsed() >= CLOCK_RECALIBRATION {
             if let Err(e) = app.recalibrate_clock() {
                 tracing::warn!("GPU clock recalibration failed: {e}");
@@ -336,6 +424,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     }
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
+    if !report.hung.is_empty() {
+        return Err(AppError::StopTimedOut { stages: report.hung, timeout_ms: report.shutdown_timeout_ms });
+    }
     Ok(())
 }
 
@@ -359,5 +450,55 @@ fn stop_within(app: Appliance, server: Option<crate::service::MetricsServer>, li
     }
     if let Some(s) = server {
         s.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn exit_status_says_what_kind_of_failure_it_was() {
+        let died = AppError::ThreadDied { thread: "frameloop-rx".into(), message: "boom".into() };
+        assert_eq!(died.exit_code(), 3);
+        let hung = AppError::StopTimedOut {
+            stages: vec!["receiver thread (did not return)".into()],
+            timeout_ms: 800,
+        };
+        assert_eq!(hung.exit_code(), 4);
+        let text = hung.to_string();
+        assert!(
+            text.contains("service.shutdown_timeout_ms = 800 ms") && text.contains("receiver thread"),
+            "{text}"
+        );
+        assert_eq!(AppError::Unsupported("x".into()).exit_code(), 1);
+    }
+
+    #[test]
+    fn wrapped_errors_keep_their_source_and_their_advice() {
+        let spawn =
+            AppError::Spawn { thread: "receiver", source: std::io::Error::from_raw_os_error(libc::EAGAIN) };
+        assert!(spawn.source().is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()));
+        let text = spawn.to_string();
+        assert!(
+            text.starts_with("cannot start the receiver thread: ") && text.contains("ulimit -u"),
+            "{text}"
+        );
+
+        let signals = AppError::Signals(nix::Error::EPERM);
+        assert!(signals.source().is_some_and(|s| s.downcast_ref::<nix::Error>().is_some()));
+        assert!(signals.to_string().starts_with("cannot install signal handlers: "));
+
+        let bind = "not-an-address".parse::<std::net::SocketAddr>().unwrap_err();
+        let bad = AppError::BindAddress { value: "not-an-address".into(), source: bind };
+        assert!(bad.source().is_some());
+        assert!(bad.to_string().contains("ingest.bind \"not-an-address\" is not ADDR:PORT"), "{bad}");
+
+        let launch = AppError::Launch(crate::backend::BackendError::AlreadyLaunched);
+        assert!(launch.source().is_some_and(|s| s.is::<crate::backend::BackendError>()));
+        assert!(
+            launch.to_string().starts_with("cannot launch the resident loop: the resident loop is already")
+        );
     }
 }

@@ -9,10 +9,11 @@ use crate::ingest::{FrameAssembler, IngestCounters, Reassembler, UdpReceiver};
 use crate::rdma::{IngestPlan, Transport};
 use crate::ring::FrameRing;
 use crate::rtp::{RtpAssembler, RtpCounters};
+use crate::service::thread_stall::ThreadStall;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 /// The receiving side, whichever transport runs it.
@@ -22,6 +23,44 @@ pub(super) struct IngestParts {
     pub(super) rtp_counters: Option<Arc<RtpCounters>>,
     pub(super) recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     pub(super) thread: JoinHandle<Result<(), String>>,
+    /// The receiver's poll-loop count, for the watchdog (UDP receivers only).
+    pub(super) poll_loops: Option<Arc<AtomicU64>>,
+}
+
+/// The assembler as the UDP receiver drives it, counting the receiver's
+/// poll loops (one `on_tick` per loop, idle or not: the poll is timed) for
+/// the watchdog, and honouring the test hook that hangs the receiver.
+struct PollCounted<A> {
+    inner: A,
+    loops: Arc<AtomicU64>,
+    stall: Option<ThreadStall>,
+    stop: Arc<AtomicBool>,
+}
+
+impl<A> PollCounted<A> {
+    fn new(inner: A, loops: &Arc<AtomicU64>, stop: &Arc<AtomicBool>) -> Self {
+        let stall = ThreadStall::requested("receiver");
+        Self { inner, loops: Arc::clone(loops), stall, stop: Arc::clone(stop) }
+    }
+}
+
+impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
+    fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        self.inner.on_datagram(datagram, rx_ns);
+    }
+    fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        self.inner.on_datagram_at(datagram, rx_ns, now_ns);
+    }
+    fn on_tick(&mut self, now_ns: u64) {
+        self.loops.fetch_add(1, Ordering::Relaxed);
+        if let Some(stall) = self.stall.as_mut() {
+            stall.hang_if_due(&self.stop);
+        }
+        self.inner.on_tick(now_ns);
+    }
+    fn flush(&mut self, now_ns: u64) {
+        self.inner.flush(now_ns);
+    }
 }
 
 /// Binds the UDP receiver (native or RTP assembly, optional recording) and
@@ -35,31 +74,30 @@ fn start_udp(
 ) -> Result<IngestParts, AppError> {
     if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
         if record.is_some() {
-            return Err(AppError::Startup(
+            return Err(AppError::Unsupported(
                 "--record taps the native receiver; with ingest.format = \"hsb\" record with tcpdump instead"
                     .into(),
             ));
         }
         return start_hsb(cfg, frame_ring, rx_stop);
     }
-    let writer = frame_ring
-        .writer()
-        .ok_or_else(|| AppError::Startup("the frame ring's writer is already taken".into()))?;
+    let writer = frame_ring.writer().ok_or(AppError::WriterTaken)?;
+    let poll_loops = Arc::new(AtomicU64::new(0));
     let (assembler, rtp_counters): (Box<dyn FrameAssembler>, _) = match &cfg.rtp {
         Some(rtp) => {
             let settings =
                 rtp.resolve().map_err(|p| AppError::Config(crate::config::ConfigError::Invalid(p)))?;
-            let a = RtpAssembler::new(settings, writer).map_err(|e| AppError::Startup(e.to_string()))?;
+            let a = RtpAssembler::new(settings, writer)?;
             let c = Arc::clone(a.counters());
-            (Box::new(a), Some(c))
+            (Box::new(PollCounted::new(a, &poll_loops, rx_stop)), Some(c))
         }
         None => {
             let r = Reassembler::new(cfg.ingest.reassembly.clone(), writer, Arc::clone(counters));
-            (Box::new(r), None)
+            (Box::new(PollCounted::new(r, &poll_loops, rx_stop)), None)
         }
     };
     let mut receiver = UdpReceiver::bind_assembler(&cfg.ingest, assembler, Arc::clone(counters))
-        .map_err(|e| AppError::Startup(format!("cannot start the UDP receiver: {e}")))?;
+        .map_err(AppError::Receiver)?;
     let recording = match record {
         Some(path) => {
             let (tap, done) = super::captures::recording_tap(path)?;
@@ -86,13 +124,20 @@ fn start_udp(
             crate::service::thread_failure::panic_if_requested("receiver");
             receiver.run(&stop).map_err(|e| e.to_string())
         })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     if let Ok(Err(e)) = placed_rx.recv() {
         rx_stop.store(true, Ordering::Release);
-        return Err(AppError::Startup(e.to_string()));
+        return Err(e.into());
     }
     tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
-    Ok(IngestParts { local_addr, gro_active, rtp_counters, recording, thread: rx_thread })
+    Ok(IngestParts {
+        local_addr,
+        gro_active,
+        rtp_counters,
+        recording,
+        thread: rx_thread,
+        poll_loops: Some(poll_loops),
+    })
 }
 
 /// `ingest.format = "hsb"`: the emulated HSB bridge's receiver writes the
@@ -104,21 +149,20 @@ fn start_hsb(
 ) -> Result<IngestParts, AppError> {
     use crate::ingest::hsb::{HsbDma, HsbReceiver};
     if cfg.handler.is_none() || cfg.rtp.is_some() {
-        return Err(AppError::Startup(
+        return Err(AppError::Unsupported(
             "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
              finds them: add [handler] (handlers/hsb_ready.cu, docs/operators.md) and remove [rtp]"
                 .into(),
         ));
     }
-    let listen: SocketAddr = cfg.ingest.bind.parse().map_err(|e| {
-        AppError::Startup(format!(
-            "ingest.bind {:?} is not ADDR:PORT ({e}); for example \"0.0.0.0:5000\"",
-            cfg.ingest.bind
-        ))
-    })?;
-    let dma = HsbDma::new(Arc::clone(frame_ring)).map_err(|e| AppError::Startup(e.to_string()))?;
-    let receiver = HsbReceiver::bind(listen, dma).map_err(|e| AppError::Startup(e.to_string()))?;
-    let local_addr = receiver.local_addr().map_err(|e| AppError::Startup(e.to_string()))?;
+    let listen: SocketAddr = cfg
+        .ingest
+        .bind
+        .parse()
+        .map_err(|source| AppError::BindAddress { value: cfg.ingest.bind.clone(), source })?;
+    let dma = HsbDma::new(Arc::clone(frame_ring))?;
+    let receiver = HsbReceiver::bind(listen, dma)?;
+    let local_addr = receiver.local_addr().map_err(|source| AppError::Socket { addr: listen, source })?;
     let stop = Arc::clone(rx_stop);
     let thread = std::thread::Builder::new()
         .name("frameloop-hsb".into())
@@ -127,9 +171,16 @@ fn start_hsb(
             tracing::info!("HSB receiver: {counters:?}");
             Ok(())
         })
-        .map_err(|e| AppError::Startup(format!("cannot start the receiver thread: {e}")))?;
+        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
-    Ok(IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread })
+    Ok(IngestParts {
+        local_addr,
+        gro_active: false,
+        rtp_counters: None,
+        recording: None,
+        thread,
+        poll_loops: None,
+    })
 }
 
 /// Starts the receiver that `plan` chose, writing into `frame_ring`; with
@@ -158,8 +209,15 @@ pub(super) fn start_ingest(
             let thread = std::thread::Builder::new()
                 .name("frameloop-rdma".into())
                 .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
-                .map_err(|e| AppError::Startup(format!("cannot start the RDMA thread: {e}")))?;
-            IngestParts { local_addr, gro_active: false, rtp_counters: None, recording: None, thread }
+                .map_err(|source| AppError::Spawn { thread: "RDMA", source })?;
+            IngestParts {
+                local_addr,
+                gro_active: false,
+                rtp_counters: None,
+                recording: None,
+                thread,
+                poll_loops: None,
+            }
         }
     })
 }

@@ -27,6 +27,12 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording: Option<RecordingReport>,
     pub latency: Summary,
+    /// What did not stop within `service.shutdown_timeout_ms` and was left
+    /// behind (a hung thread, a wedged device); empty after a clean stop.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hung: Vec<String>,
+    /// The bound the stop ran under (`service.shutdown_timeout_ms`).
+    pub shutdown_timeout_ms: u64,
 }
 
 /// What a recording of the received datagrams wrote.
@@ -72,6 +78,15 @@ impl Report {
                 r.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
             ),
         };
+        let hung = if self.hung.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "did not stop within {} ms (left behind): {}\n",
+                self.shutdown_timeout_ms,
+                self.hung.join("; ")
+            )
+        };
         let clock = if self.clock_error_ns > 0 {
             format!(
                 "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
@@ -82,7 +97,7 @@ impl Report {
             String::new()
         };
         format!(
-            "backend: {} ({})\n{clock}{recording}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\n{clock}{recording}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
             self.listen,

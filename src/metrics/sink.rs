@@ -151,6 +151,11 @@ impl ResultSink {
         self.last_ring_seq
     }
 
+    /// The result ring sequence the sink has read up to.
+    pub fn read_position(&self) -> u64 {
+        self.reader.position()
+    }
+
     /// Writes every interval that has ended by `now_ns` (an interval with no
     /// results is written empty, so the log has no gaps).
     pub fn tick(&mut self, now_ns: u64) {

@@ -6,7 +6,7 @@ use super::MetricsError;
 use super::sink::ResultSink;
 use super::summary::Summary;
 use crate::clock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use std::time::Duration;
 pub struct ResultThread {
     sink: Arc<Mutex<ResultSink>>,
     stop: Arc<AtomicBool>,
+    progress: Arc<ResultProgress>,
     /// Invariant: `Some` until `stop` or drop joins it.
     handle: Option<JoinHandle<()>>,
 }
@@ -30,6 +31,20 @@ pub struct ResultSpin {
     pub frame_head: Option<Box<dyn Fn() -> u64 + Send>>,
 }
 
+/// What the result thread has done, readable from any thread without the
+/// sink's lock (for a watchdog).
+#[derive(Debug, Default)]
+pub struct ResultProgress {
+    /// Loop iterations: advances on every poll, results or not.
+    pub iterations: AtomicU64,
+    /// The result ring sequence the thread has read up to.
+    pub read_position: AtomicU64,
+}
+
+/// Runs on the result thread once per loop, outside the sink's lock, with
+/// the thread's stop flag (a test hook can hang the thread there).
+pub type LoopHook = Box<dyn FnMut(&AtomicBool) + Send>;
+
 /// Locks the sink even if a callback panicked while holding it: the
 /// histograms stay consistent between two results.
 fn lock(sink: &Mutex<ResultSink>) -> MutexGuard<'_, ResultSink> {
@@ -40,24 +55,31 @@ impl ResultThread {
     /// Starts draining `sink`, checking the ring every `poll_interval` when it
     /// is empty (a result waits at most that long to be seen).
     pub fn spawn(sink: ResultSink, poll_interval: Duration) -> Result<Self, MetricsError> {
-        Self::spawn_placed(sink, poll_interval, None, || Ok(()))
+        Self::spawn_placed(sink, poll_interval, None, None, || Ok(()))
     }
 
     /// As [`ResultThread::spawn`], but spinning instead of sleeping while
     /// results flow or a result is on its way (`spin`), so the moment a
     /// result is seen is not delayed by a sleep; between frames it sleeps
     /// and costs no CPU. Runs `place` first on the new thread (core
-    /// affinity, priority); its error fails the spawn.
+    /// affinity, priority); its error fails the spawn. `each_loop` runs once
+    /// per loop.
     pub fn spawn_placed(
         sink: ResultSink,
         poll_interval: Duration,
         spin: Option<ResultSpin>,
+        each_loop: Option<LoopHook>,
         place: impl FnOnce() -> Result<(), String> + Send + 'static,
     ) -> Result<Self, MetricsError> {
         let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+        let progress = Arc::new(ResultProgress {
+            iterations: AtomicU64::new(0),
+            read_position: AtomicU64::new(sink.read_position()),
+        });
         let sink = Arc::new(Mutex::new(sink));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_sink, thread_stop) = (Arc::clone(&sink), Arc::clone(&stop));
+        let thread_progress = Arc::clone(&progress);
         let handle = std::thread::Builder::new()
             .name("frameloop-results".into())
             .spawn(move || {
@@ -65,7 +87,7 @@ impl ResultThread {
                 let ok = placed.is_ok();
                 let _ = placed_tx.send(placed);
                 if ok {
-                    run(&thread_sink, &thread_stop, poll_interval, spin)
+                    run(&thread_sink, &thread_stop, &thread_progress, poll_interval, spin, each_loop)
                 }
             })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
@@ -73,7 +95,12 @@ impl ResultThread {
             let _ = handle.join();
             return Err(MetricsError::Spawn(e));
         }
-        Ok(Self { sink, stop, handle: Some(handle) })
+        Ok(Self { sink, stop, progress, handle: Some(handle) })
+    }
+
+    /// The thread's progress counters (shared; they keep advancing).
+    pub fn progress(&self) -> Arc<ResultProgress> {
+        Arc::clone(&self.progress)
     }
 
     /// Uses a re-measured GPU clock offset for the results that follow.
@@ -110,7 +137,14 @@ impl ResultThread {
     }
 }
 
-fn run(sink: &Mutex<ResultSink>, stop: &AtomicBool, poll_interval: Duration, spin: Option<ResultSpin>) {
+fn run(
+    sink: &Mutex<ResultSink>,
+    stop: &AtomicBool,
+    progress: &ResultProgress,
+    poll_interval: Duration,
+    spin: Option<ResultSpin>,
+    mut each_loop: Option<LoopHook>,
+) {
     use std::time::Instant;
     let budget = spin.as_ref().map_or(Duration::ZERO, |s| s.budget);
     let frame_head = spin.and_then(|s| s.frame_head);
@@ -125,8 +159,13 @@ fn run(sink: &Mutex<ResultSink>, stop: &AtomicBool, poll_interval: Duration, spi
             let mut s = lock(sink);
             let n = s.poll_then_stamp(clock::realtime_ns);
             s.tick(clock::realtime_ns());
+            progress.read_position.store(s.read_position(), Ordering::Relaxed);
             (n, s.last_ring_seq())
         };
+        progress.iterations.fetch_add(1, Ordering::Relaxed);
+        if let Some(hook) = each_loop.as_mut() {
+            hook(stop);
+        }
         if drained > 0 {
             last_activity = Some(Instant::now());
             pending_since = None;

@@ -163,6 +163,12 @@ impl ResultReader {
         self.lost
     }
 
+    /// Sequence of the last result read (or skipped as lost): the ring's
+    /// head minus this is the work still waiting for the reader.
+    pub fn position(&self) -> u64 {
+        self.next.saturating_sub(1)
+    }
+
     /// Copies every new result into `out`; returns how many were appended.
     pub fn drain(&mut self, out: &mut Vec<ResultRecord>) -> usize {
         let head = self.ring.head();

@@ -2,18 +2,20 @@
 //! the `[service]` config section, thread placement, logging to the journal
 //! and the Prometheus metrics endpoint.
 
+pub mod bounded;
 pub mod config;
 pub mod logging;
 pub mod metrics_http;
 pub mod notify;
 pub mod thread_failure;
+pub mod thread_stall;
 pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
 pub use metrics_http::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
 pub use notify::Notifier;
-pub use watchdog::{ProgressSource, WatchdogPinger};
+pub use watchdog::{ProgressSource, WatchdogPinger, backlog};
 
 use thiserror::Error;
 

@@ -1,8 +1,10 @@
 //! The systemd watchdog driven by pipeline progress: a small thread that,
-//! every half watchdog interval, reads the pipeline's progress counters and
-//! sends `WATCHDOG=1` only if every one of them advanced since the previous
-//! check. A stalled resident loop (or receiver) therefore stops the pings,
-//! and systemd restarts the service once `WatchdogSec=` has passed.
+//! every half watchdog interval, reads each stage's progress counter and the
+//! work waiting for it, and sends `WATCHDOG=1` only if no stage failed to
+//! advance while work was offered to it. A stalled receiver, resident loop or
+//! result thread therefore stops the pings (the log names it), and systemd
+//! restarts the service once `WatchdogSec=` has passed; an idle pipeline
+//! keeps pinging.
 
 use super::notify::Notifier;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,13 +23,33 @@ pub const TEST_STALL_ENV: &str = "FRAMELOOP_TEST_STALL_AFTER_MS";
 pub struct ProgressSource {
     name: String,
     read: Box<dyn Fn() -> u64 + Send>,
+    /// Work offered to the stage and not yet taken (ring head minus the
+    /// stage's position); None for a stage whose counter always advances.
+    backlog: Option<Box<dyn Fn() -> u64 + Send>>,
 }
 
 impl ProgressSource {
     /// A source called `name` (used in log lines) read by `read`. `read` runs
     /// on the watchdog thread, so it should only load atomics.
     pub fn new(name: impl Into<String>, read: impl Fn() -> u64 + Send + 'static) -> Self {
-        Self { name: name.into(), read: Box::new(read) }
+        Self { name: name.into(), read: Box::new(read), backlog: None }
+    }
+
+    /// A source whose counter (`read`, the stage's consumed position) only
+    /// has to advance while `backlog` reports work waiting for the stage: an
+    /// idle stage with nothing offered is not a stall.
+    pub fn with_backlog(
+        name: impl Into<String>,
+        read: impl Fn() -> u64 + Send + 'static,
+        backlog: impl Fn() -> u64 + Send + 'static,
+    ) -> Self {
+        Self { name: name.into(), read: Box::new(read), backlog: Some(Box::new(backlog)) }
+    }
+
+    /// The work waiting for the stage, or None when the counter must always
+    /// advance.
+    pub fn backlog(&self) -> Option<u64> {
+        self.backlog.as_ref().map(|b| b())
     }
 
     /// The source's name.
@@ -71,14 +93,70 @@ impl ProgressGate {
     }
 
     /// Decides on the values `now` (same order and length as `initial`),
-    /// then remembers them for the next check.
+    /// then remembers them for the next check. Every counter must advance.
     pub fn check(&mut self, now: &[u64]) -> Verdict {
+        let no_backlog = vec![None; now.len()];
+        self.check_with_backlog(now, &no_backlog)
+    }
+
+    /// Like [`ProgressGate::check`], but a source whose `backlog` is
+    /// `Some(0)` (nothing offered to it) is idle, not stalled, even if its
+    /// counter did not advance. `None` means the counter must advance.
+    pub fn check_with_backlog(&mut self, now: &[u64], backlog: &[Option<u64>]) -> Verdict {
         debug_assert_eq!(now.len(), self.last.len(), "one value per progress source");
-        let stalled: Vec<usize> =
-            now.iter().zip(&self.last).enumerate().filter(|(_, (n, l))| n <= l).map(|(i, _)| i).collect();
+        debug_assert_eq!(backlog.len(), now.len(), "one backlog per progress source");
+        let stalled: Vec<usize> = now
+            .iter()
+            .zip(&self.last)
+            .zip(backlog)
+            .enumerate()
+            .filter(|(_, ((n, l), b))| n <= l && **b != Some(0))
+            .map(|(i, _)| i)
+            .collect();
         self.last.clear();
         self.last.extend_from_slice(now);
         if stalled.is_empty() { Verdict::Ping } else { Verdict::Stalled(stalled) }
+    }
+}
+
+/// Work offered to a stage and not yet taken: the offering side's head
+/// minus the stage's position (0 when the stage is level or ahead).
+pub fn backlog(head: u64, position: u64) -> u64 {
+    head.saturating_sub(position)
+}
+
+/// The sources and the gate together: one [`ProgressWatch::check`] reads
+/// every counter and backlog once and decides. No clock is read, so tests
+/// drive it with plain atomics.
+#[derive(Debug)]
+pub struct ProgressWatch {
+    sources: Vec<ProgressSource>,
+    gate: ProgressGate,
+}
+
+impl ProgressWatch {
+    /// Watches `sources`, starting from their current values.
+    pub fn new(sources: Vec<ProgressSource>) -> Self {
+        let gate = ProgressGate::new(sources.iter().map(ProgressSource::read).collect());
+        Self { sources, gate }
+    }
+
+    /// Decides on the counters' values now, as seen through `adjust` (the
+    /// test stall hook's freeze; identity otherwise).
+    pub fn check_adjusted(&mut self, adjust: impl FnOnce(Vec<u64>) -> Vec<u64>) -> Verdict {
+        let values = adjust(self.sources.iter().map(ProgressSource::read).collect());
+        let backlog: Vec<Option<u64>> = self.sources.iter().map(ProgressSource::backlog).collect();
+        self.gate.check_with_backlog(&values, &backlog)
+    }
+
+    /// Decides on the counters' values now.
+    pub fn check(&mut self) -> Verdict {
+        self.check_adjusted(|v| v)
+    }
+
+    /// The names of the sources `stalled` lists.
+    pub fn names(&self, stalled: &[usize]) -> Vec<&str> {
+        stalled.iter().filter_map(|&i| self.sources.get(i)).map(ProgressSource::name).collect()
     }
 }
 
@@ -169,7 +247,7 @@ impl WatchdogPinger {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("frameloop-watchdog".into())
-            .spawn(move || ping_loop(&notifier, period, interval, &sources, hook, &thread_shared))?;
+            .spawn(move || ping_loop(&notifier, period, interval, sources, hook, &thread_shared))?;
         tracing::info!(
             interval_ms = interval.as_millis() as u64,
             period_ms = period.as_millis() as u64,
@@ -221,19 +299,12 @@ fn ping_loop(
     notifier: &Notifier,
     period: Duration,
     interval: Duration,
-    sources: &[ProgressSource],
+    sources: Vec<ProgressSource>,
     mut hook: Option<StallHook>,
     shared: &Shared,
 ) {
     let started = Instant::now();
-    let sample = |hook: &mut Option<StallHook>| {
-        let real: Vec<u64> = sources.iter().map(ProgressSource::read).collect();
-        match hook {
-            Some(h) => h.apply(started.elapsed(), real),
-            None => real,
-        }
-    };
-    let mut gate = ProgressGate::new(sample(&mut hook));
+    let mut watch = ProgressWatch::new(sources);
     let mut stalled_since: Option<Instant> = None;
     let mut next = Instant::now() + period;
     loop {
@@ -254,7 +325,11 @@ fn ping_loop(
         }
         drop(stop);
         next += period;
-        match gate.check(&sample(&mut hook)) {
+        let verdict = watch.check_adjusted(|real| match hook.as_mut() {
+            Some(h) => h.apply(started.elapsed(), real),
+            None => real,
+        });
+        match verdict {
             Verdict::Ping => {
                 notifier.watchdog();
                 shared.pings.fetch_add(1, Ordering::Relaxed);
@@ -265,16 +340,16 @@ fn ping_loop(
                     );
                 }
             }
-            Verdict::Stalled(idle) => {
+            Verdict::Stalled(stalled) => {
                 shared.withheld.fetch_add(1, Ordering::Relaxed);
                 if stalled_since.is_none() {
                     stalled_since = Some(Instant::now());
-                    let names: Vec<&str> = idle.iter().map(|&i| sources[i].name()).collect();
+                    let names = watch.names(&stalled).join(", ");
                     tracing::warn!(
-                        stalled = names.join(", "),
+                        stalled = names,
                         watchdog_ms = interval.as_millis() as u64,
-                        "no pipeline progress since the last check; withholding WATCHDOG=1 \
-                         (systemd restarts the service if this lasts the watchdog interval)"
+                        "stalled stage: {names} made no progress since the last check though it had work or must always advance; \
+                         withholding WATCHDOG=1 (systemd restarts the service if this lasts the watchdog interval)"
                     );
                 }
             }
@@ -298,6 +373,122 @@ mod tests {
         // A counter that goes backwards (a restarted loop) is not progress.
         assert_eq!(gate.check(&[2, 9]), Verdict::Stalled(vec![0]));
         assert_eq!(gate.check(&[3, 10]), Verdict::Ping);
+    }
+
+    #[test]
+    fn gate_with_backlog_stalls_only_when_work_is_offered() {
+        // Sources: resident loop (frames pending), result thread (results pending).
+        let mut gate = ProgressGate::new(vec![0, 0]);
+        // Idle: nothing offered, nothing consumed -> ping.
+        assert_eq!(gate.check_with_backlog(&[0, 0], &[Some(0), Some(0)]), Verdict::Ping);
+        // Progressing with work pending -> ping.
+        assert_eq!(gate.check_with_backlog(&[4, 3], &[Some(2), Some(1)]), Verdict::Ping);
+        // Resident loop stalled with frames pending -> no ping.
+        assert_eq!(gate.check_with_backlog(&[4, 5], &[Some(3), Some(0)]), Verdict::Stalled(vec![0]));
+        // Result thread stalled with results pending -> no ping.
+        assert_eq!(gate.check_with_backlog(&[6, 5], &[Some(0), Some(7)]), Verdict::Stalled(vec![1]));
+        // A source without a backlog (the receiver's poll counter) must advance.
+        let mut rx = ProgressGate::new(vec![9]);
+        assert_eq!(rx.check_with_backlog(&[9], &[None]), Verdict::Stalled(vec![0]));
+        assert_eq!(rx.check_with_backlog(&[10], &[None]), Verdict::Ping);
+    }
+
+    /// One stage's counters as the appliance exposes them: the stage's loop
+    /// counter, the head of what is offered to it and its position.
+    #[derive(Default)]
+    struct Stage {
+        loops: AtomicU64,
+        head: AtomicU64,
+        position: AtomicU64,
+    }
+
+    impl Stage {
+        fn source(self: &Arc<Self>, name: &str, with_backlog: bool) -> ProgressSource {
+            let (count, offered) = (Arc::clone(self), Arc::clone(self));
+            let read = move || count.loops.load(Ordering::Relaxed);
+            if with_backlog {
+                let pending = move || {
+                    backlog(offered.head.load(Ordering::Relaxed), offered.position.load(Ordering::Relaxed))
+                };
+                ProgressSource::with_backlog(name, read, pending)
+            } else {
+                ProgressSource::new(name, read)
+            }
+        }
+        fn offer(&self, n: u64) {
+            self.head.fetch_add(n, Ordering::Relaxed);
+        }
+        /// One loop iteration that takes everything offered.
+        fn work(&self) {
+            self.loops.fetch_add(1, Ordering::Relaxed);
+            self.position.store(self.head.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn backlog_is_head_minus_position() {
+        assert_eq!(backlog(10, 7), 3);
+        assert_eq!(backlog(7, 7), 0);
+        // A position ahead of a stale head is no backlog, not a huge one.
+        assert_eq!(backlog(3, 7), 0);
+    }
+
+    /// Each stage with a backlog: stalled with work pending withholds the
+    /// ping and is named; idle pings; progressing pings.
+    #[test]
+    fn each_stage_withholds_the_ping_only_when_stalled_with_work_pending() {
+        for stalled in ["resident loop", "result thread"] {
+            let stages: Vec<Arc<Stage>> = (0..2).map(|_| Arc::new(Stage::default())).collect();
+            let names = ["resident loop", "result thread"];
+            let mut watch =
+                ProgressWatch::new(stages.iter().zip(names).map(|(s, n)| s.source(n, true)).collect());
+            // Idle: nothing offered, nothing done.
+            assert_eq!(watch.check(), Verdict::Ping, "{stalled}: idle");
+            // Progressing: work offered and taken.
+            for s in &stages {
+                s.offer(3);
+                s.work();
+            }
+            assert_eq!(watch.check(), Verdict::Ping, "{stalled}: progressing");
+            // One stage stops while work is offered to every stage.
+            let i = names.iter().position(|n| *n == stalled).unwrap();
+            for (j, s) in stages.iter().enumerate() {
+                s.offer(2);
+                if j != i {
+                    s.work();
+                }
+            }
+            let verdict = watch.check();
+            assert_eq!(verdict, Verdict::Stalled(vec![i]), "{stalled}: stalled with work");
+            assert_eq!(watch.names(&[i]), vec![stalled]);
+            // It stays stalled while the work waits ...
+            for (j, s) in stages.iter().enumerate() {
+                if j != i {
+                    s.work();
+                }
+            }
+            assert_eq!(watch.check(), Verdict::Stalled(vec![i]));
+            // ... and pings again once it takes the work.
+            stages[i].work();
+            assert_eq!(watch.check(), Verdict::Ping, "{stalled}: resumed");
+        }
+    }
+
+    /// The receiver runs a timed poll, so its loop counter must advance
+    /// even when no datagram arrives: a frozen receiver is a stall whatever
+    /// the other stages do.
+    #[test]
+    fn a_receiver_whose_poll_loop_stops_withholds_the_ping() {
+        let rx = Arc::new(Stage::default());
+        let resident = Arc::new(Stage::default());
+        let mut watch =
+            ProgressWatch::new(vec![rx.source("receiver", false), resident.source("resident loop", true)]);
+        rx.work();
+        assert_eq!(watch.check(), Verdict::Ping, "idle receiver polling");
+        assert_eq!(watch.check(), Verdict::Stalled(vec![0]), "poll loop stopped");
+        assert_eq!(watch.names(&[0]), vec!["receiver"]);
+        rx.work();
+        assert_eq!(watch.check(), Verdict::Ping);
     }
 
     #[test]
