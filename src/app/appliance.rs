@@ -12,6 +12,8 @@ use super::receivers::start_ingest;
 use super::report::{RecordingReport, Report};
 use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
+use crate::fragment::GpuResidentOperator;
+use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{
     LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
@@ -54,6 +56,41 @@ pub struct StartOptions {
     pub histogram_log: Option<PathBuf>,
     /// Called with every result the host sees (tests, checks).
     pub on_result: Option<ResultCallback>,
+}
+
+/// Starts an appliance with Rust GPU operators inserted into the configured
+/// chain (see [`Appliance::builder`]); they run only on the CUDA backend.
+pub struct ApplianceBuilder<'a> {
+    cfg: &'a Config,
+    options: StartOptions,
+    operators: UserOperators,
+}
+
+impl ApplianceBuilder<'_> {
+    /// Options that come from the command line rather than the config file.
+    pub fn options(mut self, options: StartOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Inserts `operator` into the chain at `position`: its input port `in`
+    /// takes the samples of the entry before it, its output port `out` feeds
+    /// the entry after it (size them with [`crate::gpu::samples_after`]).
+    /// Operators at one position run in the order they were added.
+    pub fn operator(
+        mut self,
+        position: OperatorPosition,
+        operator: impl GpuResidentOperator + 'static,
+    ) -> Self {
+        self.operators.push(position, Box::new(operator));
+        self
+    }
+
+    /// Checks where the operators go and that their ports connect, then
+    /// starts the appliance as [`Appliance::start`] does.
+    pub fn start(self) -> Result<Appliance, AppError> {
+        Appliance::start_with(self.cfg, self.options, None, self.operators, 0)
+    }
 }
 
 /// A running appliance.
@@ -108,9 +145,33 @@ impl Appliance {
         record: Option<&Path>,
         gpu: usize,
     ) -> Result<Self, AppError> {
+        Self::start_with(cfg, opts, record, UserOperators::default(), gpu)
+    }
+
+    /// An appliance with Rust GPU operators in its chain, e.g.
+    /// `Appliance::builder(&cfg).operator(OperatorPosition::After("fir".into()), Gain::new(2.0)).start()`.
+    pub fn builder(cfg: &Config) -> ApplianceBuilder<'_> {
+        ApplianceBuilder { cfg, options: StartOptions::default(), operators: UserOperators::default() }
+    }
+
+    fn start_with(
+        cfg: &Config,
+        opts: StartOptions,
+        record: Option<&Path>,
+        operators: UserOperators,
+        gpu: usize,
+    ) -> Result<Self, AppError> {
         let pick = pick_backend_on(cfg.backend, gpu)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
         pick.check_handler(cfg)?;
+        operators.check(&cfg.chain, pick.name, cfg.loop_.fused_chain)?;
+        // Built (and its ports checked) before any memory is allocated; the
+        // frame ring's slots hold ring.slot_bytes, the size it is built for.
+        let user_chain = if operators.is_empty() {
+            None
+        } else {
+            Some(operators.into_chain(&cfg.chain, cfg.ring.slot_bytes)?)
+        };
         if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb
             && cfg.ingest.transport != Transport::Udp
         {
@@ -131,7 +192,7 @@ impl Appliance {
             .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
-            open_backend(&pick, gpu, cfg, user_handler, frame_bytes, result_bytes)?;
+            open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(AppError::Launch)?;
 

@@ -6,6 +6,7 @@
 use super::AppError;
 use crate::backend::ResidentLoop;
 use crate::config::{BackendChoice, Config};
+use crate::gpu::chain_builder::UserChain;
 use crate::gpu::user_handler::UserHandlerSource;
 use crate::host::HostLoop;
 use crate::rdma::{
@@ -67,12 +68,14 @@ pub(super) struct OpenedBackend {
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
 /// picked backend needs them and builds its resident loop over them (the
-/// CUDA one on GPU `gpu`).
+/// CUDA one on GPU `gpu`, with `user_chain`, the chain with Rust operators,
+/// when given).
 pub(super) fn open_backend(
     pick: &BackendPick,
     gpu: usize,
     cfg: &Config,
     user_handler: Option<UserHandlerSource>,
+    user_chain: Option<UserChain>,
     frame_bytes: usize,
     result_bytes: usize,
 ) -> Result<OpenedBackend, AppError> {
@@ -83,18 +86,20 @@ pub(super) fn open_backend(
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
-            let lp = crate::gpu::CudaLoop::with_handler(
+            let lp = crate::gpu::CudaLoop::with_operators(
                 Arc::clone(&rt),
                 Arc::clone(&fr),
                 Arc::clone(&rr),
                 &cfg.chain,
                 cfg.loop_.clone(),
                 user_handler,
+                user_chain,
             )
             .map_err(AppError::GpuLoop)?;
             OpenedBackend { frame_ring: fr, result_ring: rr, resident: Box::new(lp), plan, placement }
         }
         _ => {
+            debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
             let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
                 Ok(Box::new(HostMemory::new(len).map_err(|source| AppError::RingMemory { len, source })?))
             };

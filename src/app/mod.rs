@@ -11,7 +11,7 @@ mod receivers;
 mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, StartOptions};
+pub use appliance::{Appliance, ApplianceBuilder, StartOptions};
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
@@ -35,6 +35,9 @@ pub enum AppError {
     /// names what to change).
     #[error(transparent)]
     Rdma(#[from] crate::rdma::RdmaError),
+    /// Rust operators that cannot go into the chain (the message names the operator).
+    #[error(transparent)]
+    Operators(#[from] crate::gpu::chain_builder::ChainBuilderError),
     /// A combination of settings that this build, backend or ingest format
     /// cannot run; the message names the keys or flags to change.
     #[error("{0}")]

@@ -2,6 +2,7 @@
 //! sees it (a [`ResidentLoop`]).
 
 use super::GpuError;
+use super::chain_builder::UserChain;
 use super::control::*;
 use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
@@ -45,21 +46,51 @@ impl CudaLoop {
         cfg: LoopConfig,
         handler: Option<UserHandlerSource>,
     ) -> Result<Self, GpuError> {
+        Self::with_operators(rt, frame_ring, result_ring, chain, cfg, handler, None)
+    }
+
+    /// As [`CudaLoop::with_handler`], running `user_chain` (the main
+    /// fragment of `chain` with Rust operators in it, from
+    /// [`UserOperators::into_chain`](super::chain_builder::UserOperators::into_chain))
+    /// when given: one kernel per operator in the graph's IF body, never fused.
+    pub fn with_operators(
+        rt: Arc<GpuRuntime>,
+        frame_ring: Arc<FrameRing>,
+        result_ring: Arc<ResultRing>,
+        chain: &[OpSpec],
+        cfg: LoopConfig,
+        handler: Option<UserHandlerSource>,
+        user_chain: Option<UserChain>,
+    ) -> Result<Self, GpuError> {
         if !frame_ring.take_reader_for_device() {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
         let mut opts = ExecutorOptions::new(cfg);
-        if let Some(h) = handler {
+        let capacity = frame_ring.payload_capacity();
+        // Rust operators and a user handler both need one kernel per operator.
+        let unfused = match (&user_chain, &handler) {
+            (Some(user), _) => Some(format!("the Rust operators {}", user.operators())),
+            (None, Some(_)) => Some("a [handler]".to_string()),
+            (None, None) => None,
+        };
+        if let Some(what) = unfused {
             if opts.loop_cfg.fused_chain == FusedChainMode::On {
-                return Err(GpuError::Setup(
-                    "loop.fused_chain = \"on\" but a [handler] runs the chain one kernel per operator; \
+                return Err(GpuError::Setup(format!(
+                    "loop.fused_chain = \"on\" but with {what} the chain runs one kernel per operator; \
                      set it to \"auto\" or \"off\""
-                        .into(),
-                ));
+                )));
             }
-            tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
-            opts.user_handler = Some(h);
-            let fragment = chain_fragment(chain, frame_ring.payload_capacity())?;
+            if let Some(h) = handler {
+                tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
+                opts.user_handler = Some(h);
+            }
+            let fragment = match user_chain {
+                Some(user) => {
+                    tracing::info!("one kernel per operator in the graph's IF body: {what}");
+                    user.into_fragment(capacity)?
+                }
+                None => chain_fragment(chain, capacity)?,
+            };
             let exec =
                 ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
             return Ok(Self { exec });

@@ -11,6 +11,7 @@
 //! (the loop as the appliance sees it).
 
 pub mod bench;
+pub mod chain_builder;
 pub mod clock;
 pub mod control;
 mod cuda_loop;
@@ -35,6 +36,9 @@ pub mod user_source;
 use cudarc::driver::sys;
 use thiserror::Error;
 
+/// What a Rust GPU operator implements and uses (see `Appliance::builder`).
+pub use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
+pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
 pub use executor::{ExecutorCore, ResidentExecutor};

@@ -15,7 +15,8 @@
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
 use crate::fragment::{
-    ComputeContext, DeviceRegion, Fragment, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory,
+    ComputeContext, DeviceRegion, Fragment, FragmentError, GpuResidentOperator, OperatorId, OperatorSpec,
+    PortMemory,
 };
 use crate::ops::{MAX_FIR_TAPS, OpSpec, SampleFormat, validate_chain};
 
@@ -402,6 +403,35 @@ pub fn build_main_fragment_with(
     layout: ChainLayout,
     payload: PayloadPath,
 ) -> Result<Fragment, FragmentError> {
+    build_main_fragment_around(chain, max_frame_bytes, layout, payload, &[], |point, _| {
+        Ok::<_, FragmentError>(point.tail)
+    })
+}
+
+/// Where [`build_main_fragment_around`] lets its caller add operators: after
+/// the operator of chain entry `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InsertionPoint {
+    /// The chain entry just added.
+    pub index: usize,
+    /// Samples its output holds at most (its `out` port is that many f32s).
+    pub samples: usize,
+    /// The operator whose `out` the next operator's `in` is linked to.
+    pub tail: OperatorId,
+}
+
+/// [`build_main_fragment_with`], calling `insert` after each chain entry's
+/// operator; `insert` may add operators linked behind `tail` and returns the
+/// new tail. A stats and a threshold are not fused across an index listed in
+/// `split_after`, so that operators inserted there run between them.
+pub fn build_main_fragment_around<E: From<FragmentError>>(
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    layout: ChainLayout,
+    payload: PayloadPath,
+    split_after: &[usize],
+    mut insert: impl FnMut(InsertionPoint, &mut Fragment) -> Result<OperatorId, E>,
+) -> Result<Fragment, E> {
     validate_chain(chain).map_err(FragmentError::InvalidChain)?;
     let OpSpec::Unpack { format, .. } = chain[0] else { unreachable!("validate_chain puts unpack first") };
     // Samples flowing between operators: the unpacked frame, then the spectrum after an fft.
@@ -458,7 +488,7 @@ pub fn build_main_fragment_with(
                 let (reduction, consumed) = match (&chain[i], next) {
                     (OpSpec::Stats, Some(OpSpec::Threshold { level }))
                     | (OpSpec::Threshold { level }, Some(OpSpec::Stats))
-                        if layout.fuse_reductions =>
+                        if layout.fuse_reductions && !split_after.contains(&i) =>
                     {
                         (Reduction::StatsThreshold { level: *level }, 2)
                     }
@@ -477,7 +507,11 @@ pub fn build_main_fragment_with(
         if let Some(prev) = previous {
             fragment.add_flow(prev, "out", id, "in")?;
         }
-        previous = Some(id);
+        let mut tail = id;
+        for index in i..i + consumed {
+            tail = insert(InsertionPoint { index, samples: max_samples, tail }, &mut fragment)?;
+        }
+        previous = Some(tail);
         i += consumed;
     }
     if layout.delay_ns > 0 {
