@@ -98,7 +98,8 @@ fn reduce_scratch_and_constants_match_the_rust_side() {
         return;
     }
     use frameloop::gpu::operators::{
-        REDUCE_BLOCK_SAMPLES, REDUCE_MAX_BLOCKS, REDUCE_ONE_BLOCK_SAMPLES, REDUCE_SCRATCH_BYTES, REDUCE_THREADS,
+        REDUCE_BLOCK_SAMPLES, REDUCE_MAX_BLOCKS, REDUCE_ONE_BLOCK_SAMPLES, REDUCE_SCRATCH_BYTES,
+        REDUCE_THREADS,
     };
     let facts = |scratch: usize| {
         format!(
