@@ -91,3 +91,29 @@ fn cubin_cache_round_trips() {
     let other = c.cache_path(file, &format!("{source}\n// changed")).unwrap();
     assert_ne!(path, other, "the key must depend on the source");
 }
+
+#[test]
+fn reduce_scratch_and_constants_match_the_rust_side() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    use frameloop::gpu::operators::{
+        REDUCE_BLOCK_SAMPLES, REDUCE_MAX_BLOCKS, REDUCE_ONE_BLOCK_SAMPLES, REDUCE_SCRATCH_BYTES,
+        REDUCE_THREADS,
+    };
+    let facts = |scratch: usize| {
+        format!(
+            "#include \"reduce.cuh\"\n\
+             static_assert(sizeof(FlReduceScratch) == {scratch}, \"FlReduceScratch size\");\n\
+             static_assert(FL_REDUCE_THREADS == {REDUCE_THREADS}, \"FL_REDUCE_THREADS\");\n\
+             static_assert(FL_REDUCE_BLOCK_SAMPLES == {REDUCE_BLOCK_SAMPLES}, \"FL_REDUCE_BLOCK_SAMPLES\");\n\
+             static_assert(FL_REDUCE_ONE_BLOCK_SAMPLES == {REDUCE_ONE_BLOCK_SAMPLES}u, \"FL_REDUCE_ONE_BLOCK_SAMPLES\");\n\
+             static_assert(FL_REDUCE_MAX_BLOCKS == {REDUCE_MAX_BLOCKS}u, \"FL_REDUCE_MAX_BLOCKS\");\n"
+        )
+    };
+    nvrtc::compile("reduce_layout.cu", &facts(REDUCE_SCRATCH_BYTES), "sm_90")
+        .unwrap_or_else(|e| panic!("reduce.cuh and src/gpu/operators.rs disagree: {e}"));
+    let err = nvrtc::compile("reduce_layout_bad.cu", &facts(REDUCE_SCRATCH_BYTES - 8), "sm_90")
+        .expect_err("a wrong scratch size must not compile");
+    assert!(err.to_string().contains("FlReduceScratch size"), "{err}");
+}

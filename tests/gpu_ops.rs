@@ -127,6 +127,8 @@ struct Gpu {
 const POISON: u8 = 0xff;
 /// Byte pattern of a poisoned ChainResult: no field equals a real result.
 const RESULT_POISON: u8 = 0xa5;
+/// The ticket word at the start of a reduction's scratch (`FlReduceScratch`), with its padding.
+const SCRATCH_TICKET_BYTES: usize = 16;
 
 impl Gpu {
     fn open() -> Gpu {
@@ -201,6 +203,10 @@ impl Rig {
         let plan = fragment.plan().unwrap();
         assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
         let buffers = plan.bind_buffers::<()>(|bytes| Ok(gpu.alloc(bytes))).unwrap();
+        // Zero-filled, as the executor allocates them (a reduction's scratch relies on it).
+        for b in &buffers {
+            gpu.fill(b.dptr, 0, b.bytes);
+        }
         let frame_desc = gpu.alloc(std::mem::size_of::<FrameDesc>());
         let chain_result = gpu.alloc(std::mem::size_of::<ChainResult>());
         Rig { fragment, plan, buffers, frame_desc, chain_result }
@@ -236,10 +242,21 @@ impl Rig {
         gpu.download::<ChainResult>(self.chain_result, 1)[0]
     }
 
-    /// Poisons every buffer and the ChainResult.
+    /// Buffers bound to a reduction's `scratch` port.
+    fn scratch_buffers(&self) -> impl Iterator<Item = DeviceRegion> + '_ {
+        let planned = self.plan.buffers().iter().zip(&self.buffers);
+        planned.filter(|(p, _)| p.users.iter().any(|u| u.ends_with(".scratch"))).map(|(_, b)| *b)
+    }
+
+    /// Poisons every buffer and the ChainResult; a reduction's scratch keeps
+    /// its ticket word (0 between frames, the state it carries from one
+    /// frame to the next) and has its per-block slots poisoned.
     fn poison(&self, gpu: &Gpu) {
         for b in &self.buffers {
             gpu.fill(b.dptr, POISON, b.bytes);
+        }
+        for s in self.scratch_buffers() {
+            gpu.fill(s.dptr, 0, SCRATCH_TICKET_BYTES);
         }
         gpu.fill(self.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
     }
@@ -512,6 +529,207 @@ fn stats_and_threshold_match_cpu_and_pass_samples_through() {
                 );
             }
         }
+    }
+}
+
+/// The tolerance of a GPU sum against the CPU's (both f64 sums of the f32
+/// samples, in different orders, then rounded to f32): each f64 sum is
+/// within (n - 1) * 2^-53 * sum|x| of the exact one, and rounding to f32
+/// adds at most one f32 ulp of the result.
+fn sum_tolerance(want: f32, n: usize, magnitude: f64) -> f64 {
+    want.abs() as f64 * f32::EPSILON as f64 + n as f64 * f64::EPSILON * magnitude
+}
+
+/// A grid reduction's result against the CPU's f64 reference: min, max,
+/// count and first index exact, sum and mean within [`sum_tolerance`], and
+/// the fields of the reduction it does not compute still poison.
+fn check_reduction(what: &str, got: &ChainResult, x: &[f32], reduction: Reduction) {
+    let poison_word = u32::from_ne_bytes([RESULT_POISON; 4]);
+    match reduction {
+        Reduction::Threshold { .. } => {
+            let stats = [got.sum, got.min, got.max, got.mean].map(f32::to_bits);
+            assert_eq!(stats, [poison_word; 4], "{what}: threshold wrote the stats");
+        }
+        Reduction::Stats | Reduction::StatsThreshold { .. } => {
+            let want = cpu::stats(x);
+            let magnitude: f64 = x.iter().map(|v| v.abs() as f64).sum();
+            let n = x.len();
+            let sum_tol = sum_tolerance(want.sum, n, magnitude);
+            assert!(
+                ((got.sum - want.sum) as f64).abs() <= sum_tol,
+                "{what}: sum {} vs {} (tolerance {sum_tol:e})",
+                got.sum,
+                want.sum
+            );
+            let mean_tol = want.mean.abs() as f64 * f32::EPSILON as f64 + sum_tol / n.max(1) as f64;
+            assert!(
+                ((got.mean - want.mean) as f64).abs() <= mean_tol,
+                "{what}: mean {} vs {} (tolerance {mean_tol:e})",
+                got.mean,
+                want.mean
+            );
+            assert_eq!(
+                (got.min.to_bits(), got.max.to_bits()),
+                (want.min.to_bits(), want.max.to_bits()),
+                "{what}: min/max {} {} vs {} {}",
+                got.min,
+                got.max,
+                want.min,
+                want.max
+            );
+        }
+    }
+    match reduction {
+        Reduction::Stats => {
+            let detect = [got.detect_count, got.first_detect_index as u32];
+            assert_eq!(detect, [poison_word; 2], "{what}: stats wrote the detection");
+        }
+        Reduction::Threshold { level } | Reduction::StatsThreshold { level } => {
+            let want = cpu::threshold(x, level);
+            assert_eq!((got.detect_count, got.first_detect_index), want, "{what}: detect count, first index");
+        }
+    }
+}
+
+/// The ChainResult's bytes, for bit-for-bit comparisons (NaN included).
+fn result_bits(r: &ChainResult) -> [u32; 6] {
+    [
+        r.sum.to_bits(),
+        r.min.to_bits(),
+        r.max.to_bits(),
+        r.mean.to_bits(),
+        r.detect_count,
+        r.first_detect_index as u32,
+    ]
+}
+
+/// The ticket word of every reduction scratch of the rig: 0 between frames.
+fn assert_tickets_reset(gpu: &Gpu, rig: &Rig, what: &str) {
+    for s in rig.scratch_buffers() {
+        let ticket: Vec<u32> = gpu.download(s.dptr, 1);
+        assert_eq!(ticket[0], 0, "{what}: the last block did not reset the ticket");
+    }
+}
+
+/// Frame sizes (samples) that are not multiples of the block's share, on
+/// both sides of the one-block limit, up to the largest frame.
+const GRID_LENS: [usize; 11] =
+    [0, 1, 255, 257, 8193, 32_768, 32_769, 100_003, (1 << 20) + 3, (3 << 20) - 1, 3 << 20];
+
+fn grid_reductions(level: f32) -> [Reduction; 3] {
+    [Reduction::Stats, Reduction::Threshold { level }, Reduction::StatsThreshold { level }]
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn grid_reductions_match_the_cpu_at_every_size_and_repeat_bit_for_bit() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("grid reduce");
+    let capacity = 3 << 20;
+    let level = 0.25f32;
+    for reduction in grid_reductions(level) {
+        let mut rig = Rig::single(&mut gpu, ReduceOp::new("reduce", reduction, capacity));
+        assert_eq!(rig.scratch_buffers().count(), 1, "a {capacity}-sample reduction declares its scratch");
+        let x = rig.port(rig.first(), "in", PortDirection::Input);
+        for &len in &GRID_LENS {
+            for (lo, hi) in [(-1.0f32, 1.0f32), (1.0, 3.0), (-3.0, 0.2)] {
+                let mut input = rng.floats(len, lo, hi);
+                if len > 3 && hi < level {
+                    // A single sample above the level late in the frame, and one exactly at it before.
+                    input[len - 2] = 0.5;
+                    input[len / 3] = level;
+                }
+                let what = format!("{reduction:?} n {len} in [{lo}, {hi})");
+                rig.poison(&gpu);
+                gpu.upload(x.dptr, &input);
+                rig.set_desc(&gpu, FrameDesc { n_samples: len as u32, ..Default::default() });
+                rig.run(&gpu);
+                let first = rig.result(&gpu);
+                check_reduction(&what, &first, &input, reduction);
+                assert_tickets_reset(&gpu, &rig, &what);
+                // The same frame again, the result poisoned but the scratch as the last frame left it.
+                gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+                rig.run(&gpu);
+                assert_eq!(result_bits(&rig.result(&gpu)), result_bits(&first), "{what}: second run differs");
+                let kept: Vec<f32> = gpu.download(x.dptr, len);
+                assert!(
+                    kept.iter().zip(&input).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: samples changed"
+                );
+            }
+        }
+        // A frame claiming more samples than the buffer holds is clamped to it.
+        let input = rng.floats(capacity, -1.0, 1.0);
+        rig.poison(&gpu);
+        gpu.upload(x.dptr, &input);
+        rig.set_desc(&gpu, FrameDesc { n_samples: u32::MAX, ..Default::default() });
+        rig.run(&gpu);
+        check_reduction(&format!("{reduction:?} n_samples u32::MAX"), &rig.result(&gpu), &input, reduction);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn grid_reductions_captured_in_a_graph_give_identical_bits_over_100_frames() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("grid reduce determinism");
+    let capacity = 3 << 20;
+    let level = 0.9f32;
+    for len in [(1 << 20) + 3, 3 << 20] {
+        let reduction = Reduction::StatsThreshold { level };
+        let mut rig = Rig::single(&mut gpu, ReduceOp::new("reduce", reduction, capacity));
+        let x = rig.port(rig.first(), "in", PortDirection::Input);
+        // Samples of both signs and many magnitudes: the f64 sum depends on its order.
+        let input: Vec<f32> =
+            (0..len).map(|_| rng.float(-1.0, 1.0) * 2f32.powi(rng.below(40) as i32 - 20)).collect();
+        rig.poison(&gpu);
+        gpu.upload(x.dptr, &input);
+        rig.set_desc(&gpu, FrameDesc { n_samples: len as u32, ..Default::default() });
+        rig.run(&gpu);
+        let reference = rig.result(&gpu);
+        let what = format!("n {len}");
+        check_reduction(&what, &reference, &input, reduction);
+
+        gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        let target = EnqueueTarget {
+            stream: &gpu.stream,
+            frame_desc: rig.frame_desc,
+            chain_result: rig.chain_result,
+            user_result: 0,
+            kernels: &gpu.kernels,
+        };
+        let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
+        let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
+        enqueued.unwrap();
+        for run in 0..100 {
+            gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+            graph.launch().unwrap();
+            gpu.sync();
+            let got = rig.result(&gpu);
+            assert_eq!(result_bits(&got), result_bits(&reference), "{what}: graph launch {run} differs");
+        }
+        assert_tickets_reset(&gpu, &rig, &what);
+        // A small frame through the same graph: one block, the same bits as a one-block rig.
+        let small = rng.floats(5000, -1.0, 1.0);
+        gpu.upload(x.dptr, &small);
+        rig.set_desc(&gpu, FrameDesc { n_samples: small.len() as u32, ..Default::default() });
+        gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+        graph.launch().unwrap();
+        gpu.sync();
+        let from_grid = rig.result(&gpu);
+        check_reduction("5000 samples in the large graph", &from_grid, &small, reduction);
+        let mut one = Rig::single(&mut gpu, ReduceOp::new("reduce", reduction, small.len()));
+        assert_eq!(one.scratch_buffers().count(), 0, "a small reduction has no scratch");
+        let y = one.port(one.first(), "in", PortDirection::Input);
+        one.poison(&gpu);
+        gpu.upload(y.dptr, &small);
+        one.set_desc(&gpu, FrameDesc { n_samples: small.len() as u32, ..Default::default() });
+        one.run(&gpu);
+        assert_eq!(
+            result_bits(&one.result(&gpu)),
+            result_bits(&from_grid),
+            "one block against the grid's one block"
+        );
     }
 }
 

@@ -4,12 +4,15 @@
 //! and measures publish → result seen by the host for: the resident loop with
 //! a poll budget, the resident loop with Holoscan-style sleep intervals,
 //! graph-launch-per-frame, stream-launch-per-frame, an empty-workload resident
-//! loop, and a persistent-kernel round-trip floor; with a second chain
+//! loop, and the floors (persistent-kernel round trip, host-to-device and
+//! device memory bandwidth: `super::floors`, each mode's times as multiples
+//! of its chain's floor); with a second chain
 //! (`--compare-chain FILE`, e.g. the default chain written as user kernels)
 //! also that chain in the resident graph.
 
 use super::driver::{self, LaunchDims};
 use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
+use super::floors::{ChainBytes, FloorMultiple, Floors, chain_bytes};
 use super::fused::{FusedChain, plan_fusion};
 use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
@@ -119,6 +122,12 @@ pub struct CompareReport {
     pub comparisons: Vec<String>,
     /// Registers, local (spill) and static shared memory of the kernels on the frame path.
     pub kernel_resources: Vec<String>,
+    /// What the frame's bytes cost at best on this machine, measured in this run.
+    pub floors: Floors,
+    /// The bytes the chain moves per frame, that the floors are taken for.
+    pub chain_bytes: ChainBytes,
+    /// Each mode that ran the chain, its times as multiples of the chain's floors.
+    pub floor_multiples: Vec<FloorMultiple>,
 }
 
 impl CompareReport {
@@ -162,6 +171,9 @@ impl CompareReport {
                 m.gpu_detect_to_done_p50_us.map_or("-".into(), |g| format!("{g:.2}")),
                 m.gpu_detect_to_done_p999_us.map_or("-".into(), |g| format!("{g:.2}")),
             ));
+        }
+        for row in self.floors.rows(self.chain_bytes, &self.floor_multiples) {
+            s.push_str(&format!("{row}\n"));
         }
         for t in &self.targets {
             s.push_str(&format!("[{}] {}: {}\n", if t.met { "met" } else { "MISSED" }, t.target, t.measured));
@@ -531,6 +543,15 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         results.push(run_mode(&rt, o, m)?);
     }
     let by = |name: &str| results.iter().find(|r| r.mode.starts_with(name)).cloned().expect("mode ran");
+    let floors = super::floors::measure(&rt.ctx, o.frame_bytes, by("floor").p50_us)?;
+    let bytes = chain_bytes(&o.chain, o.frame_bytes);
+    // results[0] is the round-trip floor, then one result per mode; the empty workloads move no bytes.
+    let floor_multiples = modes
+        .iter()
+        .zip(&results[1..])
+        .filter(|(m, _)| !m.empty && !m.compare_chain)
+        .map(|(_, r)| floors.multiple(&r.mode, r.p50_us, r.gpu_detect_to_done_p50_us, bytes))
+        .collect();
     let (res, graph, s500, empty, floor) = (
         by("resident poll budget"),
         by("graph-launch"),
@@ -613,6 +634,9 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         targets,
         comparisons,
         kernel_resources: kernel_resources(&rt),
+        floors,
+        chain_bytes: bytes,
+        floor_multiples,
     })
 }
 

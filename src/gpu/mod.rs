@@ -20,6 +20,7 @@ pub mod device_memory;
 pub mod driver;
 pub mod executor;
 pub mod fft;
+pub mod floors;
 pub mod fused;
 mod graph;
 pub mod kernel_sources;

@@ -4,13 +4,12 @@
 //!
 //! Choices made for latency on small frames (8 KiB is the design point):
 //! one graph node per operator, and a stats next to a threshold fused into
-//! one; reductions run in a single block of [`REDUCE_THREADS`] (no atomics,
-//! no memset node, no second pass), which costs throughput only on large
-//! frames (a 1 MiB frame is read by one SM); elementwise grids are capped at
-//! [`MAX_GRID`] blocks with grid-stride loops, so a graph captured for the
-//! largest frame wastes few empty blocks on small ones. Kernels read the
-//! sample count from the FrameDesc at run time and clamp it to their buffers,
-//! so a frame never makes them touch memory outside a port.
+//! one; elementwise grids are capped at [`MAX_GRID`] blocks with grid-stride
+//! loops, so a graph captured for the largest frame wastes few empty blocks
+//! on small ones. Reductions spread a large frame over the whole GPU (see
+//! [`ReduceOp`]) and keep one block for small ones. Kernels read the sample
+//! count from the FrameDesc at run time and clamp it to their buffers, so a
+//! frame never makes them touch memory outside a port.
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
@@ -22,8 +21,19 @@ use crate::ops::{MAX_FIR_TAPS, OpSpec, SampleFormat, validate_chain};
 
 /// Threads per block of the elementwise kernels (`FL_OP_THREADS`).
 pub const OP_THREADS: u32 = 256;
-/// Threads of the one block that reduces a frame (`FL_REDUCE_THREADS`).
+/// Threads per block of the reductions (`FL_REDUCE_THREADS`).
 pub const REDUCE_THREADS: u32 = 1024;
+/// Samples a block of a grid reduction takes at least (`FL_REDUCE_BLOCK_SAMPLES`).
+pub const REDUCE_BLOCK_SAMPLES: usize = REDUCE_THREADS as usize * 4;
+/// Frames of at most this many samples are reduced by one block
+/// (`FL_REDUCE_ONE_BLOCK_SAMPLES`, where the reason is given): a chain whose
+/// largest frame is this small gets a one-block launch and no scratch.
+pub const REDUCE_ONE_BLOCK_SAMPLES: usize = 32_768;
+/// Most blocks of a grid reduction (`FL_REDUCE_MAX_BLOCKS`).
+pub const REDUCE_MAX_BLOCKS: u32 = 1024;
+/// Bytes of `FlReduceScratch` (kernels/reduce.cuh): a 16-byte ticket word,
+/// then one 24-byte partial per block.
+pub const REDUCE_SCRATCH_BYTES: usize = 16 + 24 * REDUCE_MAX_BLOCKS as usize;
 /// Most blocks an elementwise kernel is launched with; larger frames are
 /// covered by grid-stride loops, so a graph sized for big frames stays cheap
 /// on small ones.
@@ -226,8 +236,20 @@ pub enum Reduction {
     StatsThreshold { level: f32 },
 }
 
-/// `stats` and/or `threshold`: one block reduces the frame into the
-/// ChainResult. Port `in`; `out` passes the samples through unchanged.
+/// `stats` and/or `threshold`: the frame reduced into the ChainResult. Port
+/// `in`; `out` passes the samples through unchanged.
+///
+/// When the largest frame has more than [`REDUCE_ONE_BLOCK_SAMPLES`] samples
+/// the kernel runs on up to two blocks per SM (as many as fit at once, at
+/// most one per [`REDUCE_BLOCK_SAMPLES`] and [`REDUCE_MAX_BLOCKS`]). Each
+/// block reduces a grid-stride share of the frame into its slot of the
+/// operator's scratch; the last block to finish combines the slots in block
+/// order (kernels/reduce.cuh), so the result's bits do not depend on the
+/// order the blocks ran in. The scratch is the unconnected output port
+/// `scratch`, allocated (zeroed) with the graph's buffers and only ever
+/// touched by this operator's kernel; nothing is allocated or synchronised
+/// per frame, so the launch captures into a graph. A small frame in such a
+/// graph is still reduced by one block (the others return at once).
 pub struct ReduceOp {
     name: String,
     reduction: Reduction,
@@ -238,6 +260,26 @@ impl ReduceOp {
     pub fn new(name: &str, reduction: Reduction, max_samples: usize) -> Self {
         Self { name: name.to_owned(), reduction, max_samples }
     }
+
+    /// Whether frames can be large enough for more than one block (and the
+    /// operator declares its `scratch` port).
+    fn spans_blocks(&self) -> bool {
+        self.max_samples > REDUCE_ONE_BLOCK_SAMPLES
+    }
+}
+
+/// Blocks of a grid reduction over at most `max_samples` samples on a GPU
+/// of `sms` multiprocessors each holding `resident` blocks of the kernel at
+/// once: every block that can run at once, at most two per SM, no more than
+/// the largest frame has shares of [`REDUCE_BLOCK_SAMPLES`], and at most
+/// [`REDUCE_MAX_BLOCKS`]; 1 when frames never need more than one block.
+fn reduce_grid(max_samples: usize, sms: u32, resident: u32) -> u32 {
+    if max_samples <= REDUCE_ONE_BLOCK_SAMPLES {
+        return 1;
+    }
+    let shares = u32::try_from(max_samples.div_ceil(REDUCE_BLOCK_SAMPLES)).unwrap_or(u32::MAX);
+    let at_once = sms.saturating_mul(resident.clamp(1, 2));
+    shares.min(at_once).clamp(1, REDUCE_MAX_BLOCKS)
 }
 
 impl GpuResidentOperator for ReduceOp {
@@ -248,6 +290,9 @@ impl GpuResidentOperator for ReduceOp {
     fn setup(&mut self, spec: &mut OperatorSpec) {
         spec.input("in", PortMemory::Size(sample_bytes(self.max_samples)))
             .output("out", PortMemory::SameAsInput("in".to_owned()));
+        if self.spans_blocks() {
+            spec.output("scratch", PortMemory::Size(REDUCE_SCRATCH_BYTES));
+        }
     }
 
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
@@ -259,6 +304,22 @@ impl GpuResidentOperator for ReduceOp {
             Reduction::StatsThreshold { level } => ("fl_stats_threshold", Some(level)),
         };
         let f = ctx.kernel(kernel)?;
+        let (grid, scratch) = if self.spans_blocks() {
+            let scratch = ctx.port("scratch")?;
+            debug_assert!(scratch.bytes >= REDUCE_SCRATCH_BYTES);
+            let sms = ctx
+                .stream()
+                .context()
+                .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(|e| ctx.enqueue_error("reading the SM count for the reduction grid", e))?;
+            let resident = f
+                .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, 0, None)
+                .map_err(|e| ctx.enqueue_error("reading the reduction kernel's occupancy", e))?;
+            let grid = reduce_grid(self.max_samples, u32::try_from(sms).unwrap_or(1), resident);
+            (grid, scratch.dptr)
+        } else {
+            (1, 0)
+        };
         let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
         // Last in the chain: the kernel publishes the result (one graph node fewer).
         let publisher = ctx.take_result_publisher().unwrap_or(0);
@@ -267,12 +328,14 @@ impl GpuResidentOperator for ReduceOp {
         if let Some(level) = &level {
             launch.arg(level);
         }
-        launch.arg(&publisher);
+        launch.arg(&scratch).arg(&publisher);
         // SAFETY: (const FrameDesc*, const float*, uint32_t, ChainResult*[, float],
-        // const LoopParams*) is the signature of fl_stats / fl_threshold /
-        // fl_stats_threshold; `publisher` is 0 or the executor's LoopParams in device
-        // memory; one block of REDUCE_THREADS, as the kernels' reduction assumes.
-        unsafe { launch.launch(config(1, REDUCE_THREADS)) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
+        // FlReduceScratch*, const LoopParams*) is the signature of fl_stats / fl_threshold /
+        // fl_stats_threshold; `scratch` is this operator's zeroed REDUCE_SCRATCH_BYTES port,
+        // or 0 with a grid of one block (which never touches it); the grid is at most
+        // REDUCE_MAX_BLOCKS, the slots the scratch holds; `publisher` is 0 or the
+        // executor's LoopParams in device memory.
+        unsafe { launch.launch(config(grid, REDUCE_THREADS)) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
         Ok(())
     }
 }
@@ -584,5 +647,42 @@ mod tests {
         assert_eq!(float_capacity(DeviceRegion { dptr: 1, bytes: 4099 }), 1024);
         assert_eq!(std::mem::size_of::<FirParams>(), 4 + 4 * MAX_FIR_TAPS);
         assert_eq!(std::mem::size_of::<Filter2dParams>(), 40);
+    }
+
+    #[test]
+    fn reductions_use_one_block_for_small_frames_and_the_gpu_for_large_ones() {
+        // The design point and anything up to the one-block limit: one block, no scratch.
+        assert_eq!(reduce_grid(4096, 132, 1), 1);
+        assert_eq!(reduce_grid(REDUCE_ONE_BLOCK_SAMPLES, 132, 2), 1);
+        // Just past it: one block per share.
+        assert_eq!(reduce_grid(REDUCE_ONE_BLOCK_SAMPLES + 1, 132, 2), 9);
+        // Every resident block, at most two per SM, at most one per share: a
+        // 2 MiB u16 frame (1 Mi samples) has 256 shares.
+        assert_eq!(reduce_grid(1 << 20, 132, 1), 132);
+        assert_eq!(reduce_grid(1 << 20, 132, 2), 256);
+        assert_eq!(reduce_grid(2 << 20, 132, 2), 264);
+        assert_eq!(reduce_grid(2 << 20, 132, 8), 264);
+        // Never more blocks than the scratch has slots, never zero.
+        assert_eq!(reduce_grid(usize::MAX, 4000, 2), REDUCE_MAX_BLOCKS);
+        assert_eq!(reduce_grid(1 << 20, 0, 0), 1);
+    }
+
+    #[test]
+    fn only_reductions_over_large_frames_declare_a_scratch() {
+        let scratch = |max_samples| {
+            let mut f = Fragment::new("t");
+            let id = f.add_operator(ReduceOp::new("r", Reduction::Stats, max_samples)).unwrap();
+            f.operator_spec(id).unwrap().port("scratch", PortDirection::Output).map(|p| p.memory.clone())
+        };
+        assert_eq!(scratch(REDUCE_ONE_BLOCK_SAMPLES), None);
+        assert_eq!(scratch(REDUCE_ONE_BLOCK_SAMPLES + 1), Some(PortMemory::Size(REDUCE_SCRATCH_BYTES)));
+        // A large chain plans the scratch as a buffer of its own, used by nothing else.
+        let f = build_main_fragment(&default_chain(), 1 << 20, ChainLayout::default()).unwrap();
+        let plan = f.plan().unwrap();
+        assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
+        let last = *plan.order().last().unwrap();
+        let b = plan.port_buffer(last, "scratch", PortDirection::Output).unwrap();
+        assert_eq!(plan.buffers()[b].bytes, REDUCE_SCRATCH_BYTES);
+        assert_eq!(plan.buffers()[b].users, ["stats+threshold[2].scratch"]);
     }
 }
