@@ -321,8 +321,9 @@ fn the_cuda_backend_builds_user_kernels_as_graph_operators() {
     );
     assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
     // Three sample buffers (unpack -> gain_offset -> moving_sum -> stats) and
-    // each user kernel's own 64-byte fl_frame.
+    // each user kernel's own frame port: its 64-byte fl_frame, then the
+    // entry kernel's block ticket on 64 bytes of its own.
     let mut sizes: Vec<usize> = plan.buffers().iter().map(|b| b.bytes).collect();
     sizes.sort();
-    assert_eq!(sizes, [64, 64, 2048 * 4, 2048 * 4, 2048 * 4]);
+    assert_eq!(sizes, [128, 128, 2048 * 4, 2048 * 4, 2048 * 4]);
 }
