@@ -68,6 +68,11 @@ pub struct Appliance {
     rx_thread: Option<JoinHandle<Result<(), String>>>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
+    /// The output ring's attach server (`[output]`); declared after
+    /// `resident` so that the loop is gone before the ring is freed.
+    outputs: Option<crate::output::OutputServer>,
+    /// The NATS sink's counters (`[sink.nats]`).
+    nats_sink: Option<crate::sink::nats::SinkSender>,
     started: Instant,
 }
 
@@ -108,20 +113,20 @@ impl Appliance {
         let result_bytes = result_ring_bytes(cfg.ring.results)
             .ok_or_else(|| AppError::Startup("ring.results is too large; lower it".into()))?;
 
-        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
+        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
             open_backend(&pick, cfg, user_handler, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
-        let on_result = match &cfg.sink.nats {
-            Some(nats) => Some(
-                crate::sink::nats::forward_results(nats, opts.on_result)
-                    .map_err(|e| AppError::Startup(e.to_string()))?
-                    .0,
-            ),
-            None => opts.on_result,
+        let (on_result, nats_sink) = match &cfg.sink.nats {
+            Some(nats) => {
+                let (callback, sender) = crate::sink::nats::forward_results(nats, opts.on_result)
+                    .map_err(|e| AppError::Startup(e.to_string()))?;
+                (Some(callback), Some(sender))
+            }
+            None => (opts.on_result, None),
         };
         if let Some(cb) = on_result {
             sink = sink.with_callback(cb);
@@ -163,6 +168,8 @@ impl Appliance {
             rx_thread: Some(ingest.thread),
             resident,
             results: Some(results),
+            outputs,
+            nats_sink,
             started: Instant::now(),
         })
     }
@@ -269,7 +276,14 @@ impl Appliance {
                     }
                 })
                 .collect(),
+            outputs: self.output_metrics(),
+            nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
         }
+    }
+
+    /// The output ring and its consumers, when `[output]` is enabled.
+    pub fn output_metrics(&self) -> Option<crate::metrics::OutputMetrics> {
+        self.outputs.as_ref().map(|s| s.snapshot().into())
     }
 
     /// Re-measures the GPU clock offset (drift) and hands it to the result
@@ -315,6 +329,9 @@ impl Appliance {
             tracing::warn!("frames left in the ring at shutdown were not processed");
         }
         let loop_result = self.resident.tear_down();
+        let outputs = self.output_metrics();
+        // Closes every consumer's connection and removes the socket.
+        self.outputs = None;
         // Results of the last frames: give the result thread a moment to see them.
         std::thread::sleep(Duration::from_millis(5));
         let latency = match self.results.take() {
@@ -349,6 +366,8 @@ impl Appliance {
             clock_error_ns: self.resident.clock_error_ns(),
             rtp: self.rtp_counters(),
             recording,
+            outputs,
+            nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
             latency,
         })
     }

@@ -60,6 +60,8 @@ pub(super) struct OpenedBackend {
     pub(super) resident: Box<dyn ResidentLoop>,
     pub(super) plan: IngestPlan,
     pub(super) placement: RingPlacement,
+    /// The output ring's attach server, when `[output]` is enabled.
+    pub(super) outputs: Option<crate::output::OutputServer>,
 }
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
@@ -87,7 +89,14 @@ pub(super) fn open_backend(
                 user_handler,
             )
             .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
-            OpenedBackend { frame_ring: fr, result_ring: rr, resident: Box::new(lp), plan, placement }
+            OpenedBackend {
+                frame_ring: fr,
+                result_ring: rr,
+                resident: Box::new(lp),
+                plan,
+                placement,
+                outputs: None,
+            }
         }
         _ => {
             let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
@@ -106,12 +115,21 @@ pub(super) fn open_backend(
             )
             .map_err(|e| AppError::Startup(e.to_string()))?;
             lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
+            let outputs =
+                match crate::output::serve_host_outputs(&cfg.output, &cfg.chain, cfg.ring.slot_bytes)? {
+                    Some(o) => {
+                        lp.write_outputs(o.writer).map_err(|e| AppError::Startup(e.to_string()))?;
+                        Some(o.server)
+                    }
+                    None => None,
+                };
             OpenedBackend {
                 frame_ring: fr,
                 result_ring: rr,
                 resident: Box::new(lp),
                 plan,
                 placement: RingPlacement::Host,
+                outputs,
             }
         }
     })

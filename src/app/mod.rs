@@ -30,6 +30,9 @@ pub enum AppError {
     /// The RDMA ingest was chosen but cannot run (the message names what to change).
     #[error(transparent)]
     Rdma(#[from] crate::rdma::RdmaError),
+    /// The output ring or its socket could not be set up (the message names output.*).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("{0}")]
     Startup(String),
     #[error("{0}")]

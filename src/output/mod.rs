@@ -69,9 +69,9 @@ pub enum OutputError {
     Cuda(String),
 }
 
-/// The host backend's output ring and its attach server, started together.
-pub struct HostOutputs {
-    /// Give it to the host loop (`HostLoop::write_outputs`).
+/// An output ring's writer and its attach server, started together.
+pub struct ServedOutputs {
+    /// Give it to the resident loop (`HostLoop::write_outputs`, `CudaLoop::with_output`).
     pub writer: OutputWriter,
     /// Keep it while the appliance runs; `snapshot()` feeds the metrics.
     pub server: OutputServer,
@@ -84,14 +84,14 @@ pub fn serve_host_outputs(
     config: &OutputConfig,
     chain: &[OpSpec],
     max_frame_bytes: usize,
-) -> Result<Option<HostOutputs>, OutputError> {
+) -> Result<Option<ServedOutputs>, OutputError> {
     if !config.enabled {
         return Ok(None);
     }
     let ring = OutputRing::host(config.slots as usize, max_output_samples(chain, max_frame_bytes))?;
     let writer = ring.writer()?;
     let server = OutputServer::start(ring, &config.socket)?;
-    Ok(Some(HostOutputs { writer, server }))
+    Ok(Some(ServedOutputs { writer, server }))
 }
 
 /// The most samples a chain produces for frames of at most
