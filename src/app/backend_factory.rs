@@ -80,13 +80,22 @@ pub(super) fn open_backend(
                 .map_err(|e| AppError::Startup(format!("cannot open the GPU: {e}")))?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, frame_bytes)?;
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
-            let lp = crate::gpu::CudaLoop::with_handler(
+            let served = crate::output::serve_device_outputs(
+                &cfg.output,
+                &cfg.chain,
+                cfg.ring.slot_bytes,
+                &rt.ctx,
+                rt.info.ordinal as i32,
+            )?;
+            let (writer, outputs) = served.map(|o| (o.writer, o.server)).unzip();
+            let lp = crate::gpu::CudaLoop::with_output(
                 Arc::clone(&rt),
                 Arc::clone(&fr),
                 Arc::clone(&rr),
                 &cfg.chain,
                 cfg.loop_.clone(),
                 user_handler,
+                writer,
             )
             .map_err(|e| AppError::Startup(format!("cannot build the GPU loop: {e}")))?;
             OpenedBackend {
@@ -95,7 +104,7 @@ pub(super) fn open_backend(
                 resident: Box::new(lp),
                 plan,
                 placement,
-                outputs: None,
+                outputs,
             }
         }
         _ => {

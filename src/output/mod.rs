@@ -94,6 +94,30 @@ pub fn serve_host_outputs(
     Ok(Some(ServedOutputs { writer, server }))
 }
 
+/// As [`serve_host_outputs`] for the CUDA backend: the ring's data region is
+/// device memory of `ctx` (device `ordinal`), exported as a CUDA IPC handle;
+/// the loop's graph writes it (`CudaLoop::with_output`).
+pub fn serve_device_outputs(
+    config: &OutputConfig,
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    ordinal: i32,
+) -> Result<Option<ServedOutputs>, OutputError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let (slots, sample_capacity) = (config.slots as usize, max_output_samples(chain, max_frame_bytes));
+    let bytes = OutputGeometry::new(slots, sample_capacity)
+        .and_then(|g| g.data_bytes())
+        .ok_or(OutputError::BadGeometry { slots, sample_capacity })?;
+    let data = DeviceOutputMemory::new(ctx, ordinal, bytes)?;
+    let ring = OutputRing::new(Box::new(data), slots, sample_capacity)?;
+    let writer = ring.writer()?;
+    let server = OutputServer::start(ring, &config.socket)?;
+    Ok(Some(ServedOutputs { writer, server }))
+}
+
 /// The most samples a chain produces for frames of at most
 /// `max_frame_bytes` bytes: what an output slot must hold. Every CPU
 /// operator keeps or shrinks the sample count of the unpack operator.
