@@ -243,6 +243,7 @@ fn a_consumer_killed_mid_run_leaves_the_appliance_running_and_detaches() {
     let o = outputs();
     assert_eq!((o.written, o.attaches, o.consumers.len()), (FRAMES, 1, 0), "{o:?}");
     let (report, _) = running.stop();
+    assert!(report.render().contains("output ring"), "{}", report.render());
     assert_eq!(report.outputs.map(|o| o.written), Some(FRAMES));
     assert!(!socket.exists(), "the output socket is removed at stop");
 }
