@@ -135,3 +135,57 @@ impl DeviceOutput {
         Ok((Self { _control: control, _written: written, _writer: writer }, publish))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    /// The kernel source's `OutputPublish` and a kernel that stores the
+    /// offset of each of its fields, constants the PTX shows.
+    fn offsets_source(fields: &[&str]) -> String {
+        let kernel = include_str!("../../kernels/output_publish.cu");
+        let start = kernel.find("struct OutputPublish {").expect("the struct in the kernel source");
+        let end = start + kernel[start..].find("};").expect("the end of the struct") + 2;
+        let mut source = format!("#include \"output_ring.cuh\"\n{}\n", &kernel[start..end]);
+        source.push_str(
+            "extern \"C\" __global__ void fl_output_publish_offsets(const OutputPublish* base, unsigned long long* out) {\n",
+        );
+        for (i, field) in fields.iter().enumerate() {
+            source.push_str(&format!(
+                "  out[{i}] = (unsigned long long)((const char*)&base->{field} - (const char*)base);\n"
+            ));
+        }
+        source.push_str("}\n");
+        source
+    }
+
+    #[test]
+    fn the_kernel_argument_has_the_layout_of_the_cuda_struct() {
+        if !crate::gpu::nvrtc_present() {
+            assert_ne!(std::env::var("FRAMELOOP_REQUIRE_NVRTC").as_deref(), Ok("1"), "NVRTC is required");
+            eprintln!("NVRTC not present; skipping");
+            return;
+        }
+        let rust = [
+            ("slots", offset_of!(OutputPublish, slots)),
+            ("ctl", offset_of!(OutputPublish, ctl)),
+            ("samples", offset_of!(OutputPublish, samples)),
+            ("written", offset_of!(OutputPublish, written)),
+            ("slot_count", offset_of!(OutputPublish, slot_count)),
+            ("slot_stride", offset_of!(OutputPublish, slot_stride)),
+            ("sample_capacity", offset_of!(OutputPublish, sample_capacity)),
+            ("buffer_capacity", offset_of!(OutputPublish, buffer_capacity)),
+        ];
+        let fields: Vec<&str> = rust.iter().map(|(f, _)| *f).collect();
+        let ptx = crate::gpu::nvrtc::compile_ptx(
+            "output_publish_offsets.cu",
+            &offsets_source(&fields),
+            "compute_90",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let cuda = crate::gpu::control::parse_ptx_offsets(&ptx).expect("constant offsets in the PTX");
+        let rust: Vec<usize> = rust.iter().map(|(_, o)| *o).collect();
+        assert_eq!(rust, cuda, "OutputPublish (Rust) against kernels/output_publish.cu, field by field");
+    }
+}
