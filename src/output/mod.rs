@@ -65,7 +65,11 @@ pub enum OutputError {
     Handshake(String),
     #[error("the appliance refused this consumer: {0}")]
     Refused(String),
-    #[error("the output ring is in CUDA device memory and opening its IPC handle failed: {0}")]
+    #[error(
+        "the output ring is in CUDA device memory and a CUDA call for it failed: {0}; the appliance \
+         allocates and exports it (check GPU memory and the device), a consumer opens it (run it on the \
+         same machine, as another process, with the appliance's GPU visible)"
+    )]
     Cuda(String),
 }
 
