@@ -154,7 +154,8 @@ fn a_consumer_process_reads_every_frame_from_device_memory_and_each_matches_the_
         assert_eq!((o.len, o.sum), (result.output_len as usize, result.sum), "frame {}: record", o.frame);
         let out = cpu.run(&Pattern::Random.frame(0, o.frame, FRAME_BYTES));
         let want = cpu.output(&out);
-        // The ring starts zeroed: a slot the node never wrote cannot pass.
+        // The device ring starts poisoned (NaN): a sample the node never
+        // wrote cannot pass, nor can a zero where the chain gives none.
         assert!(want.iter().all(|&s| s != 0.0), "frame {}: expected samples must be non-zero", o.frame);
         assert_close(o.frame, &o.samples, want);
     }
