@@ -261,15 +261,11 @@ FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
 // iterations (frame iterations publish theirs when the result is out).
 #define FL_COUNTER_PUBLISH_NS 50000ull
 
-// Publishes result `seq`: builds the ResultRecord from the slot header copy
-// `s`, the frame descriptor `d` and the chain result `c`, writes it into the
-// mapped result ring (after a fence ordering the previous head before it, the
-// protocol of src/ring/result_ring.rs), releases the result head (the only ordering the host
-// waits on), then hands the slot back to the writer and raises result-ready.
-// Run by one thread.
-FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
-                                 const SlotHeader& s, uint64_t seq) {
-
+// The ResultRecord of result `seq`, from the slot header copy `s`, the frame
+// descriptor `d`, the chain result `c` and the loop state's user words;
+// done_ns is the time of the call.
+FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
+                                      const SlotHeader& s, uint64_t seq) {
   ResultRecord r;
   r.result_seq = seq;
   r.ring_seq = d.ring_seq;
@@ -295,6 +291,17 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
   r.done_ns = fl_globaltimer();
+  return r;
+}
+
+// Publishes result `seq`: builds its ResultRecord (fl_make_record), writes it
+// into the mapped result ring (after a fence ordering the previous head
+// before it, the protocol of src/ring/result_ring.rs), releases the result
+// head (the only ordering the host waits on), then hands the slot back to the
+// writer and raises result-ready. Run by one thread.
+FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
+                                 const SlotHeader& s, uint64_t seq) {
+  const ResultRecord r = fl_make_record(p, d, c, s, seq);
 
   // p.result_capacity is the ring's slot count: one more than the results the
   // host reader may lag, so it never accepts the slot being rewritten here.

@@ -9,9 +9,9 @@
 //
 // Publishing output sequence seq (1-based) into slot (seq - 1) % slot_count,
 // from one thread after the slot's contents are written by the block(s):
-//   fl_output_begin(ctl, seq)   slot word = 2*seq + 1 (odd: writing)
+//   fl_output_begin(ctl, slot_count, seq)   slot word = 2*seq + 1 (odd: writing)
 //   ... write record, user words, samples ...
-//   fl_output_end(ctl, seq)     slot word = 2*seq, then head = seq
+//   fl_output_end(ctl, slot_count, seq)     slot word = 2*seq, then head = seq
 // begin must precede the first store of the slot and end follow the last
 // (a kernel boundary or __syncthreads + __threadfence_system between).
 #pragma once
@@ -61,23 +61,25 @@ static_assert(sizeof(OutputConsumerWord) == 64, "OutputConsumerWord");
 static_assert(sizeof(ResultRecord) == FL_OUT_SLOT_USER_OFFSET, "ResultRecord ends where user words start");
 static_assert(sizeof(OutputSlotHead) <= FL_OUT_SLOT_SAMPLES_OFFSET, "OutputSlotHead");
 
-FL_DEVICE uint64_t* fl_output_slot_seq(OutputControlHeader* ctl, uint64_t seq) {
+// The geometry helpers take the slot count and stride from the caller (kernel
+// arguments): the control block is host memory, a read of it crosses PCIe.
+FL_DEVICE uint64_t* fl_output_slot_seq(OutputControlHeader* ctl, uint32_t slot_count, uint64_t seq) {
   uint64_t* words = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(ctl) + FL_OUT_SLOT_SEQS_OFFSET);
-  return words + (seq - 1) % ctl->slot_count;
+  return words + (seq - 1) % slot_count;
 }
 
-FL_DEVICE char* fl_output_slot(char* slots, const OutputControlHeader* ctl, uint64_t seq) {
-  return slots + ((seq - 1) % ctl->slot_count) * (uint64_t)ctl->slot_stride;
+FL_DEVICE char* fl_output_slot(char* slots, uint32_t slot_count, uint32_t slot_stride, uint64_t seq) {
+  return slots + ((seq - 1) % slot_count) * (uint64_t)slot_stride;
 }
 
-FL_DEVICE void fl_output_begin(OutputControlHeader* ctl, uint64_t seq) {
-  *(volatile uint64_t*)fl_output_slot_seq(ctl, seq) = (seq << 1) | 1u;
+FL_DEVICE void fl_output_begin(OutputControlHeader* ctl, uint32_t slot_count, uint64_t seq) {
+  *(volatile uint64_t*)fl_output_slot_seq(ctl, slot_count, seq) = (seq << 1) | 1u;
   __threadfence_system();
 }
 
-FL_DEVICE void fl_output_end(OutputControlHeader* ctl, uint64_t seq) {
+FL_DEVICE void fl_output_end(OutputControlHeader* ctl, uint32_t slot_count, uint64_t seq) {
   __threadfence_system();
-  *(volatile uint64_t*)fl_output_slot_seq(ctl, seq) = seq << 1;
+  *(volatile uint64_t*)fl_output_slot_seq(ctl, slot_count, seq) = seq << 1;
   __threadfence_system();
   *(volatile uint64_t*)&ctl->head_seq = seq;
 }

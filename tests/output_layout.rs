@@ -60,9 +60,9 @@ fn check_source(facts: &[(&str, usize)]) -> String {
 fn publish_source() -> String {
     format!(
         "{HEADER}\nextern \"C\" __global__ void fl_output_publish_check(OutputControlHeader* ctl, char* slots, uint64_t seq) {{\n\
-         fl_output_begin(ctl, seq);\n\
-         reinterpret_cast<OutputSlotHead*>(fl_output_slot(slots, ctl, seq))->user[0] = 1u;\n\
-         fl_output_end(ctl, seq);\n}}\n"
+         fl_output_begin(ctl, 8u, seq);\n\
+         reinterpret_cast<OutputSlotHead*>(fl_output_slot(slots, 8u, 512u, seq))->user[0] = 1u;\n\
+         fl_output_end(ctl, 8u, seq);\n}}\n"
     )
 }
 

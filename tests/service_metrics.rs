@@ -4,6 +4,7 @@
 
 mod service_support;
 
+use frameloop::metrics::{OutputMetrics, SinkMetrics};
 use frameloop::service::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
 use service_support::{http_get, parse_exposition};
 
@@ -31,6 +32,8 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
             },
         ],
         loops: Vec::new(),
+        outputs: None,
+        nats_sink: None,
     }
 }
 
@@ -86,6 +89,50 @@ fn scraped_text_parses_with_the_published_values() {
 
     let (status, _, _) = http_get(server.local_addr(), "/").unwrap();
     assert_eq!(status, 404);
+    server.stop();
+}
+
+#[test]
+fn output_consumers_and_nats_sink_counters_are_scraped_when_enabled() {
+    let board = MetricsBoard::new();
+    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), board.clone()).unwrap();
+    board.publish(snapshot(10));
+    let (_, _, body) = http_get(server.local_addr(), "/metrics").unwrap();
+    let exp = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    assert!(!exp.types.contains_key("frameloop_output_consumers"), "no output families without [output]");
+    assert!(!exp.types.contains_key("frameloop_nats_sink_results"), "no sink family without [sink.nats]");
+
+    let outputs = OutputMetrics {
+        written: 120,
+        consumers: vec![(0, 4), (3, 0)],
+        attaches: 5,
+        refused: 1,
+        timed_out: 2,
+    };
+    let nats_sink = SinkMetrics { published: 100, acked: 97, dropped: 2, pending: 1, reconnects: 3 };
+    board.publish(MetricsSnapshot { outputs: Some(outputs), nats_sink: Some(nats_sink), ..snapshot(11) });
+    let (_, _, body) = http_get(server.local_addr(), "/metrics").unwrap();
+    let exp = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    for (family, kind) in [
+        ("frameloop_outputs_written_total", "counter"),
+        ("frameloop_output_consumers", "gauge"),
+        ("frameloop_output_consumer_lag", "gauge"),
+        ("frameloop_output_attaches_total", "counter"),
+        ("frameloop_nats_sink_results", "gauge"),
+    ] {
+        assert_eq!(exp.types.get(family).map(String::as_str), Some(kind), "{family}");
+        assert!(exp.helps.get(family).is_some_and(|h| !h.is_empty()), "{family} has no HELP");
+    }
+    assert_eq!(exp.value("frameloop_outputs_written_total", &[]), Some(120.0));
+    assert_eq!(exp.value("frameloop_output_consumers", &[]), Some(2.0));
+    assert_eq!(exp.value("frameloop_output_consumer_lag", &[("consumer", "0")]), Some(4.0));
+    assert_eq!(exp.value("frameloop_output_consumer_lag", &[("consumer", "3")]), Some(0.0));
+    assert_eq!(exp.value("frameloop_output_attaches_total", &[("outcome", "refused")]), Some(1.0));
+    assert_eq!(exp.value("frameloop_output_attaches_total", &[("outcome", "timed_out")]), Some(2.0));
+    assert_eq!(exp.value("frameloop_nats_sink_results", &[("state", "published")]), Some(100.0));
+    assert_eq!(exp.value("frameloop_nats_sink_results", &[("state", "dropped")]), Some(2.0));
+    assert_eq!(exp.value("frameloop_nats_sink_results", &[("state", "pending")]), Some(1.0));
+    assert_eq!(exp.value("frameloop_nats_sink_results", &[("state", "reconnects")]), Some(3.0));
     server.stop();
 }
 

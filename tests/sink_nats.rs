@@ -255,3 +255,53 @@ fn detections_are_published_as_their_own_events() {
         assert_eq!(d, frameloop::sink::encoding::Detection::of(&detected(99)).unwrap());
     });
 }
+
+/// The appliance reports the sink's counters in `/metrics` and the stop
+/// report: with no broker listening, every result waits in the buffer until
+/// it is full, the rest are dropped, and what is still buffered at stop is
+/// dropped too. Needs no nats-server.
+#[test]
+fn the_appliance_reports_the_sink_counters_in_metrics_and_at_stop() {
+    use frameloop::app::{Appliance, StartOptions};
+    use frameloop::config::{BackendChoice, Config};
+    use frameloop::metrics::SinkMetrics;
+    use frameloop::sender::{GsoMode, Pattern, SendArgs, run_sender};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, atomic::AtomicBool};
+
+    let mut cfg = Config { backend: BackendChoice::Host, ..Config::default() };
+    cfg.ingest.bind = "127.0.0.1:0".into();
+    cfg.loop_.data_not_ready_sleep_interval_us = 100;
+    cfg.sink.nats = Some(config(free_port(), 4));
+    let seen = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&seen);
+    let on_result = Box::new(move |_: &ResultRecord| {
+        counted.fetch_add(1, Ordering::Relaxed);
+    });
+    let app =
+        Appliance::start(&cfg, StartOptions { histogram_log: None, on_result: Some(on_result) }).unwrap();
+    let args = SendArgs {
+        to: app.local_addr().to_string(),
+        rate: 200.0,
+        frame_bytes: 8192,
+        packet_bytes: 1472,
+        count: Some(10),
+        duration: None,
+        streams: 1,
+        pattern: Pattern::Counter,
+        gso: GsoMode::Auto,
+        bind: None,
+    };
+    assert_eq!(run_sender(&args, &AtomicBool::new(false), |_| {}).unwrap().frames, 10);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.load(Ordering::Relaxed) < 10 {
+        assert!(Instant::now() < deadline, "10 results");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let live = app.metrics_snapshot().nats_sink.expect("[sink.nats] is configured");
+    assert_eq!(live, SinkMetrics { published: 0, acked: 0, dropped: 6, pending: 4, reconnects: 0 });
+    let report = app.stop().unwrap();
+    let at_stop = report.nats_sink.expect("the report has the sink's counters");
+    assert_eq!((at_stop.dropped, at_stop.pending, at_stop.acked), (10, 0, 0), "{at_stop:?}");
+    assert!(report.render().contains("nats sink"), "{}", report.render());
+}

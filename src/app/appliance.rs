@@ -116,6 +116,11 @@ pub struct Appliance {
     result_progress: Arc<ResultProgress>,
     /// `service.shutdown_timeout_ms`: the bound on [`Appliance::stop`].
     shutdown_timeout: Duration,
+    /// The output ring's attach server (`[output]`); declared after
+    /// `resident` so that the loop is gone before the ring is freed.
+    outputs: Option<crate::output::OutputServer>,
+    /// The NATS sink's counters (`[sink.nats]`).
+    nats_sink: Option<crate::sink::nats::SinkSender>,
     started: Instant,
 }
 
@@ -191,16 +196,19 @@ impl Appliance {
         let result_bytes = result_ring_bytes(cfg.ring.results)
             .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
-        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement } =
+        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
             open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(AppError::Launch)?;
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
-        let on_result = match &cfg.sink.nats {
-            Some(nats) => Some(crate::sink::nats::forward_results(nats, opts.on_result)?.0),
-            None => opts.on_result,
+        let (on_result, nats_sink) = match &cfg.sink.nats {
+            Some(nats) => {
+                let (callback, sender) = crate::sink::nats::forward_results(nats, opts.on_result)?;
+                (Some(callback), Some(sender))
+            }
+            None => (opts.on_result, None),
         };
         if let Some(cb) = on_result {
             sink = sink.with_callback(cb);
@@ -246,6 +254,8 @@ impl Appliance {
             results: Some(results),
             result_ring,
             shutdown_timeout: cfg.service.shutdown_timeout(),
+            outputs,
+            nats_sink,
             started: Instant::now(),
         })
     }
@@ -363,7 +373,14 @@ impl Appliance {
                 })
                 .collect(),
             loops: Vec::new(),
+            outputs: self.output_metrics(),
+            nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
         }
+    }
+
+    /// The output ring and its consumers, when `[output]` is enabled.
+    pub fn output_metrics(&self) -> Option<crate::metrics::OutputMetrics> {
+        self.outputs.as_ref().map(|s| s.snapshot().into())
     }
 
     /// Re-measures the GPU clock offset (drift) and hands it to the result
@@ -461,6 +478,8 @@ impl Appliance {
         let stats_before = self.resident.stats();
         let (clock_offset_ns, clock_error_ns) =
             (self.resident.clock_offset_ns(), self.resident.clock_error_ns());
+        // The output ring's server goes after the loop (the graph writes its control block).
+        let output_server = self.outputs.take();
         let mut resident = self.resident;
         let torn_down = call_by("frameloop-tear-down", loop_deadline, move || {
             if let Some(stall) = ThreadStall::requested("tear-down") {
@@ -492,6 +511,14 @@ impl Appliance {
                 stats_before
             }
         };
+        let outputs = output_server.as_ref().map(|s| s.snapshot().into());
+        if hung.is_empty() {
+            // Closes every consumer's connection and removes the socket.
+            drop(output_server);
+        } else {
+            // The device may still write the control block: leave it mapped.
+            std::mem::forget(output_server);
+        }
         // Results of the last frames: give the result thread a moment to see them.
         std::thread::sleep(Duration::from_millis(5));
         let latency = match self.results {
@@ -533,6 +560,8 @@ impl Appliance {
             clock_error_ns,
             rtp,
             recording,
+            outputs,
+            nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
             latency,
             hung,
             shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),

@@ -64,6 +64,8 @@ pub(super) struct OpenedBackend {
     pub(super) resident: Box<dyn ResidentLoop>,
     pub(super) plan: IngestPlan,
     pub(super) placement: RingPlacement,
+    /// The output ring's attach server, when `[output]` is enabled.
+    pub(super) outputs: Option<crate::output::OutputServer>,
 }
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
@@ -86,7 +88,15 @@ pub(super) fn open_backend(
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
-            let lp = crate::gpu::CudaLoop::with_operators(
+            let served = crate::output::serve_device_outputs(
+                &cfg.output,
+                &cfg.chain,
+                cfg.ring.slot_bytes,
+                &rt.ctx,
+                rt.info.ordinal as i32,
+            )?;
+            let (writer, outputs) = served.map(|o| (o.writer, o.server)).unzip();
+            let lp = crate::gpu::CudaLoop::with_extras(
                 Arc::clone(&rt),
                 Arc::clone(&fr),
                 Arc::clone(&rr),
@@ -94,9 +104,17 @@ pub(super) fn open_backend(
                 cfg.loop_.clone(),
                 user_handler,
                 user_chain,
+                writer,
             )
             .map_err(AppError::GpuLoop)?;
-            OpenedBackend { frame_ring: fr, result_ring: rr, resident: Box::new(lp), plan, placement }
+            OpenedBackend {
+                frame_ring: fr,
+                result_ring: rr,
+                resident: Box::new(lp),
+                plan,
+                placement,
+                outputs,
+            }
         }
         _ => {
             debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
@@ -114,12 +132,21 @@ pub(super) fn open_backend(
             )
             .map_err(AppError::HostLoop)?;
             lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
+            let outputs =
+                match crate::output::serve_host_outputs(&cfg.output, &cfg.chain, cfg.ring.slot_bytes)? {
+                    Some(o) => {
+                        lp.write_outputs(o.writer).map_err(AppError::HostLoop)?;
+                        Some(o.server)
+                    }
+                    None => None,
+                };
             OpenedBackend {
                 frame_ring: fr,
                 result_ring: rr,
                 resident: Box::new(lp),
                 plan,
                 placement: RingPlacement::Host,
+                outputs,
             }
         }
     })

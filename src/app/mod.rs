@@ -38,6 +38,9 @@ pub enum AppError {
     /// Rust operators that cannot go into the chain (the message names the operator).
     #[error(transparent)]
     Operators(#[from] crate::gpu::chain_builder::ChainBuilderError),
+    /// The output ring or its socket could not be set up (the message names output.*).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     /// A combination of settings that this build, backend or ingest format
     /// cannot run; the message names the keys or flags to change.
     #[error("{0}")]

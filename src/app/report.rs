@@ -26,6 +26,12 @@ pub struct Report {
     /// What `--record` wrote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording: Option<RecordingReport>,
+    /// The output ring and its consumers at stop, when `[output]` is enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<crate::metrics::OutputMetrics>,
+    /// The NATS sink's counters at stop, when `[sink.nats]` is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_sink: Option<crate::metrics::SinkMetrics>,
     pub latency: Summary,
     /// What did not stop within `service.shutdown_timeout_ms` and was left
     /// behind (a hung thread, a wedged device); empty after a clean stop.
@@ -66,6 +72,12 @@ impl Report {
         summary.add_counters("ingest", self.ingest.iter());
         if let Some(rtp) = &self.rtp {
             summary.add_counters("rtp", rtp.iter().copied());
+        }
+        if let Some(outputs) = &self.outputs {
+            summary.add_counters("output ring", outputs.counters());
+        }
+        if let Some(sink) = &self.nats_sink {
+            summary.add_counters("nats sink", sink.counters());
         }
         let recording = match &self.recording {
             None => String::new(),

@@ -112,6 +112,11 @@ impl Fragment {
         self.operators.get(id.0).map(|e| e.name.as_str())
     }
 
+    /// What the operator declared in `setup`.
+    pub fn operator_spec(&self, id: OperatorId) -> Option<&OperatorSpec> {
+        self.operators.get(id.0).map(|e| &e.spec)
+    }
+
     /// Connects `from.from_port` (an output) to `to.to_port` (an input).
     /// Topology (chain shape) is checked by [`Fragment::plan`].
     pub fn add_flow(

@@ -8,18 +8,23 @@ use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
 use super::fused::plan_fusion;
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
+use super::output_publish::DeviceOutput;
 use super::runtime::GpuRuntime;
 use super::user_handler::UserHandlerSource;
 use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
 use crate::ops::OpSpec;
+use crate::output::OutputWriter;
 use crate::ring::{FrameRing, ResultRing};
 use std::sync::Arc;
 
 /// The CUDA resident loop as the appliance sees it.
 pub struct CudaLoop {
     exec: ResidentExecutor,
+    /// The output ring the graph writes (`[output]`); declared after `exec`
+    /// so that the graph is gone before the ring is freed.
+    output: Option<DeviceOutput>,
 }
 
 impl CudaLoop {
@@ -46,14 +51,21 @@ impl CudaLoop {
         cfg: LoopConfig,
         handler: Option<UserHandlerSource>,
     ) -> Result<Self, GpuError> {
-        Self::with_operators(rt, frame_ring, result_ring, chain, cfg, handler, None)
+        Self::with_extras(rt, frame_ring, result_ring, chain, cfg, handler, None, None)
     }
 
-    /// As [`CudaLoop::with_handler`], running `user_chain` (the main
-    /// fragment of `chain` with Rust operators in it, from
-    /// [`UserOperators::into_chain`](super::chain_builder::UserOperators::into_chain))
-    /// when given: one kernel per operator in the graph's IF body, never fused.
-    pub fn with_operators(
+    /// As [`CudaLoop::with_handler`], with two optional extras:
+    /// - `user_chain`: the main fragment of `chain` with Rust operators in
+    ///   it (from [`UserOperators::into_chain`](super::chain_builder::UserOperators::into_chain)),
+    ///   run one kernel per operator in the graph's IF body, never fused;
+    /// - `output`: the writer of an output ring in device memory of `rt`:
+    ///   every frame's final samples, record and user words go into that
+    ///   ring from a node of the graph's IF body, just before the result is
+    ///   published. The loop keeps the writer. The fused chain cannot take
+    ///   that node: with `output`, `loop.fused_chain = "auto"` runs the chain
+    ///   one kernel per operator.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_extras(
         rt: Arc<GpuRuntime>,
         frame_ring: Arc<FrameRing>,
         result_ring: Arc<ResultRing>,
@@ -61,17 +73,38 @@ impl CudaLoop {
         cfg: LoopConfig,
         handler: Option<UserHandlerSource>,
         user_chain: Option<UserChain>,
+        output: Option<OutputWriter>,
     ) -> Result<Self, GpuError> {
+        if output.is_some() && cfg.fused_chain == FusedChainMode::On {
+            return Err(GpuError::Setup(
+                "loop.fused_chain = \"on\" but [output] writes each frame's output from a node after the \
+                 chain, which the fused chain has not; set loop.fused_chain to \"auto\" or \"off\""
+                    .into(),
+            ));
+        }
         if !frame_ring.take_reader_for_device() {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
         let mut opts = ExecutorOptions::new(cfg);
         let capacity = frame_ring.payload_capacity();
-        // Rust operators and a user handler both need one kernel per operator.
-        let unfused = match (&user_chain, &handler) {
-            (Some(user), _) => Some(format!("the Rust operators {}", user.operators())),
-            (None, Some(_)) => Some("a [handler]".to_string()),
-            (None, None) => None,
+        let output = match output {
+            Some(writer) => {
+                let (device_output, publish) = DeviceOutput::new(&rt.ctx, writer)?;
+                opts.output = Some(publish);
+                opts.publish_from_last_kernel = false;
+                Some(device_output)
+            }
+            None => None,
+        };
+        // Rust operators, a user handler and the output node all need one kernel per operator.
+        let unfused = match (&user_chain, &handler, &output) {
+            (Some(user), _, _) => Some(format!("the Rust operators {}", user.operators())),
+            (None, Some(_), _) => Some("a [handler]".to_string()),
+            (None, None, Some(_)) => Some(
+                "[output] is enabled: the output node follows the chain (the fused chain has no place for it)"
+                    .to_string(),
+            ),
+            (None, None, None) => None,
         };
         if let Some(what) = unfused {
             if opts.loop_cfg.fused_chain == FusedChainMode::On {
@@ -84,16 +117,14 @@ impl CudaLoop {
                 tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
                 opts.user_handler = Some(h);
             }
+            tracing::info!("one kernel per operator in the graph's IF body: {what}");
             let fragment = match user_chain {
-                Some(user) => {
-                    tracing::info!("one kernel per operator in the graph's IF body: {what}");
-                    user.into_fragment(capacity)?
-                }
+                Some(user) => user.into_fragment(capacity)?,
                 None => chain_fragment(chain, capacity)?,
             };
             let exec =
                 ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
-            return Ok(Self { exec });
+            return Ok(Self { exec, output });
         }
         let limit = fused_shared_limit(&rt)?;
         let fragment = match plan_fusion(
@@ -119,11 +150,30 @@ impl CudaLoop {
             }
         };
         let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
-        Ok(Self { exec })
+        Ok(Self { exec, output: None })
     }
 
     pub fn executor(&mut self) -> &mut ResidentExecutor {
         &mut self.exec
+    }
+}
+
+impl Drop for CudaLoop {
+    /// Stops the graph before the output ring goes; a device that stopped
+    /// answering may still write the ring, which is then leaked, not freed.
+    fn drop(&mut self) {
+        if self.output.is_none() {
+            return;
+        }
+        if self.exec.launched {
+            let _ = self.exec.tear_down();
+        }
+        if self.exec.is_wedged()
+            && let Some(output) = self.output.take()
+        {
+            tracing::warn!("the GPU stopped answering: the output ring is leaked, not freed");
+            std::mem::forget(output);
+        }
     }
 }
 

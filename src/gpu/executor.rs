@@ -77,6 +77,10 @@ pub struct ExecutorOptions {
     /// A user data-ready handler (`[handler]`) to run instead of the
     /// built-in one (resident style, controller node before the IF, no fused chain).
     pub user_handler: Option<UserHandlerSource>,
+    /// Write each frame's output into this output ring in device memory
+    /// (an `fl_output_publish` node before the end marker; no fused chain,
+    /// no publishing from the last kernel).
+    pub output: Option<super::output_publish::OutputPublish>,
 }
 
 impl ExecutorOptions {
@@ -92,6 +96,7 @@ impl ExecutorOptions {
             programmatic_edges: true,
             fused: None,
             user_handler: None,
+            output: None,
         }
     }
 }

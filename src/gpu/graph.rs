@@ -8,10 +8,11 @@ use super::control::*;
 use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
 use super::executor::{ControllerPlacement, ExecutorCore};
 use super::fused::{FUSED_THREADS, FusedChain, FusedProgram};
+use super::output_publish::{OUTPUT_THREADS, OutputPublish};
 use super::runtime::GpuRuntime;
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
-    Plan,
+    Plan, PortDirection,
 };
 use crate::ops::OpSpec;
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
@@ -320,7 +321,8 @@ impl ExecutorCore {
             };
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
-            let published = if self.opts.publish_from_last_kernel {
+            // With an output ring the end marker publishes, after the output node.
+            let published = if self.opts.publish_from_last_kernel && self.opts.output.is_none() {
                 self.workload.enqueue_publishing(&bound.plan, &bound.buffers, &target, self.params_dev.dptr())
             } else {
                 self.workload.enqueue(&bound.plan, &bound.buffers, &target).map(|()| false)
@@ -334,11 +336,38 @@ impl ExecutorCore {
     }
 
     fn enqueue_end_marker(&self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        if let Some(output) = self.opts.output {
+            self.enqueue_output_publish(stream, output)?;
+        }
         let mut p = self.params;
         let end = self.rt.library.function("fl_end_marker")?;
         let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
         // SAFETY: one LoopParams argument, matching the kernel.
         unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }
+    }
+
+    /// The output-publish node: `fl_output_publish` copies the chain's final
+    /// output buffer (the last operator's `out` port), the frame's record and
+    /// user words into the next slot of the device output ring.
+    fn enqueue_output_publish(&self, stream: &Arc<CudaStream>, mut o: OutputPublish) -> Result<(), GpuError> {
+        let output_buffer = self.workload_plan.as_ref().and_then(|bound| {
+            let last = *bound.plan.order().last()?;
+            let index = bound.plan.port_buffer(last, "out", PortDirection::Output)?;
+            bound.buffers.get(index)
+        });
+        if let Some(region) = output_buffer {
+            o.samples = region.dptr;
+            o.buffer_capacity = u32::try_from(region.bytes / 4).unwrap_or(u32::MAX);
+        }
+        let mut p = self.params;
+        let f = self.rt.library.function("fl_output_publish")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>(), (&mut o as *mut OutputPublish).cast()];
+        let dims = LaunchDims { grid: (1, 1, 1), block: (OUTPUT_THREADS, 1, 1), shared_bytes: 0 };
+        // SAFETY: (LoopParams, OutputPublish) by value matches fl_output_publish,
+        // whose __launch_bounds__ allow one block of OUTPUT_THREADS; every
+        // address in `o` stays valid while the graph exists (CudaLoop keeps
+        // the ring, the plan keeps the buffer).
+        unsafe { driver::launch_raw(stream, f, dims, &mut args) }
     }
 
     fn enqueue_one_operator(

@@ -26,6 +26,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("fused.cu", include_str!("../../kernels/fused.cu")),
     ("fft.cu", include_str!("../../kernels/fft.cu")),
     ("user_support.cu", include_str!("../../kernels/user_support.cu")),
+    ("output_publish.cu", include_str!("../../kernels/output_publish.cu")),
 ];
 
 /// The `extern "C"` kernels the built-in operators launch, by source file.
@@ -39,6 +40,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("fused.cu", &["fl_fused_chain"]),
     ("fft.cu", &["fl_fft_window", "fl_fft_spectrum"]),
     ("user_support.cu", &["fl_user_prologue"]),
+    ("output_publish.cu", &["fl_output_publish"]),
 ];
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod library;
 pub mod mapped;
 pub mod nvrtc;
 pub mod operators;
+mod output_publish;
 mod runtime;
 pub mod sources;
 pub mod user_handler;

@@ -1,7 +1,9 @@
 //! Latency accounting: every segment of every frame's latency into HDR
 //! histograms, the result thread that records them, the summary table and
-//! JSON, and HdrHistogram interval logs.
+//! JSON, HdrHistogram interval logs, and the delivery counters of the
+//! output ring and the result sinks.
 
+pub mod delivery;
 pub mod histograms;
 pub mod interval_log;
 pub mod segment;
@@ -9,6 +11,7 @@ pub mod sink;
 pub mod summary;
 pub mod thread;
 
+pub use delivery::{OutputMetrics, SinkMetrics};
 pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
 pub use interval_log::{IntervalLogWriter, create_interval_log};
 pub use segment::{Segment, SegmentSpan, segment_spans};

@@ -16,7 +16,8 @@ pub struct ConsumeArgs {
     /// Stop after this many outputs (read or lost) [default: until interrupted].
     #[arg(long)]
     pub count: Option<u64>,
-    /// Also print each output's samples (space-separated, on the line after it).
+    /// Also print each output's samples (space-separated, on the line after
+    /// it); from a device-memory ring they are copied to the host first.
     #[arg(long)]
     pub samples: bool,
 }
@@ -64,11 +65,9 @@ pub fn consume(args: &ConsumeArgs) -> Result<(), OutputError> {
             r.mean,
             r.detect_count,
         );
-        if args.samples
-            && let Some(samples) = frame.samples()
-        {
+        if args.samples {
             line.push_str("\nsamples");
-            for s in samples {
+            for s in frame.copy_samples()? {
                 let _ = write!(line, " {s}");
             }
         }

@@ -373,6 +373,19 @@ impl OutputFrame<'_> {
         })
     }
 
+    /// A copy of the samples, from either kind of ring (a device-to-host copy
+    /// for a device-memory ring). Check [`OutputFrame::is_intact`] after it.
+    pub fn copy_samples(&self) -> Result<Vec<f32>, OutputError> {
+        let DataView::Device { mapping, .. } = &self.consumer.data else {
+            return Ok(self.samples().unwrap_or_default().to_vec());
+        };
+        let mut bytes = vec![0u8; self.len() * 4];
+        let offset = self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET;
+        // Inside the region: `len() <= sample_capacity` samples at SLOT_SAMPLES_OFFSET of a slot.
+        mapping.read(offset, &mut bytes)?;
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
     /// True while the slot still holds this output (not rewritten since `next`).
     pub fn is_intact(&self) -> bool {
         fence(Ordering::Acquire);

@@ -14,7 +14,12 @@ fn cuda_error(e: impl std::fmt::Display) -> OutputError {
     OutputError::Cuda(e.to_string())
 }
 
-/// Zeroed device memory for an output ring, shareable with other processes.
+/// Byte the device data region is filled with at creation: `0xffffffff` is a
+/// NaN, so samples a writer never wrote cannot pass for data.
+const POISON: u8 = 0xff;
+
+/// Device memory for an output ring, filled with [`POISON`], shareable with
+/// other processes.
 pub struct DeviceOutputMemory {
     buffer: DeviceBuffer,
     ordinal: i32,
@@ -25,7 +30,7 @@ impl DeviceOutputMemory {
     /// Allocates `len` bytes on the device of `ctx` (ordinal `ordinal`) and
     /// exports them as a CUDA IPC handle.
     pub fn new(ctx: &Arc<CudaContext>, ordinal: i32, len: usize) -> Result<Self, OutputError> {
-        let buffer = DeviceBuffer::new(ctx, len, 0).map_err(cuda_error)?;
+        let buffer = DeviceBuffer::new(ctx, len, POISON).map_err(cuda_error)?;
         let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
         // SAFETY: valid out-pointer; `buffer` is a live cuMemAlloc allocation
         // of the current context (`DeviceBuffer::new` bound it).

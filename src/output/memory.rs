@@ -18,7 +18,9 @@ pub enum SharedRegion<'a> {
     CudaIpc { handle: [u8; 64], ordinal: i32 },
 }
 
-/// A zero-initialised, fixed region the output ring's slots live in.
+/// An initialised, fixed region the output ring's slots live in (host
+/// memory zeroed, device memory poisoned; no slot is read before its
+/// sequence word says it was written).
 ///
 /// # Safety
 /// Implementors guarantee that the region is `len()` bytes and never moves

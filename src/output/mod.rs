@@ -65,13 +65,17 @@ pub enum OutputError {
     Handshake(String),
     #[error("the appliance refused this consumer: {0}")]
     Refused(String),
-    #[error("the output ring is in CUDA device memory and opening its IPC handle failed: {0}")]
+    #[error(
+        "the output ring is in CUDA device memory and a CUDA call for it failed: {0}; the appliance \
+         allocates and exports it (check GPU memory and the device), a consumer opens it (run it on the \
+         same machine, as another process, with the appliance's GPU visible)"
+    )]
     Cuda(String),
 }
 
-/// The host backend's output ring and its attach server, started together.
-pub struct HostOutputs {
-    /// Give it to the host loop (`HostLoop::write_outputs`).
+/// An output ring's writer and its attach server, started together.
+pub struct ServedOutputs {
+    /// Give it to the resident loop (`HostLoop::write_outputs`, `CudaLoop::with_output`).
     pub writer: OutputWriter,
     /// Keep it while the appliance runs; `snapshot()` feeds the metrics.
     pub server: OutputServer,
@@ -84,14 +88,38 @@ pub fn serve_host_outputs(
     config: &OutputConfig,
     chain: &[OpSpec],
     max_frame_bytes: usize,
-) -> Result<Option<HostOutputs>, OutputError> {
+) -> Result<Option<ServedOutputs>, OutputError> {
     if !config.enabled {
         return Ok(None);
     }
     let ring = OutputRing::host(config.slots as usize, max_output_samples(chain, max_frame_bytes))?;
     let writer = ring.writer()?;
     let server = OutputServer::start(ring, &config.socket)?;
-    Ok(Some(HostOutputs { writer, server }))
+    Ok(Some(ServedOutputs { writer, server }))
+}
+
+/// As [`serve_host_outputs`] for the CUDA backend: the ring's data region is
+/// device memory of `ctx` (device `ordinal`), exported as a CUDA IPC handle;
+/// the loop's graph writes it (`CudaLoop::with_output`).
+pub fn serve_device_outputs(
+    config: &OutputConfig,
+    chain: &[OpSpec],
+    max_frame_bytes: usize,
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    ordinal: i32,
+) -> Result<Option<ServedOutputs>, OutputError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    let (slots, sample_capacity) = (config.slots as usize, max_output_samples(chain, max_frame_bytes));
+    let bytes = OutputGeometry::new(slots, sample_capacity)
+        .and_then(|g| g.data_bytes())
+        .ok_or(OutputError::BadGeometry { slots, sample_capacity })?;
+    let data = DeviceOutputMemory::new(ctx, ordinal, bytes)?;
+    let ring = OutputRing::new(Box::new(data), slots, sample_capacity)?;
+    let writer = ring.writer()?;
+    let server = OutputServer::start(ring, &config.socket)?;
+    Ok(Some(ServedOutputs { writer, server }))
 }
 
 /// The most samples a chain produces for frames of at most

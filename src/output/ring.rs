@@ -35,7 +35,7 @@ impl OutputRing {
         Self::new(Box::new(data), slots, sample_capacity)
     }
 
-    /// Lays an output ring out over zeroed `data` (host or device memory).
+    /// Lays an output ring out over initialised `data` (host or device memory).
     pub fn new(
         data: Box<dyn OutputMemory>,
         slots: usize,

@@ -52,6 +52,18 @@ pub struct OutputSnapshot {
     pub timed_out: u64,
 }
 
+impl From<OutputSnapshot> for crate::metrics::OutputMetrics {
+    fn from(s: OutputSnapshot) -> Self {
+        Self {
+            written: s.head_seq,
+            consumers: s.consumers.iter().map(|c| (c.index, c.lag)).collect(),
+            attaches: s.attaches,
+            refused: s.refused,
+            timed_out: s.timed_out,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     attaches: AtomicU64,

@@ -62,6 +62,10 @@ pub struct MetricsSnapshot {
     /// With several resident loops (`[[loop]]`): each loop's own snapshot,
     /// shown with a `loop` label instead of the fields above.
     pub loops: Vec<super::metrics_loops::LoopMetrics>,
+    /// The output ring and its consumers, when `[output]` is enabled.
+    pub outputs: Option<crate::metrics::OutputMetrics>,
+    /// The NATS sink's counters, when `[sink.nats]` is configured.
+    pub nats_sink: Option<crate::metrics::SinkMetrics>,
 }
 
 /// How long a scrape waits for the pipeline to publish current values
@@ -240,7 +244,42 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         sample(&mut out, "frameloop_latency_seconds_sum", &[("segment", &seg.segment)], seconds(seg.sum_ns));
         sample(&mut out, "frameloop_latency_seconds_count", &[("segment", &seg.segment)], seg.count);
     }
+    if let Some(o) = &snap.outputs {
+        render_outputs(&mut out, o);
+    }
+    if let Some(n) = &snap.nats_sink {
+        family(
+            &mut out,
+            "frameloop_nats_sink_results",
+            "gauge",
+            "NATS sink results by state: published (retries included), acked, dropped, pending; and reconnects.",
+        );
+        for (state, v) in n.counters() {
+            sample(&mut out, "frameloop_nats_sink_results", &[("state", state)], v);
+        }
+    }
     out
+}
+
+/// The output ring's families: outputs written, consumers attached and each one's lag.
+fn render_outputs(out: &mut String, o: &crate::metrics::OutputMetrics) {
+    family(out, "frameloop_outputs_written_total", "counter", "Outputs written into the output ring.");
+    sample(out, "frameloop_outputs_written_total", &[], o.written);
+    family(out, "frameloop_output_consumers", "gauge", "Consumers attached to the output ring now.");
+    sample(out, "frameloop_output_consumers", &[], o.consumers.len());
+    family(
+        out,
+        "frameloop_output_consumer_lag",
+        "gauge",
+        "Outputs written after the newest one the consumer finished with.",
+    );
+    for &(line, lag) in &o.consumers {
+        sample(out, "frameloop_output_consumer_lag", &[("consumer", &line.to_string())], lag);
+    }
+    family(out, "frameloop_output_attaches_total", "counter", "Output consumer attach requests by outcome.");
+    sample(out, "frameloop_output_attaches_total", &[("outcome", "accepted")], o.attaches);
+    sample(out, "frameloop_output_attaches_total", &[("outcome", "refused")], o.refused);
+    sample(out, "frameloop_output_attaches_total", &[("outcome", "timed_out")], o.timed_out);
 }
 
 /// One answer of the endpoint.
@@ -473,6 +512,8 @@ mod tests {
                 quantiles: vec![(0.5, 9_000), (0.99, 25_000)],
             }],
             loops: Vec::new(),
+            outputs: None,
+            nats_sink: None,
         }
     }
 

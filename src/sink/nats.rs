@@ -148,6 +148,18 @@ impl SinkSnapshot {
     }
 }
 
+impl From<SinkSnapshot> for crate::metrics::SinkMetrics {
+    fn from(s: SinkSnapshot) -> Self {
+        Self {
+            published: s.sink_published,
+            acked: s.sink_acked,
+            dropped: s.sink_dropped,
+            pending: s.sink_buffered,
+            reconnects: s.sink_reconnects,
+        }
+    }
+}
+
 /// State shared between the hook and the sink thread.
 struct Shared {
     /// Results not yet acknowledged, oldest first; never longer than `capacity`.
