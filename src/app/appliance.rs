@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{ResultCallback, ResultSink, ResultSpin, ResultThread, Summary, create_interval_log};
 use crate::rdma::{RingPlacement, Transport};
+use crate::reload::{ReloadOutcome, Reloader};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, ResultReader};
 use crate::rtp::RtpCounters;
@@ -69,6 +70,8 @@ pub struct Appliance {
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
     started: Instant,
+    /// The running config and the way to change the chain live.
+    reloader: Reloader,
 }
 
 impl Appliance {
@@ -112,6 +115,7 @@ impl Appliance {
             open_backend(&pick, cfg, user_handler, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(|e| AppError::Startup(format!("cannot launch the resident loop: {e}")))?;
+        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name);
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
@@ -164,6 +168,7 @@ impl Appliance {
             resident,
             results: Some(results),
             started: Instant::now(),
+            reloader,
         })
     }
 
@@ -249,6 +254,8 @@ impl Appliance {
                 .filter_map(|(name, _)| ingest.get(name).map(|v| (name.to_string(), v)))
                 .collect(),
             ring_overruns: ingest.ring_full,
+            param_generation: self.reloader.applied_generation(),
+            reloads: self.reloader.counts().labelled(),
             latency: latency
                 .segments
                 .iter()
@@ -270,6 +277,23 @@ impl Appliance {
                 })
                 .collect(),
         }
+    }
+
+    /// Applies a reloaded config: parameter and chain-shape changes reach
+    /// the running loop between two frames; an invalid config, or one with a
+    /// change that needs a restart, changes nothing (see [`crate::reload`]).
+    pub fn reload(&mut self, new: crate::config::Config) -> ReloadOutcome {
+        self.reloader.apply(new)
+    }
+
+    /// A reload whose config file could not be read or parsed: logged, counted, nothing changes.
+    pub fn reload_failed(&mut self, error: &crate::config::ConfigError) -> ReloadOutcome {
+        self.reloader.reject(error)
+    }
+
+    /// The parameter generation the loop runs now (0: the start-up config).
+    pub fn param_generation(&self) -> u32 {
+        self.reloader.applied_generation()
     }
 
     /// Re-measures the GPU clock offset (drift) and hands it to the result

@@ -3,11 +3,11 @@
 //! data ready, result ready, tear down) matches the GPU-resident executor's.
 
 use super::HostError;
-use super::core::{LoopControl, LoopCore, LoopEnd, Step, Trigger};
-use crate::backend::{BackendError, LoopStats, ResidentLoop};
+use super::core::{ChainSwitch, LoopControl, LoopCore, LoopEnd, Step, Trigger};
+use crate::backend::{BackendError, LiveChain, LoopStats, ResidentLoop};
 use crate::clock;
 use crate::config::LoopConfig;
-use crate::ops::{CpuChain, OpSpec};
+use crate::ops::{ChainError, CpuChain, OpSpec};
 use crate::ring::{FrameRing, ResultRing};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,6 +33,28 @@ pub struct HostLoop {
     /// Core and SCHED_FIFO priority for the loop thread (`service.loop_cpu`,
     /// `service.realtime_priority`), applied when the thread starts.
     placement: (Option<usize>, Option<u8>),
+    /// The reload path's handle on the chain; taken once.
+    live_chain: Option<HostLiveChain>,
+}
+
+/// The host loop's [`LiveChain`]: builds each new [`CpuChain`] on the
+/// caller's thread and stages it for the loop thread, which switches to it
+/// before its next claim.
+pub struct HostLiveChain {
+    switch: Arc<ChainSwitch>,
+    max_frame_bytes: usize,
+}
+
+impl LiveChain for HostLiveChain {
+    fn stage(&mut self, chain: &[OpSpec], generation: u32) -> Result<(), Vec<ChainError>> {
+        let built = CpuChain::new(chain, self.max_frame_bytes)?;
+        self.switch.stage(built, generation);
+        Ok(())
+    }
+
+    fn applied_generation(&self) -> u32 {
+        self.switch.applied_generation()
+    }
 }
 
 impl HostLoop {
@@ -63,7 +85,15 @@ impl HostLoop {
         let control = LoopControl::new();
         let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
-        Ok(Self { control, core: Some(core), thread: None, chain_names, placement: (None, None) })
+        let live_chain = HostLiveChain { switch: Arc::clone(core.chain_switch()), max_frame_bytes };
+        Ok(Self {
+            control,
+            core: Some(core),
+            thread: None,
+            chain_names,
+            placement: (None, None),
+            live_chain: Some(live_chain),
+        })
     }
 
     /// Publishes each processed frame's final samples and record into the
@@ -191,6 +221,10 @@ impl ResidentLoop for HostLoop {
                 "cannot start the host loop thread ({e}); check the process thread limit (ulimit -u)"
             ))),
         }
+    }
+
+    fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
+        self.live_chain.take().map(|l| Box::new(l) as Box<dyn LiveChain>)
     }
 
     fn is_launched(&self) -> bool {
