@@ -6,7 +6,9 @@
 
 mod appliance_support;
 
-use appliance_support::{PATIENCE, check_result, check_sequences, host_config, one_at_a_time, reference_chain};
+use appliance_support::{
+    PATIENCE, check_result, check_sequences, host_config, one_at_a_time, reference_chain,
+};
 use frameloop::app::{Appliance, StartOptions};
 use frameloop::config::Config;
 use frameloop::ops::{OpSpec, default_chain};
@@ -45,7 +47,7 @@ fn chain_of(g: u32) -> Vec<OpSpec> {
 }
 
 fn is_shape_change(g: u32) -> bool {
-    g % 11 == 0
+    g.is_multiple_of(11)
 }
 
 /// The appliance with every result collected, and the newest generation seen.

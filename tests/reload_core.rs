@@ -7,7 +7,9 @@ use frameloop::config::LoopConfig;
 use frameloop::host::{LoopControl, LoopCore, Step, Trigger};
 use frameloop::ops::{CpuChain, OpSpec, default_chain};
 use frameloop::ring::layout::{result_ring_bytes, ring_bytes};
-use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy, ResultReader, ResultRecord, ResultRing, RingWriter, SlotHeader};
+use frameloop::ring::{
+    FrameRing, HostMemory, OverrunPolicy, ResultReader, ResultRecord, ResultRing, RingWriter, SlotHeader,
+};
 
 const CAPACITY: usize = 256;
 
@@ -19,11 +21,14 @@ fn chain(level: f32, taps: usize) -> Vec<OpSpec> {
 }
 
 fn publish(writer: &mut RingWriter, frame: u64) -> Vec<u8> {
-    let data: Vec<u8> =
-        (0..CAPACITY / 2).map(|i| ((i as u64 * 977 + frame * 4099) % 65536) as u16).flat_map(u16::to_le_bytes).collect();
+    let data: Vec<u8> = (0..CAPACITY / 2)
+        .map(|i| ((i as u64 * 977 + frame * 4099) % 65536) as u16)
+        .flat_map(u16::to_le_bytes)
+        .collect();
     let seq = writer.reserve().unwrap();
     writer.payload_mut(seq)[..data.len()].copy_from_slice(&data);
-    writer.publish(seq, &SlotHeader { frame_seq: frame, payload_len: data.len() as u32, ..Default::default() });
+    writer
+        .publish(seq, &SlotHeader { frame_seq: frame, payload_len: data.len() as u32, ..Default::default() });
     data
 }
 

@@ -101,13 +101,17 @@ fn sighup_reloads_parameters_and_refuses_a_restart_change() {
     let out = child.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
-    assert!(log.contains("reload applied as parameter generation 1: chain[2].level 8.0 -> 9.5 (parameter)"), "{log}");
+    assert!(
+        log.contains("reload applied as parameter generation 1: chain[2].level 8.0 -> 9.5 (parameter)"),
+        "{log}"
+    );
     assert!(log.contains("ring.slots changed (16 -> 32) and needs a restart"), "{log}");
     assert!(!pid_file.exists(), "the pid file is removed at exit");
 }
 
 #[test]
 fn the_unit_reloads_by_sighup() {
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/frameloop.service")).unwrap();
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/frameloop.service")).unwrap();
     assert!(unit.lines().any(|l| l == "ExecReload=/bin/kill -HUP $MAINPID"), "{unit}");
 }

@@ -92,7 +92,12 @@ pub fn classify(old: &Config, new: &Config) -> ConfigChange {
     }
     let mut restart = Vec::new();
     leaf_diff("", &old_rest, &new_rest, &mut restart);
-    keys.extend(restart.into_iter().map(|(key, from, to)| ChangedKey { key, class: ChangeClass::Restart, from, to }));
+    keys.extend(restart.into_iter().map(|(key, from, to)| ChangedKey {
+        key,
+        class: ChangeClass::Restart,
+        from,
+        to,
+    }));
     chain_diff(&old.chain, &new.chain, &mut keys);
     ConfigChange { keys }
 }
@@ -224,11 +229,14 @@ mod tests {
 
         let kernel = |extra: &str| {
             OpSpec::Kernel(
-                toml::from_str(&format!("source = 'g.cu'\nentry = 'gain'\nparam_types = ['gain: f32']\n{extra}"))
-                    .unwrap(),
+                toml::from_str(&format!(
+                    "source = 'g.cu'\nentry = 'gain'\nparam_types = ['gain: f32']\n{extra}"
+                ))
+                .unwrap(),
             )
         };
-        let change = classify(&base(kernel("params = { gain = 1.0 }")), &base(kernel("params = { gain = 2.0 }")));
+        let change =
+            classify(&base(kernel("params = { gain = 1.0 }")), &base(kernel("params = { gain = 2.0 }")));
         assert_eq!(keys(&change), vec![("chain[1].params.gain", ChangeClass::Parameter)]);
         let change = classify(
             &base(kernel("params = { gain = 1.0 }")),

@@ -123,7 +123,9 @@ impl Reloader {
                     tracing::error!("reload rejected, the running config is kept: {p}");
                 }
             }
-            ConfigError::Read { .. } => tracing::error!("reload rejected, the running config is kept: {error}"),
+            ConfigError::Read { .. } => {
+                tracing::error!("reload rejected, the running config is kept: {error}")
+            }
         }
         self.finish(ReloadOutcome::RejectedInvalid)
     }
@@ -190,9 +192,12 @@ mod tests {
     use crate::ops::{ChainError, OpSpec, default_chain};
     use std::sync::{Arc, Mutex};
 
+    /// `(chain length, generation)` of every chain staged.
+    type Staged = Arc<Mutex<Vec<(usize, u32)>>>;
+
     /// Records what was staged; refuses chains longer than `max_ops`.
     struct Recording {
-        staged: Arc<Mutex<Vec<(usize, u32)>>>,
+        staged: Staged,
         max_ops: usize,
     }
 
@@ -209,7 +214,7 @@ mod tests {
         }
     }
 
-    fn reloader(max_ops: usize) -> (Reloader, Arc<Mutex<Vec<(usize, u32)>>>) {
+    fn reloader(max_ops: usize) -> (Reloader, Staged) {
         let staged = Arc::new(Mutex::new(Vec::new()));
         let live = Recording { staged: Arc::clone(&staged), max_ops };
         (Reloader::new(Config::default(), Some(Box::new(live)), "host"), staged)
@@ -248,7 +253,10 @@ mod tests {
         assert_eq!(r.apply(too_long), ReloadOutcome::RejectedInvalid, "the backend refused the chain");
         assert!(staged.lock().unwrap().is_empty());
         assert_eq!(r.running(), &Config::default());
-        assert_eq!(r.counts(), ReloadCounts { refused_restart: 1, rejected_invalid: 2, ..Default::default() });
+        assert_eq!(
+            r.counts(),
+            ReloadCounts { refused_restart: 1, rejected_invalid: 2, ..Default::default() }
+        );
         // The next applied change takes generation 1: refusals use none.
         assert_eq!(r.apply(with_level(3.0)), ReloadOutcome::AppliedParams { generation: 1 });
     }
