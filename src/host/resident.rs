@@ -9,7 +9,7 @@ use crate::clock;
 use crate::config::LoopConfig;
 use crate::ops::{ChainError, CpuChain, OpSpec};
 use crate::ring::{FrameRing, ResultRing};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,7 +29,9 @@ pub struct HostLoop {
     core: Option<LoopCore>,
     /// Invariant: `Some` exactly between `launch` and `tear_down`.
     thread: Option<JoinHandle<ThreadOutcome>>,
-    chain_names: String,
+    /// The operator names of the chain last handed to the loop, for errors;
+    /// a reload's [`HostLiveChain`] updates it.
+    chain_names: Arc<Mutex<String>>,
     /// Core and SCHED_FIFO priority for the loop thread (`service.loop_cpu`,
     /// `service.realtime_priority`), applied when the thread starts.
     placement: (Option<usize>, Option<u8>),
@@ -43,12 +45,18 @@ pub struct HostLoop {
 pub struct HostLiveChain {
     switch: Arc<ChainSwitch>,
     max_frame_bytes: usize,
+    chain_names: Arc<Mutex<String>>,
+}
+
+fn names_of(chain: &[OpSpec]) -> String {
+    chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ")
 }
 
 impl LiveChain for HostLiveChain {
     fn stage(&mut self, chain: &[OpSpec], generation: u32) -> Result<(), Vec<ChainError>> {
         let built = CpuChain::new(chain, self.max_frame_bytes)?;
         self.switch.stage(built, generation);
+        *self.chain_names.lock().unwrap_or_else(PoisonError::into_inner) = names_of(chain);
         Ok(())
     }
 
@@ -83,9 +91,13 @@ impl HostLoop {
         let reader = frames.reader().ok_or(HostError::ReaderTaken)?;
         let results = results.writer().ok_or(HostError::ResultWriterTaken)?;
         let control = LoopControl::new();
-        let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
+        let chain_names = Arc::new(Mutex::new(names_of(&chain)));
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
-        let live_chain = HostLiveChain { switch: Arc::clone(core.chain_switch()), max_frame_bytes };
+        let live_chain = HostLiveChain {
+            switch: Arc::clone(core.chain_switch()),
+            max_frame_bytes,
+            chain_names: Arc::clone(&chain_names),
+        };
         Ok(Self {
             control,
             core: Some(core),
@@ -135,7 +147,10 @@ impl HostLoop {
     fn stage_error(&self, message: String) -> BackendError {
         let stage = self.control.stage();
         let stage = match stage {
-            super::core::LoopStage::Chain => format!("{} ({})", stage.name(), self.chain_names),
+            super::core::LoopStage::Chain => {
+                let names = self.chain_names.lock().unwrap_or_else(PoisonError::into_inner);
+                format!("{} ({names})", stage.name())
+            }
             _ => stage.name().to_string(),
         };
         BackendError::Stage { stage: format!("host loop: {stage}"), message }
@@ -294,6 +309,22 @@ mod tests {
         assert!(host.stage_error("x".into()).to_string().contains("host loop: result publish"));
         assert_eq!(panic_message(&"static"), "static");
         assert_eq!(panic_message(&42u32), "panicked with a non-string payload");
+    }
+
+    #[test]
+    fn the_live_chain_is_taken_once_and_renames_the_chain_in_errors() {
+        let mut host = host_loop();
+        let mut live = host.take_live_chain().expect("the first take gets the handle");
+        assert!(host.take_live_chain().is_none(), "a single writer");
+        let mut chain = default_chain();
+        chain.remove(1);
+        live.stage(&chain, 1).unwrap();
+        host.control.enter(LoopStage::Chain);
+        let text = host.stage_error("x".into()).to_string();
+        assert!(text.contains("(unpack -> stats -> threshold)"), "{text}");
+        chain.insert(1, OpSpec::Fir { taps: vec![1.0; 2] });
+        assert!(live.stage(&chain, 2).is_err(), "an even tap count is refused");
+        assert_eq!(live.applied_generation(), 0, "nothing ran yet");
     }
 
     #[test]

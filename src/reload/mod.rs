@@ -33,19 +33,6 @@ pub enum ReloadOutcome {
     RejectedInvalid,
 }
 
-impl ReloadOutcome {
-    /// The metric label of the outcome (`None` for a reload that found nothing to do).
-    pub fn label(self) -> Option<&'static str> {
-        match self {
-            ReloadOutcome::Unchanged => None,
-            ReloadOutcome::AppliedParams { .. } => Some("applied_params"),
-            ReloadOutcome::AppliedShape { .. } => Some("applied_shape"),
-            ReloadOutcome::RefusedRestart => Some("refused_restart"),
-            ReloadOutcome::RejectedInvalid => Some("rejected_invalid"),
-        }
-    }
-}
-
 /// Reloads counted by outcome.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReloadCounts {
