@@ -89,6 +89,8 @@ struct alignas(64) ResultRecord {
   uint32_t result_flags;
   uint64_t skipped_before;
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's fl_user_result words (kernels/frameloop.cuh)
+  uint32_t param_generation;  // parameter set the frame ran with; 0 here: the CUDA backend applies changes on restart
+  uint32_t _reserved1;
 };
 
 // Filled by the data-ready handler for the frame of this loop iteration; every
@@ -290,6 +292,8 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
   r.skipped_before = d.skipped;
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
+  r.param_generation = 0u;
+  r._reserved1 = 0u;
   r.done_ns = fl_globaltimer();
   return r;
 }

@@ -2,6 +2,7 @@
 //! that runs the operator chain on every frame, on CPU threads (`host`) or as
 //! a persistent GPU graph (`cuda`). Both implement [`ResidentLoop`].
 
+use crate::ops::{ChainError, OpSpec};
 use thiserror::Error;
 
 /// What a resident loop reports about itself, for progress lines, metrics
@@ -46,6 +47,20 @@ pub enum BackendError {
     Other(String),
 }
 
+/// The way into a running loop's chain: a new chain is prepared off the hot
+/// path and the loop switches to it between two frames, so every frame runs
+/// entirely with one chain and its result carries that chain's generation.
+/// Taken once from [`ResidentLoop::take_live_chain`]: the reload path is its
+/// single writer.
+pub trait LiveChain: Send {
+    /// Prepares `chain` and hands it to the loop, which runs every frame it
+    /// claims from then on with it, stamping results with `generation`. A
+    /// chain this backend cannot run is refused and the running one kept.
+    fn stage(&mut self, chain: &[OpSpec], generation: u32) -> Result<(), Vec<ChainError>>;
+    /// The generation of the chain the loop has switched to most recently.
+    fn applied_generation(&self) -> u32;
+}
+
 /// A resident loop over a frame ring and a result ring.
 pub trait ResidentLoop: Send {
     /// "host" or "cuda".
@@ -79,5 +94,11 @@ pub trait ResidentLoop: Send {
     /// and the process should exit non-zero. Always false for the host loop.
     fn is_wedged(&self) -> bool {
         false
+    }
+    /// The handle that changes the chain while the loop runs: `Some` on the
+    /// first call of a backend that can, `None` after that and for backends
+    /// that apply chain changes only on restart (the CUDA backend).
+    fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
+        None
     }
 }

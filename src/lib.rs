@@ -18,6 +18,7 @@ pub mod ops;
 pub mod output;
 pub mod rdma;
 pub mod realtime;
+pub mod reload;
 pub mod ring;
 pub mod rtp;
 pub mod sender;

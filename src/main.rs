@@ -30,6 +30,12 @@ enum Command {
     Send(app::SendCommand),
     /// Check a config file and report every problem at once.
     Validate(app::ValidateArgs),
+    /// Ask a running `frameloop run` to re-read its config (sends SIGHUP, like `systemctl reload`).
+    #[command(long_about = "Ask a running `frameloop run` to re-read its config file, as \
+`systemctl reload frameloop` does for the service: operator parameters and the chain's shape change \
+between two frames without losing any; a change that needs a restart, or an invalid config, changes \
+nothing. The appliance's log says what changed.")]
+    Reload(frameloop::reload::ReloadArgs),
     /// Record the UDP datagrams sent to an address as pcapng, with nanosecond receive times.
     #[command(long_about = "Record the UDP datagrams sent to --bind into a pcapng file, one packet per \
 datagram with its real source address and a nanosecond receive time, until --duration, --count or \
@@ -75,6 +81,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => app::replay(&a.replay, a.config.as_deref()),
         Command::Topology(a) => return finish(frameloop::topology::command(&a), |_| 1),
         Command::Consume(a) => return finish(frameloop::output::consume(&a), |_| 1),
+        Command::Reload(a) => return finish(frameloop::reload::send_reload(&a), |_| 1),
     };
     finish(result, app::AppError::exit_code)
 }

@@ -17,6 +17,8 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
         frames: vec![("processed".into(), 1000), ("skipped".into(), 4), ("incomplete".into(), 2)],
         drops: vec![("ring_full".into(), 9), ("bad_magic".into(), 1), ("we\"ird\\name\nx".into(), 5)],
         ring_overruns: 3,
+        param_generation: 0,
+        reloads: Vec::new(),
         latency: vec![
             SegmentLatency {
                 segment: "end_to_end".into(),

@@ -20,6 +20,7 @@ use crate::metrics::{
     create_interval_log,
 };
 use crate::rdma::Transport;
+use crate::reload::{ReloadOutcome, Reloader};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, ResultReader, ResultRing};
 use crate::rtp::RtpCounters;
@@ -122,6 +123,8 @@ pub struct Appliance {
     /// The NATS sink's counters (`[sink.nats]`).
     nats_sink: Option<crate::sink::nats::SinkSender>,
     started: Instant,
+    /// The running config and the way to change the chain live.
+    reloader: Reloader,
 }
 
 impl Appliance {
@@ -200,6 +203,7 @@ impl Appliance {
             open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         resident.launch().map_err(AppError::Launch)?;
+        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name);
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
@@ -257,6 +261,7 @@ impl Appliance {
             outputs,
             nats_sink,
             started: Instant::now(),
+            reloader,
         })
     }
 
@@ -352,6 +357,8 @@ impl Appliance {
                 .filter_map(|(name, _)| ingest.get(name).map(|v| (name.to_string(), v)))
                 .collect(),
             ring_overruns: ingest.ring_full,
+            param_generation: self.reloader.applied_generation(),
+            reloads: self.reloader.counts().labelled(),
             latency: latency
                 .segments
                 .iter()
@@ -381,6 +388,23 @@ impl Appliance {
     /// The output ring and its consumers, when `[output]` is enabled.
     pub fn output_metrics(&self) -> Option<crate::metrics::OutputMetrics> {
         self.outputs.as_ref().map(|s| s.snapshot().into())
+    }
+
+    /// Applies a reloaded config: parameter and chain-shape changes reach
+    /// the running loop between two frames; an invalid config, or one with a
+    /// change that needs a restart, changes nothing (see [`crate::reload`]).
+    pub fn reload(&mut self, new: crate::config::Config) -> ReloadOutcome {
+        self.reloader.apply(new)
+    }
+
+    /// A reload whose config file could not be read or parsed: logged, counted, nothing changes.
+    pub fn reload_failed(&mut self, error: &crate::config::ConfigError) -> ReloadOutcome {
+        self.reloader.reject(error)
+    }
+
+    /// The parameter generation the loop runs now (0: the start-up config).
+    pub fn param_generation(&self) -> u32 {
+        self.reloader.applied_generation()
     }
 
     /// Re-measures the GPU clock offset (drift) and hands it to the result

@@ -80,6 +80,8 @@ pub enum AppError {
     Service(#[from] crate::service::ServiceError),
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
+    #[error("cannot write --pid-file {}: {source}; check the path", path.display())]
+    PidFile { path: PathBuf, source: std::io::Error },
     /// Placing `[[loop]]` tables on the box's GPUs (the message names the fix).
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
@@ -290,6 +292,9 @@ pub struct RunArgs {
     /// file (replay it with `frameloop replay`; tcpdump and Wireshark read it).
     #[arg(long, value_name = "FILE.pcapng")]
     pub record: Option<PathBuf>,
+    /// Write this process's id to this file while it runs (for `frameloop reload --pid-file`).
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
 }
 
 fn print_report(report: &Report, extra: Option<(&str, serde_json::Value)>, json: bool) {
@@ -365,6 +370,10 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
     let mut app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
+    if let Some(path) = &args.pid_file {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|source| AppError::PidFile { path: path.clone(), source })?;
+    }
 
     let board = MetricsBoard::new();
     board.publish(app.metrics_snapshot());
@@ -418,6 +427,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
             frame_backlog.store(app.frame_backlog(), Ordering::Relaxed);
             ticks.fetch_add(1, Ordering::Relaxed);
         }
+        if signals::take_reload_request() {
+            reload_config(&mut app, args, notifier.as_deref());
+        }
         if last_calibration.elapsed() >= CLOCK_RECALIBRATION {
             if let Err(e) = app.recalibrate_clock() {
                 tracing::warn!("GPU clock recalibration failed: {e}");
@@ -452,12 +464,47 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     if let Some(s) = server {
         s.stop();
     }
+    if let Some(path) = &args.pid_file {
+        let _ = std::fs::remove_file(path);
+    }
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
     if !report.hung.is_empty() {
         return Err(AppError::StopTimedOut { stages: report.hung, timeout_ms: report.shutdown_timeout_ms });
     }
     Ok(())
+}
+
+/// SIGHUP: re-reads `--config` and applies what can be applied while the
+/// appliance runs (see [`crate::reload`]); systemd hears RELOADING=1, then
+/// READY=1 once the outcome is known.
+fn reload_config(app: &mut Appliance, args: &RunArgs, notifier: Option<&crate::service::Notifier>) {
+    if let Some(n) = notifier {
+        n.reloading();
+    }
+    match &args.config {
+        None => tracing::warn!(
+            "reload: frameloop run was started without --config, so there is no file to re-read; restart it with --config"
+        ),
+        Some(path) => match load_or_default(Some(path)) {
+            Ok(mut cfg) => {
+                backend_override(&mut cfg, args.backend);
+                app.reload(cfg);
+            }
+            Err(AppError::Config(e)) => {
+                app.reload_failed(&e);
+            }
+            Err(e) => tracing::error!("reload rejected, the running config is kept: {e}"),
+        },
+    }
+    if let Some(n) = notifier {
+        n.ready(&format!(
+            "serving on {} ({} backend, parameter generation {})",
+            app.local_addr(),
+            app.backend().name,
+            app.param_generation()
+        ));
+    }
 }
 
 /// After a thread died: stops what still runs (flushing the histogram log

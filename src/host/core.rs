@@ -10,6 +10,10 @@
 //! one the iteration ends and the loop sleeps `data_not_ready_sleep_interval_us`
 //! (Holoscan's controller). `timeout_ms` without a frame, or a tear-down
 //! request, ends the loop.
+//!
+//! A new chain staged through the [`ChainSwitch`] (a reload) is swapped in
+//! before the next claim, never during a frame: every frame runs entirely
+//! with one chain and its result carries that chain's `param_generation`.
 
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
@@ -17,8 +21,8 @@ use crate::ops::{ChainOutput, CpuChain};
 use crate::output::OutputWriter;
 use crate::output::layout::USER_RESULT_WORDS;
 use crate::ring::{ResultRecord, ResultWriter, RingReader, SlotHeader};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What makes an iteration process a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,6 +154,66 @@ impl LoopControl {
     }
 }
 
+/// A chain waiting for the loop to switch to it, with its parameter generation.
+struct StagedChain {
+    chain: CpuChain,
+    generation: u32,
+}
+
+/// The hand-off of a new chain from the reload path to the loop thread. The
+/// chain is built (allocated) on the caller's thread; the loop only swaps it
+/// in between two frames, and the chain it replaces is dropped by the next
+/// [`ChainSwitch::stage`], off the hot path.
+#[derive(Default)]
+pub struct ChainSwitch {
+    /// Invariant: `pending` is true exactly while `staged` holds a chain;
+    /// both change only under the `staged` lock.
+    staged: Mutex<Option<StagedChain>>,
+    pending: AtomicBool,
+    /// The chain the loop switched away from, waiting to be freed.
+    retired: Mutex<Option<CpuChain>>,
+    /// Generation of the chain the loop runs now (written by the loop thread).
+    applied: AtomicU32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ChainSwitch {
+    /// Hands `chain` to the loop: it runs every frame claimed from its next
+    /// claim on, stamped `generation`. A chain staged earlier and not yet
+    /// taken is replaced (its generation never runs).
+    pub fn stage(&self, chain: CpuChain, generation: u32) {
+        drop(lock(&self.retired).take());
+        let mut staged = lock(&self.staged);
+        *staged = Some(StagedChain { chain, generation });
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// The generation of the chain the loop runs now.
+    pub fn applied_generation(&self) -> u32 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// True while a staged chain waits for the loop's next claim.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// The staged chain, if any; one relaxed load when there is none.
+    fn take(&self) -> Option<StagedChain> {
+        if !self.pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut staged = lock(&self.staged);
+        let taken = staged.take();
+        self.pending.store(false, Ordering::Release);
+        debug_assert!(taken.is_some(), "pending without a staged chain");
+        taken
+    }
+}
+
 /// What the driver does after a [`LoopCore::step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -194,6 +258,10 @@ pub struct LoopCore {
     pending: Option<ResultRecord>,
     /// Where each frame's final samples go, when the output ring is enabled.
     output: Option<OutputWriter>,
+    /// Where reloads hand over a new chain.
+    switch: Arc<ChainSwitch>,
+    /// Parameter generation of `chain`, stamped on every result it computes.
+    generation: u32,
 }
 
 impl LoopCore {
@@ -217,6 +285,25 @@ impl LoopCore {
             armed: false,
             pending: None,
             output: None,
+            switch: Arc::default(),
+            generation: 0,
+        }
+    }
+
+    /// Where a new chain is staged for this loop (see [`ChainSwitch`]).
+    pub fn chain_switch(&self) -> &Arc<ChainSwitch> {
+        &self.switch
+    }
+
+    /// Swaps in a staged chain, if one waits. Called only between frames:
+    /// no frame is claimed and none is pending.
+    fn switch_chain(&mut self) {
+        debug_assert!(self.pending.is_none(), "a chain switch inside a frame");
+        if let Some(StagedChain { chain, generation }) = self.switch.take() {
+            let old = std::mem::replace(&mut self.chain, chain);
+            self.generation = generation;
+            self.switch.applied.store(generation, Ordering::Release);
+            *lock(&self.switch.retired) = Some(old);
         }
     }
 
@@ -310,6 +397,7 @@ impl LoopCore {
         if self.pending.is_some() {
             self.complete(detect_ns);
         }
+        self.switch_chain();
         let Some(slot) = self.reader.claim() else {
             bump(&self.control.empty_triggers, 1);
             return None;
@@ -317,7 +405,9 @@ impl LoopCore {
         let (ring_seq, header, skipped) = (slot.seq, slot.header, slot.skipped);
         self.control.enter(LoopStage::Chain);
         let out = self.chain.run(slot.payload);
-        self.pending = Some(result_record(ring_seq, &header, skipped, &out, detect_ns));
+        let mut record = result_record(ring_seq, &header, skipped, &out, detect_ns);
+        record.param_generation = self.generation;
+        self.pending = Some(record);
         self.iteration_start_ns = None;
         self.last_frame_ns = Some(detect_ns);
         Some(ring_seq)

@@ -6,8 +6,8 @@
 pub mod core;
 pub mod resident;
 
-pub use self::core::{LoopControl, LoopCore, LoopEnd, LoopStage, Step, Trigger};
-pub use self::resident::{HostLoop, SPIN_BELOW_NS};
+pub use self::core::{ChainSwitch, LoopControl, LoopCore, LoopEnd, LoopStage, Step, Trigger};
+pub use self::resident::{HostLiveChain, HostLoop, SPIN_BELOW_NS};
 
 use crate::backend::BackendError;
 use crate::ops::ChainError;

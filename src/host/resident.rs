@@ -3,13 +3,13 @@
 //! data ready, result ready, tear down) matches the GPU-resident executor's.
 
 use super::HostError;
-use super::core::{LoopControl, LoopCore, LoopEnd, Step, Trigger};
-use crate::backend::{BackendError, LoopStats, ResidentLoop};
+use super::core::{ChainSwitch, LoopControl, LoopCore, LoopEnd, Step, Trigger};
+use crate::backend::{BackendError, LiveChain, LoopStats, ResidentLoop};
 use crate::clock;
 use crate::config::LoopConfig;
-use crate::ops::{CpuChain, OpSpec};
+use crate::ops::{ChainError, CpuChain, OpSpec};
 use crate::ring::{FrameRing, ResultRing};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,10 +29,40 @@ pub struct HostLoop {
     core: Option<LoopCore>,
     /// Invariant: `Some` exactly between `launch` and `tear_down`.
     thread: Option<JoinHandle<ThreadOutcome>>,
-    chain_names: String,
+    /// The operator names of the chain last handed to the loop, for errors;
+    /// a reload's [`HostLiveChain`] updates it.
+    chain_names: Arc<Mutex<String>>,
     /// Core and SCHED_FIFO priority for the loop thread (`service.loop_cpu`,
     /// `service.realtime_priority`), applied when the thread starts.
     placement: (Option<usize>, Option<u8>),
+    /// The reload path's handle on the chain; taken once.
+    live_chain: Option<HostLiveChain>,
+}
+
+/// The host loop's [`LiveChain`]: builds each new [`CpuChain`] on the
+/// caller's thread and stages it for the loop thread, which switches to it
+/// before its next claim.
+pub struct HostLiveChain {
+    switch: Arc<ChainSwitch>,
+    max_frame_bytes: usize,
+    chain_names: Arc<Mutex<String>>,
+}
+
+fn names_of(chain: &[OpSpec]) -> String {
+    chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ")
+}
+
+impl LiveChain for HostLiveChain {
+    fn stage(&mut self, chain: &[OpSpec], generation: u32) -> Result<(), Vec<ChainError>> {
+        let built = CpuChain::new(chain, self.max_frame_bytes)?;
+        self.switch.stage(built, generation);
+        *self.chain_names.lock().unwrap_or_else(PoisonError::into_inner) = names_of(chain);
+        Ok(())
+    }
+
+    fn applied_generation(&self) -> u32 {
+        self.switch.applied_generation()
+    }
 }
 
 impl HostLoop {
@@ -61,9 +91,21 @@ impl HostLoop {
         let reader = frames.reader().ok_or(HostError::ReaderTaken)?;
         let results = results.writer().ok_or(HostError::ResultWriterTaken)?;
         let control = LoopControl::new();
-        let chain_names = chain.iter().map(OpSpec::name).collect::<Vec<_>>().join(" -> ");
+        let chain_names = Arc::new(Mutex::new(names_of(&chain)));
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
-        Ok(Self { control, core: Some(core), thread: None, chain_names, placement: (None, None) })
+        let live_chain = HostLiveChain {
+            switch: Arc::clone(core.chain_switch()),
+            max_frame_bytes,
+            chain_names: Arc::clone(&chain_names),
+        };
+        Ok(Self {
+            control,
+            core: Some(core),
+            thread: None,
+            chain_names,
+            placement: (None, None),
+            live_chain: Some(live_chain),
+        })
     }
 
     /// Publishes each processed frame's final samples and record into the
@@ -105,7 +147,10 @@ impl HostLoop {
     fn stage_error(&self, message: String) -> BackendError {
         let stage = self.control.stage();
         let stage = match stage {
-            super::core::LoopStage::Chain => format!("{} ({})", stage.name(), self.chain_names),
+            super::core::LoopStage::Chain => {
+                let names = self.chain_names.lock().unwrap_or_else(PoisonError::into_inner);
+                format!("{} ({names})", stage.name())
+            }
             _ => stage.name().to_string(),
         };
         BackendError::Stage { stage: format!("host loop: {stage}"), message }
@@ -193,6 +238,10 @@ impl ResidentLoop for HostLoop {
         }
     }
 
+    fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
+        self.live_chain.take().map(|l| Box::new(l) as Box<dyn LiveChain>)
+    }
+
     fn is_launched(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
@@ -260,6 +309,22 @@ mod tests {
         assert!(host.stage_error("x".into()).to_string().contains("host loop: result publish"));
         assert_eq!(panic_message(&"static"), "static");
         assert_eq!(panic_message(&42u32), "panicked with a non-string payload");
+    }
+
+    #[test]
+    fn the_live_chain_is_taken_once_and_renames_the_chain_in_errors() {
+        let mut host = host_loop();
+        let mut live = host.take_live_chain().expect("the first take gets the handle");
+        assert!(host.take_live_chain().is_none(), "a single writer");
+        let mut chain = default_chain();
+        chain.remove(1);
+        live.stage(&chain, 1).unwrap();
+        host.control.enter(LoopStage::Chain);
+        let text = host.stage_error("x".into()).to_string();
+        assert!(text.contains("(unpack -> stats -> threshold)"), "{text}");
+        chain.insert(1, OpSpec::Fir { taps: vec![1.0; 2] });
+        assert!(live.stage(&chain, 2).is_err(), "an even tap count is refused");
+        assert_eq!(live.applied_generation(), 0, "nothing ran yet");
     }
 
     #[test]

@@ -139,6 +139,11 @@ pub struct ResultRecord {
     /// `kernels/frameloop.cuh`): what the chain's user kernels wrote, zero
     /// for a chain without any and on the host backend.
     pub user: [u32; USER_RESULT_WORDS],
+    /// The operator parameter set the frame ran with: 0 for the config the
+    /// appliance started with, one more for each reload applied since
+    /// (always 0 on the CUDA backend, which applies changes on restart).
+    pub param_generation: u32,
+    pub _reserved1: u32,
 }
 
 /// Words of a frame's user result ([`ResultRecord::user`], `FL_USER_RESULT_WORDS`).
@@ -241,6 +246,8 @@ mod tests {
         assert_eq!(offset_of!(ResultRingHeader, head_seq), 64);
         assert_eq!(offset_of!(ResultRecord, detect_ns), 64);
         assert_eq!(offset_of!(ResultRecord, sum), 80);
+        assert_eq!(offset_of!(ResultRecord, user), 120);
+        assert_eq!(offset_of!(ResultRecord, param_generation), 168);
         assert_eq!(slot_stride(1), Some(256));
         assert_eq!(slot_stride(128), Some(256));
         assert_eq!(slot_stride(129), Some(512));

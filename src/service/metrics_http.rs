@@ -66,6 +66,10 @@ pub struct MetricsSnapshot {
     pub outputs: Option<crate::metrics::OutputMetrics>,
     /// The NATS sink's counters, when `[sink.nats]` is configured.
     pub nats_sink: Option<crate::metrics::SinkMetrics>,
+    /// The operator parameter generation the loop runs (0: the start-up config).
+    pub param_generation: u32,
+    /// Config reloads by outcome, for example ("applied_params", n).
+    pub reloads: Vec<(String, u64)>,
 }
 
 /// How long a scrape waits for the pipeline to publish current values
@@ -225,6 +229,17 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Times the frame ring's writer found the ring full or lapped the reader.",
     );
     sample(&mut out, "frameloop_ring_overruns_total", &[], snap.ring_overruns);
+    family(
+        &mut out,
+        "frameloop_param_generation",
+        "gauge",
+        "Operator parameter generation the loop runs (0: the start-up config; one more per applied reload).",
+    );
+    sample(&mut out, "frameloop_param_generation", &[], snap.param_generation);
+    family(&mut out, "frameloop_reloads_total", "counter", "Config reloads by outcome.");
+    for (outcome, n) in &snap.reloads {
+        sample(&mut out, "frameloop_reloads_total", &[("outcome", outcome)], n);
+    }
     family(
         &mut out,
         "frameloop_latency_seconds",
@@ -505,6 +520,8 @@ mod tests {
             frames: vec![("processed".into(), 200), ("skipped".into(), 3)],
             drops: vec![("ring_full".into(), 7), ("odd \"reason\"\\\n".into(), 1)],
             ring_overruns: 2,
+            param_generation: 3,
+            reloads: vec![("applied_params".into(), 3), ("refused_restart".into(), 1)],
             latency: vec![SegmentLatency {
                 segment: "end_to_end".into(),
                 count: 200,
@@ -526,6 +543,8 @@ mod tests {
         assert!(text.contains("frameloop_frames_total{outcome=\"processed\"} 200\n"));
         assert!(text.contains("frameloop_drops_total{reason=\"odd \\\"reason\\\"\\\\\\n\"} 1\n"), "{text}");
         assert!(text.contains("frameloop_loop_launched{backend=\"host\"} 1\n"));
+        assert!(text.contains("frameloop_param_generation 3\n"), "{text}");
+        assert!(text.contains("frameloop_reloads_total{outcome=\"refused_restart\"} 1\n"), "{text}");
         assert!(
             text.contains("frameloop_latency_seconds{segment=\"end_to_end\",quantile=\"0.99\"} 0.000025\n")
         );

@@ -88,6 +88,16 @@ impl Notifier {
         self.send(&[NotifyState::Status(text)]);
     }
 
+    /// `RELOADING=1` with `MONOTONIC_USEC` (as `Type=notify-reload` requires):
+    /// a config reload has begun; [`Notifier::ready`] ends it.
+    pub fn reloading(&self) {
+        let mut states = vec![NotifyState::Reloading, NotifyState::Status("reloading the config")];
+        if let Ok(now) = NotifyState::monotonic_usec_now() {
+            states.push(now);
+        }
+        self.send(&states);
+    }
+
     /// `STOPPING=1`: shutdown has begun.
     pub fn stopping(&self) {
         self.send(&[NotifyState::Stopping, NotifyState::Status("stopping")]);

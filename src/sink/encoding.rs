@@ -27,7 +27,7 @@
 //! | 104 | u32 | detect_count |
 //! | 108 | i32 | first_detect_index |
 //! | 112 | u32 | output_len |
-//! | 116 | u32 | reserved, 0 |
+//! | 116 | u32 | param_generation (reserved, 0, before live reload: readers that ignore it lose nothing) |
 //! | 120 | u64 | skipped_before |
 //! | 128 | 12 × u32 | user result words (`fl_user_result` of user kernels; 0 otherwise) |
 //!
@@ -171,7 +171,7 @@ pub fn encode_result(r: &ResultRecord) -> [u8; RESULT_MESSAGE_BYTES] {
     w.put(&r.detect_count.to_le_bytes());
     w.put(&r.first_detect_index.to_le_bytes());
     w.put(&r.output_len.to_le_bytes());
-    w.put(&0u32.to_le_bytes());
+    w.put(&r.param_generation.to_le_bytes());
     w.put(&r.skipped_before.to_le_bytes());
     for v in r.user {
         w.put(&v.to_le_bytes());
@@ -189,7 +189,7 @@ pub fn decode_result(buf: &[u8]) -> Result<ResultRecord, DecodeError> {
     let (published_ns, detect_ns, done_ns) = (rd.u64(), rd.u64(), rd.u64());
     let (sum, min, max, mean) = (rd.f32(), rd.f32(), rd.f32(), rd.f32());
     let (detect_count, first_detect_index, output_len) = (rd.u32(), rd.i32(), rd.u32());
-    let _reserved = rd.u32();
+    let param_generation = rd.u32();
     let skipped_before = rd.u64();
     let user = std::array::from_fn(|_| rd.u32());
     Ok(ResultRecord {
@@ -214,6 +214,8 @@ pub fn decode_result(buf: &[u8]) -> Result<ResultRecord, DecodeError> {
         result_flags,
         skipped_before,
         user,
+        param_generation,
+        _reserved1: 0,
     })
 }
 
@@ -274,6 +276,8 @@ mod tests {
             result_flags: RESULT_HAS_DETECT,
             skipped_before: 2,
             user: [0; 12],
+            param_generation: 0x0102_0304,
+            _reserved1: 0,
         }
     }
 
@@ -288,6 +292,7 @@ mod tests {
         assert_eq!(&bytes[4..8], &0xdead_beefu32.to_le_bytes());
         assert_eq!(&bytes[8..16], &42u64.to_le_bytes());
         assert_eq!(&bytes[80..88], &(u64::MAX - 1).to_le_bytes());
+        assert_eq!(&bytes[116..120], &0x0102_0304u32.to_le_bytes());
         assert_eq!(&bytes[120..128], &2u64.to_le_bytes());
     }
 
