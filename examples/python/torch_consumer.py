@@ -42,15 +42,19 @@ def main():
     args = parser.parse_args()
 
     consumer = frameloop.Consumer(args.socket)
-    device = torch.device("cuda", torch.cuda.current_device()) if consumer.device == "cuda" else torch.device("cpu")
-    print(f"attached to {args.socket}: {consumer.slots} slots of up to {consumer.capacity} samples in {device} memory")
-    model = Detector().to(device).eval()
+    print(f"attached to {args.socket}: {consumer.slots} slots of up to {consumer.capacity} samples "
+          f"in {consumer.device} memory")
+    model = Detector().eval()
+    device = None
 
     seen = 0
     with torch.inference_mode():
         for frame in consumer:
             # The slot's memory as a tensor: no copy (read-only, the appliance's).
             samples = torch.from_dlpack(frame)
+            if device != samples.device:
+                device = samples.device            # cpu, or the ring's cuda:N
+                model = model.to(device)
             scores = model(samples)
             if device.type == "cuda":
                 torch.cuda.current_stream().synchronize()
