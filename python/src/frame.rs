@@ -67,6 +67,7 @@ impl Frame {
             let device = frame.device_samples()?;
             (device.dptr, (DEVICE_CUDA, device.device_ordinal))
         };
+        debug_assert!(address.is_multiple_of(4), "samples are f32-aligned (slots are 256-byte aligned)");
         Some(Self {
             sequence: frame.sequence(),
             record: *frame.record(),
@@ -254,6 +255,8 @@ impl Frame {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // Nothing to order on any stream: the slot was whole before `next()`
+        // handed the frame out.
         let _ = stream;
         if let Some(wanted) = dl_device
             && wanted != self.dlpack_device()
@@ -277,8 +280,11 @@ impl Frame {
                     copied: false,
                 }
             }
-            (Samples::Ring { .. }, Some(true)) => {
-                let samples = self.copy_samples()?;
+            (_, Some(true)) => {
+                let samples = match &self.samples {
+                    Samples::Copy(kept) => Arc::new(kept.to_vec()),
+                    Samples::Ring { .. } => self.copy_samples()?,
+                };
                 let data = samples.as_ptr() as u64;
                 TensorSpec {
                     data,
@@ -289,7 +295,7 @@ impl Frame {
                     copied: true,
                 }
             }
-            (Samples::Copy(samples), _) => {
+            (Samples::Copy(samples), None | Some(false)) => {
                 let data = samples.as_ptr() as u64;
                 TensorSpec {
                     data,

@@ -75,6 +75,7 @@ def test_a_frame_reads_the_slot_until_it_is_reused_and_then_says_so(ring):
     assert kept.valid()
     np.testing.assert_array_equal(np.from_dlpack(kept), expected_samples(1, 64))
     assert np.from_dlpack(kept).flags.writeable
+    assert not np.shares_memory(np.from_dlpack(kept, copy=True), np.from_dlpack(kept))
 
 
 def test_a_reader_that_falls_behind_counts_the_outputs_it_lost(ring):
