@@ -13,7 +13,7 @@ if command -v apt-get >/dev/null; then
   echo "frameloop setup: installing system packages" >&2
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    build-essential pkg-config python3 python3-pip ca-certificates curl systemd \
+    build-essential pkg-config python3 python3-pip python3-venv ca-certificates curl systemd \
     tcpdump tshark nats-server gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
     cmake libclang-dev >/dev/null
 fi

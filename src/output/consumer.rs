@@ -178,6 +178,17 @@ impl Consumer {
         self.head() >= self.next_seq
     }
 
+    /// True while the slot of output `seq` still holds it (the writer has not
+    /// come round to rewrite it): what a binding that keeps a frame's
+    /// samples past its [`OutputFrame`] checks before trusting them.
+    pub fn holds(&self, seq: u64) -> bool {
+        if seq == 0 {
+            return false;
+        }
+        fence(Ordering::Acquire);
+        self.slot_word(seq).load(Ordering::Relaxed) == written_word(seq)
+    }
+
     /// The next output, or `None` when none is published yet. Never blocks.
     // Not `Iterator::next`: a frame borrows the consumer (a lending iterator).
     #[allow(clippy::should_implement_trait)]

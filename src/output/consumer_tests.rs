@@ -139,6 +139,11 @@ fn a_frame_held_while_the_writer_laps_it_counts_lost_and_the_writer_never_waits(
     let newest: Vec<u64> = std::iter::from_fn(|| consumer.next().map(|f| check(&f).unwrap())).collect();
     assert_eq!(newest, [99_997, 99_998, 99_999, 100_000]);
     assert_eq!(consumer.read() + consumer.lost(), 100_000);
+    // After the frames are dropped, `holds` still tells which slots hold which output.
+    assert!(consumer.holds(100_000) && consumer.holds(99_997));
+    assert!(!consumer.holds(99_996) && !consumer.holds(1) && !consumer.holds(0));
+    publish(&mut writer, 100_001);
+    assert!(!consumer.holds(99_997), "rewritten by 100 001");
 }
 
 #[test]
