@@ -386,8 +386,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     let cuda = pick.name == "cuda";
     let (topology, interfaces) = if cuda {
         let topology = Topology::read(Path::new("/sys"))?;
-        let interfaces =
-            crate::topology::interface_addresses()?;
+        let interfaces = crate::topology::interface_addresses()?;
         if topology.gpus.len() > 1 && std::env::var("CUDA_DEVICE_ORDER").as_deref() != Ok("PCI_BUS_ID") {
             tracing::warn!(
                 "GPUs are numbered in PCI address order (`frameloop topology`); set CUDA_DEVICE_ORDER=PCI_BUS_ID \
@@ -414,8 +413,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     board.publish(set.metrics_snapshot());
     let server = match cfg.service.metrics_socket_addr() {
         Some(addr) => {
-            let s =
-                MetricsServer::start(addr, board.clone())?;
+            let s = MetricsServer::start(addr, board.clone())?;
             tracing::info!("metrics on http://{}/metrics", s.local_addr());
             Some(s)
         }
