@@ -14,14 +14,16 @@ use loops_support::{FRAMES, TWO_LOOPS, addr, count, payload, send_frame, start};
 use std::net::UdpSocket;
 use std::time::Duration;
 
-/// The host test's two loops, both on GPU 0 over UDP.
+/// The host test's two loops over UDP, both on GPU 0, or cam1 on GPU
+/// `FRAMELOOP_TEST_SECOND_GPU` (a multi-GPU machine: one loop per GPU).
 fn gpu_config() -> Config {
+    let second = std::env::var("FRAMELOOP_TEST_SECOND_GPU").unwrap_or_else(|_| "0".into());
     let text = TWO_LOOPS
         .replace("backend = \"host\"", "backend = \"cuda\"")
         .replace("frame_timeout_ms = 1000", "frame_timeout_ms = 1000\ntransport = \"udp\"");
     let text = text
         .replace("name = \"cam0\"", "name = \"cam0\"\ngpu = 0")
-        .replace("name = \"cam1\"", "name = \"cam1\"\ngpu = 0");
+        .replace("name = \"cam1\"", &format!("name = \"cam1\"\ngpu = {second}"));
     parse(&text).unwrap()
 }
 
@@ -29,10 +31,14 @@ fn gpu_config() -> Config {
 #[ignore = "needs a GPU"]
 fn two_resident_loops_on_one_gpu_process_their_own_streams() {
     let _one = one_at_a_time();
+    frameloop::app::init_logging();
     let cfg = gpu_config();
     let (set, seen) = start(&cfg, None);
     let (a, b) = (addr(&set, "cam0"), addr(&set, "cam1"));
     assert_eq!(set.appliance("cam0").unwrap().backend().name, "cuda");
+    for l in &cfg.loops {
+        println!("loop {} on {:?}", l.name, l.gpu);
+    }
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     for seq in 0..FRAMES {
         send_frame(&socket, a, 1, seq);
@@ -69,6 +75,7 @@ fn two_resident_loops_on_one_gpu_process_their_own_streams() {
 #[ignore = "needs a GPU"]
 fn one_resident_loop_down_leaves_the_other_processing() {
     let _one = one_at_a_time();
+    frameloop::app::init_logging();
     let cfg = gpu_config();
     let (mut set, seen) = start(&cfg, Some("cam1"));
     let (a, b) = (addr(&set, "cam0"), addr(&set, "cam1"));

@@ -276,7 +276,7 @@ fn the_host_appliance_refuses_a_user_handler() {
     )
     .unwrap();
     cfg.ingest.bind = "127.0.0.1:0".into();
-    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None, ..Default::default() };
     let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("a [handler] is refused on the host");
     let msg = err.to_string();
     assert!(msg.contains("handler.entry") && msg.contains("host backend cannot run it"), "{msg}");
@@ -345,13 +345,13 @@ fn hsb_ingest_without_a_handler_is_refused() {
     assert_eq!(cfg.ingest.format, frameloop::ingest::hsb::IngestFormat::Hsb);
     assert!(frameloop::config::parse("[ingest]\nformat = \"hsv\"\n").is_err());
     cfg.ingest.bind = "127.0.0.1:0".into();
-    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None, ..Default::default() };
     let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("hsb ingest needs a handler");
     let msg = err.to_string();
     assert!(msg.contains("ingest.format") && msg.contains("add [handler]"), "{msg}");
     // Over RDMA (or auto, which may pick it) the HSB receiver would not run.
     cfg.ingest.transport = frameloop::rdma::Transport::Auto;
-    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None };
+    let opts = frameloop::app::StartOptions { histogram_log: None, on_result: None, ..Default::default() };
     let err = frameloop::app::Appliance::start(&cfg, opts).err().expect("hsb ingest needs udp");
     assert!(err.to_string().contains("ingest.transport = \"udp\""), "{err}");
 }

@@ -65,8 +65,11 @@ fn start(cfg: &Config) -> Rig {
         sink.lock().unwrap().push(*r);
         seen.fetch_max(r.param_generation, Ordering::Relaxed);
     });
-    let app = Appliance::start(cfg, StartOptions { histogram_log: None, on_result: Some(on_result) })
-        .expect("the appliance starts");
+    let app = Appliance::start(
+        cfg,
+        StartOptions { histogram_log: None, on_result: Some(on_result), ..Default::default() },
+    )
+    .expect("the appliance starts");
     assert_eq!(app.backend().name, "host");
     Rig { app, results, newest }
 }

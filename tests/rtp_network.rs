@@ -72,6 +72,7 @@ fn start(cfg: &Config, record: &Path) -> (Appliance, Arc<Mutex<Vec<ResultRecord>
     let opts = StartOptions {
         histogram_log: None,
         on_result: Some(Box::new(move |r: &ResultRecord| sink.lock().unwrap().push(*r))),
+        ..Default::default()
     };
     let app = Appliance::start_recording(cfg, opts, Some(record)).expect("the appliance starts");
     (app, results)

@@ -278,8 +278,11 @@ fn the_appliance_reports_the_sink_counters_in_metrics_and_at_stop() {
     let on_result = Box::new(move |_: &ResultRecord| {
         counted.fetch_add(1, Ordering::Relaxed);
     });
-    let app =
-        Appliance::start(&cfg, StartOptions { histogram_log: None, on_result: Some(on_result) }).unwrap();
+    let app = Appliance::start(
+        &cfg,
+        StartOptions { histogram_log: None, on_result: Some(on_result), ..Default::default() },
+    )
+    .unwrap();
     let args = SendArgs {
         to: app.local_addr().to_string(),
         rate: 200.0,

@@ -57,6 +57,11 @@ pub struct StartOptions {
     pub histogram_log: Option<PathBuf>,
     /// Called with every result the host sees (tests, checks).
     pub on_result: Option<ResultCallback>,
+    /// Build everything but leave the resident loop to [`Appliance::launch`]:
+    /// several loops sharing a GPU are all built before any runs, since
+    /// building one (loading its modules, freeing set-up memory) may wait
+    /// for every graph running on that GPU's context.
+    pub defer_launch: bool,
 }
 
 /// Starts an appliance with Rust GPU operators inserted into the configured
@@ -202,7 +207,9 @@ impl Appliance {
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
             open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
-        resident.launch().map_err(AppError::Launch)?;
+        if !opts.defer_launch {
+            resident.launch().map_err(AppError::Launch)?;
+        }
         let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name);
 
         let mut sink =
@@ -287,6 +294,16 @@ impl Appliance {
     /// True while the resident loop runs (false after it tore itself down).
     pub fn is_launched(&self) -> bool {
         self.resident.is_launched()
+    }
+
+    /// Launches a resident loop started with [`StartOptions::defer_launch`]
+    /// (frames that arrived meanwhile wait in the ring); does nothing when it
+    /// runs already.
+    pub fn launch(&mut self) -> Result<(), AppError> {
+        if self.resident.is_launched() {
+            return Ok(());
+        }
+        self.resident.launch().map_err(AppError::Launch)
     }
 
     /// The first stage found stopped by itself (`receiver thread`, `resident

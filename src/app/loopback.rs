@@ -23,8 +23,10 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
     }
     cfg.ingest.bind = "127.0.0.1:0".into();
     signals::install().map_err(AppError::Signals)?;
-    let mut app =
-        Appliance::start(&cfg, StartOptions { histogram_log: args.histogram_log.clone(), on_result: None })?;
+    let mut app = Appliance::start(
+        &cfg,
+        StartOptions { histogram_log: args.histogram_log.clone(), on_result: None, ..Default::default() },
+    )?;
     let to = app.local_addr().to_string();
     let argv = [
         "send".to_string(),

@@ -222,6 +222,7 @@ impl LoopSet {
             let opts = StartOptions {
                 histogram_log: histogram_log.map(|p| per_loop_path(p, &spec.name)),
                 on_result: on_result(&spec.name),
+                defer_launch: true,
             };
             let started = {
                 let _bound = bind_current_thread(&spec.name, plan.cpus.as_ref(), plan.numa_node);
@@ -238,6 +239,16 @@ impl LoopSet {
                     }
                     return Err(AppError::LoopStart { name: spec.name.clone(), source: Box::new(e) });
                 }
+            }
+        }
+        // Every loop is built: now they may run (see StartOptions::defer_launch).
+        for i in 0..loops.len() {
+            if let Err(e) = loops[i].app.launch() {
+                let name = loops[i].plan.name.clone();
+                for l in loops {
+                    let _ = l.app.stop();
+                }
+                return Err(AppError::LoopStart { name, source: Box::new(e) });
             }
         }
         Ok(Self { loops })
@@ -327,28 +338,34 @@ impl LoopSet {
     /// Stops every loop (each finishing the frames in its ring) and reports.
     pub fn stop(mut self) -> LoopsReport {
         self.check();
-        let loops = self
-            .loops
-            .into_iter()
-            .map(|l| {
-                // Stopping drains the last results through the loop's result
-                // callback on this thread; one that panicked on the loop's
-                // own thread may panic here too, and must not take the
-                // other loops' reports with it.
-                let app = l.app;
-                let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || app.stop()));
-                let (report, stop_error) = match stopped {
-                    Ok(Ok(r)) => (Some(r), None),
-                    Ok(Err(e)) => {
-                        tracing::error!("loop {}: {e}", l.plan.name);
-                        (None, Some(e.to_string()))
-                    }
-                    Err(_) => (None, Some("stopping it panicked (see the log above)".to_string())),
-                };
-                LoopOutcome { plan: l.plan, streams: l.streams, down: l.down, report, stop_error }
-            })
-            .collect();
+        // All loops stop at once: loops sharing a GPU share its context, and
+        // freeing one loop's device memory waits for every graph running in
+        // that context, so no loop may wait for another to be stopped first.
+        let loops = std::thread::scope(|scope| {
+            let stopping: Vec<_> =
+                self.loops.into_iter().map(|l| scope.spawn(move || Self::stop_loop(l))).collect();
+            stopping.into_iter().map(|h| h.join().expect("stop_loop catches panics")).collect()
+        });
         LoopsReport { loops }
+    }
+
+    /// Stops one loop and makes its outcome.
+    fn stop_loop(l: RunningLoop) -> LoopOutcome {
+        // Stopping drains the last results through the loop's result
+        // callback on this thread; one that panicked on the loop's
+        // own thread may panic here too, and must not take the
+        // other loops' reports with it.
+        let app = l.app;
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || app.stop()));
+        let (report, stop_error) = match stopped {
+            Ok(Ok(r)) => (Some(r), None),
+            Ok(Err(e)) => {
+                tracing::error!("loop {}: {e}", l.plan.name);
+                (None, Some(e.to_string()))
+            }
+            Err(_) => (None, Some("stopping it panicked (see the log above)".to_string())),
+        };
+        LoopOutcome { plan: l.plan, streams: l.streams, down: l.down, report, stop_error }
     }
 }
 

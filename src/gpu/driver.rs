@@ -15,6 +15,25 @@ use std::sync::Arc;
 /// (the lowest-latency choice for the launch-per-frame baselines) and returns it
 /// bound to the calling thread.
 pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, GpuError> {
+    // One context handle per device for the whole process: several resident
+    // loops on one GPU share it. A second handle would synchronize the whole
+    // context when it makes its first stream (cudarc does, to set up its
+    // event tracking), and so wait forever behind a loop already running.
+    static OPEN: std::sync::Mutex<Vec<(usize, std::sync::Weak<CudaContext>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|(_, ctx)| ctx.strong_count() > 0);
+    if let Some(ctx) = open.iter().find(|(o, _)| *o == ordinal).and_then(|(_, ctx)| ctx.upgrade()) {
+        ctx.bind_to_thread()?;
+        return Ok(ctx);
+    }
+    let ctx = new_context(ordinal)?;
+    open.push((ordinal, Arc::downgrade(&ctx)));
+    Ok(ctx)
+}
+
+/// The device's primary context, set to spin while it waits, as a new handle.
+fn new_context(ordinal: usize) -> Result<Arc<CudaContext>, GpuError> {
     // SAFETY: callers reach this only after `probe` confirmed the driver library.
     check("cuInit", unsafe { sys::cuInit(0) })?;
     let mut dev = 0;

@@ -73,6 +73,7 @@ impl Running {
         let opts = StartOptions {
             histogram_log: None,
             on_result: Some(Box::new(move |r: &ResultRecord| sink.lock().unwrap().push(*r))),
+            ..Default::default()
         };
         let app = Appliance::start(cfg, opts).expect("the appliance starts");
         Running { app, results }
