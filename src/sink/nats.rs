@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 const PUBLISH_WINDOW: usize = 512;
 /// Longest wait between two attempts while the broker does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How long a dropped sink keeps publishing what it holds before counting the rest as dropped.
-const STOP_FLUSH: Duration = Duration::from_secs(5);
+/// How long a dropped sink keeps publishing what it holds before counting
+/// the rest as dropped: well inside the appliance's stop budget
+/// (`service.shutdown_timeout_ms`, 5 s by default), so that a broker that is
+/// down at stop costs the buffer, counted, not a stop that overruns it.
+const STOP_FLUSH: Duration = Duration::from_secs(1);
 
 /// The `[sink.nats]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
