@@ -27,6 +27,14 @@ pub(super) struct IngestParts {
     pub(super) poll_loops: Option<Arc<AtomicU64>>,
 }
 
+impl IngestParts {
+    /// A receiver with no GRO, RTP counters, recording or poll-loop count
+    /// (the HSB and RDMA receivers).
+    fn plain(local_addr: SocketAddr, thread: JoinHandle<Result<(), String>>) -> Self {
+        Self { local_addr, gro_active: false, rtp_counters: None, recording: None, thread, poll_loops: None }
+    }
+}
+
 /// The assembler as the UDP receiver drives it, counting the receiver's
 /// poll loops (one `on_tick` per loop, idle or not: the poll is timed) for
 /// the watchdog, and honouring the test hook that hangs the receiver.
@@ -173,14 +181,7 @@ fn start_hsb(
         })
         .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     tracing::info!(%local_addr, "listening on {local_addr} for HSB datagrams");
-    Ok(IngestParts {
-        local_addr,
-        gro_active: false,
-        rtp_counters: None,
-        recording: None,
-        thread,
-        poll_loops: None,
-    })
+    Ok(IngestParts::plain(local_addr, thread))
 }
 
 /// Starts the receiver that `plan` chose, writing into `frame_ring`; with
@@ -210,14 +211,7 @@ pub(super) fn start_ingest(
                 .name("frameloop-rdma".into())
                 .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
                 .map_err(|source| AppError::Spawn { thread: "RDMA", source })?;
-            IngestParts {
-                local_addr,
-                gro_active: false,
-                rtp_counters: None,
-                recording: None,
-                thread,
-                poll_loops: None,
-            }
+            IngestParts::plain(local_addr, thread)
         }
     })
 }
