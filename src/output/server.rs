@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Mode of the attach socket: the owner and its group may connect.
+const SOCKET_MODE: u32 = 0o660;
+
 /// How long a connection may take to send its attach request.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the server looks at its sockets when nothing happens.
@@ -95,6 +98,10 @@ impl OutputServer {
             std::fs::remove_file(path).map_err(listen_error)?;
         }
         let listener = UnixListener::bind(path).map_err(listen_error)?;
+        // Consumers of the appliance's group may attach whatever the umask
+        // (the service runs with UMask=0077); others may not.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(SOCKET_MODE))
+            .map_err(listen_error)?;
         listener.set_nonblocking(true).map_err(listen_error)?;
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -345,6 +352,15 @@ mod tests {
         let mut b = [0u8; HELLO_BYTES];
         stream.read_exact(&mut b).unwrap();
         Hello::decode(&b).unwrap()
+    }
+
+    #[test]
+    fn the_socket_admits_the_owner_and_its_group_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.sock");
+        let _server = OutputServer::start(OutputRing::host(2, 4).unwrap(), &path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
     }
 
     #[test]
