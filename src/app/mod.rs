@@ -453,7 +453,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     }
     drop(pinger);
     if let Some(failure) = died {
-        stop_within(app, server, Duration::from_secs(3));
+        // The stop is bounded by service.shutdown_timeout_ms; the timer is
+        // the net under it (a second more).
+        stop_within(app, server, cfg.service.shutdown_timeout() + Duration::from_secs(1));
         return Err(AppError::ThreadDied { thread: failure.thread, message: failure.message });
     }
     match signals::last_signal() {
