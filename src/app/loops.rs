@@ -448,9 +448,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
 
     let started = Instant::now();
     let limit = args.duration.map(Duration::from_secs_f64);
-    let mut progress = super::Progress::new();
-    let mut last_publish = Instant::now();
-    let mut last_calibration = Instant::now();
+    let mut chores = super::chores::Chores::new(notifier.as_deref());
     let stop = super::signals::stop_flag();
     while !stop.load(Ordering::Acquire) {
         if limit.is_some_and(|l| started.elapsed() >= l) {
@@ -464,24 +462,14 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
             break;
         }
         iterations.store(set.iterations(), Ordering::Relaxed);
-        if last_calibration.elapsed() >= super::CLOCK_RECALIBRATION {
+        if chores.calibration_due() {
             set.recalibrate_clocks();
-            last_calibration = Instant::now();
         }
-        if board.refresh_wanted() || last_publish.elapsed() >= Duration::from_millis(500) {
-            board.publish(set.metrics_snapshot());
-            last_publish = Instant::now();
-        }
-        if notifier.is_none() {
-            progress.show(|| set.progress_line());
-        }
+        chores.publish_if_due(&board, || set.metrics_snapshot());
+        chores.show_progress(|| set.progress_line());
         std::thread::sleep(Duration::from_millis(20));
     }
-    progress.done();
-    if let Some(n) = &notifier {
-        n.stopping();
-    }
-    drop(pinger);
+    chores.finish(notifier.as_deref(), pinger);
     match super::signals::last_signal() {
         Some(sig) => tracing::info!("received {sig}; stopping"),
         None => tracing::info!("stopping"),

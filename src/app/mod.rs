@@ -4,6 +4,7 @@
 mod appliance;
 mod backend_factory;
 mod captures;
+mod chores;
 mod loopback;
 mod loops;
 mod numa;
@@ -405,9 +406,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
 
     let started = Instant::now();
     let limit = args.duration.map(Duration::from_secs_f64);
-    let mut progress = Progress::new();
-    let mut last_publish = Instant::now();
-    let mut last_calibration = Instant::now();
+    let mut chores = chores::Chores::new(notifier.as_deref());
     let stop = signals::stop_flag();
     let mut died = None;
     while !stop.load(Ordering::Acquire) {
@@ -430,28 +429,16 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         if signals::take_reload_request() {
             reload_config(&mut app, args, notifier.as_deref());
         }
-        if last_calibration.elapsed() >= CLOCK_RECALIBRATION {
-            if let Err(e) = app.recalibrate_clock() {
-                tracing::warn!("GPU clock recalibration failed: {e}");
-            }
-            last_calibration = Instant::now();
+        if chores.calibration_due()
+            && let Err(e) = app.recalibrate_clock()
+        {
+            tracing::warn!("GPU clock recalibration failed: {e}");
         }
-        // A scrape asks for current values (it waits for them); otherwise
-        // publish twice a second so the snapshot is never far behind.
-        if board.refresh_wanted() || last_publish.elapsed() >= Duration::from_millis(500) {
-            board.publish(app.metrics_snapshot());
-            last_publish = Instant::now();
-        }
-        if notifier.is_none() {
-            progress.show(|| app.progress_line());
-        }
+        chores.publish_if_due(&board, || app.metrics_snapshot());
+        chores.show_progress(|| app.progress_line());
         std::thread::sleep(Duration::from_millis(20));
     }
-    progress.done();
-    if let Some(n) = &notifier {
-        n.stopping();
-    }
-    drop(pinger);
+    chores.finish(notifier.as_deref(), pinger);
     if let Some(failure) = died {
         // The stop is bounded by service.shutdown_timeout_ms; the timer is
         // the net under it (a second more).
