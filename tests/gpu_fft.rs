@@ -213,6 +213,7 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                     frame_desc,
                     chain_result,
                     user_result: 0,
+                    slot_header: 0,
                     kernels: &rt.library,
                 };
                 let graph = match mode {

@@ -267,6 +267,7 @@ impl Rig {
             frame_desc: self.frame_desc,
             chain_result: self.chain_result,
             user_result: 0,
+            slot_header: 0,
             kernels: &gpu.kernels,
         };
         self.fragment.enqueue(&self.plan, &self.buffers, &target).unwrap();
@@ -696,6 +697,7 @@ fn grid_reductions_captured_in_a_graph_give_identical_bits_over_100_frames() {
             frame_desc: rig.frame_desc,
             chain_result: rig.chain_result,
             user_result: 0,
+            slot_header: 0,
             kernels: &gpu.kernels,
         };
         let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
@@ -840,6 +842,7 @@ fn whole_chains_match_the_cpu_chain_also_when_captured_into_a_graph() {
                     frame_desc: rig.frame_desc,
                     chain_result: rig.chain_result,
                     user_result: 0,
+                    slot_header: 0,
                     kernels: &gpu.kernels,
                 };
                 let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);

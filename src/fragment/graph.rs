@@ -46,6 +46,9 @@ pub struct EnqueueTarget<'a> {
     /// 48 bytes) that user kernels write and the result record carries;
     /// 0 where there are none (a chain with a user kernel then refuses to enqueue).
     pub user_result: DevicePtr,
+    /// Device address of a copy of the claimed slot's header (`SlotHeader`,
+    /// device memory, filled when the frame is claimed), 0 where there is none.
+    pub slot_header: DevicePtr,
     pub kernels: &'a dyn KernelLookup,
 }
 
@@ -248,6 +251,7 @@ impl Fragment {
             frame_desc: target.frame_desc,
             chain_result: target.chain_result,
             user_result: target.user_result,
+            slot_header: target.slot_header,
             kernels: target.kernels,
             result_publisher: publisher,
             publisher_taken: false,

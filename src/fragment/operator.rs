@@ -179,6 +179,8 @@ pub struct ComputeContext<'a> {
     pub(crate) chain_result: DevicePtr,
     /// 0 when the target has no user result words.
     pub(crate) user_result: DevicePtr,
+    /// 0 when the target keeps no copy of the slot header.
+    pub(crate) slot_header: DevicePtr,
     pub(crate) kernels: &'a dyn KernelLookup,
     /// Device address of the loop parameters, offered to the chain's last
     /// operator so that its kernel can publish the frame's result itself.
@@ -222,6 +224,13 @@ impl<'a> ComputeContext<'a> {
     /// or `None` outside a target that publishes them.
     pub fn user_result(&self) -> Option<DevicePtr> {
         (self.user_result != 0).then_some(self.user_result)
+    }
+
+    /// Device address of this frame's copy of the claimed slot's header
+    /// (`SlotHeader` in `ring.cuh`, device memory: no read over the bus), or
+    /// `None` outside a target that keeps one (the resident executor does).
+    pub fn slot_header(&self) -> Option<DevicePtr> {
+        (self.slot_header != 0).then_some(self.slot_header)
     }
 
     /// A loaded kernel.

@@ -125,13 +125,6 @@ pub const CHAIN_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, chain);
 pub const USER_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, user);
 pub const SLOT_OFFSET: usize = std::mem::offset_of!(DeviceLoopState, slot);
 
-/// Device address of the loop state's copy of the claimed slot's header
-/// (`DeviceLoopState::slot`, device memory: no read over the bus), given the
-/// address of the same state's `desc` as an executor hands its operators.
-pub fn slot_copy_of(frame_desc: u64) -> u64 {
-    frame_desc - DESC_OFFSET as u64 + SLOT_OFFSET as u64
-}
-
 /// `(name, size or offset)` pairs the layout test checks against `ring.cuh`.
 pub fn layout_facts() -> Vec<(String, usize)> {
     use super::fused::*;

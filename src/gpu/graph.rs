@@ -279,6 +279,7 @@ impl ExecutorCore {
             frame_desc: self.state.dptr() + DESC_OFFSET as u64,
             chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
             user_result: self.state.dptr() + USER_OFFSET as u64,
+            slot_header: self.state.dptr() + SLOT_OFFSET as u64,
             kernels: &self.rt.library,
         };
         let fragment = match self.builtin_handler.as_mut() {
@@ -317,6 +318,7 @@ impl ExecutorCore {
                 frame_desc: self.state.dptr() + DESC_OFFSET as u64,
                 chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
                 user_result: self.state.dptr() + USER_OFFSET as u64,
+                slot_header: self.state.dptr() + SLOT_OFFSET as u64,
                 kernels: &self.rt.library,
             };
             let bound =
@@ -387,6 +389,7 @@ impl ExecutorCore {
             frame_desc,
             chain_result,
             user_result: self.state.dptr() + USER_OFFSET as u64,
+            slot_header: self.state.dptr() + SLOT_OFFSET as u64,
             kernels: &self.rt.library,
             result_publisher: None,
             publisher_taken: false,

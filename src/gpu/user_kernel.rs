@@ -250,9 +250,9 @@ impl GpuResidentOperator for UserKernelOp {
         let in_capacity = u32::try_from(x.bytes / 4).unwrap_or(u32::MAX);
         let out_capacity = u32::try_from(y.bytes / 4).unwrap_or(u32::MAX);
         let (fd, stream) = (ctx.frame_desc(), ctx.stream());
-        // The user result words exist only in the resident executor, whose
-        // FrameDesc is the loop state's: the header copy sits beside it.
-        let slot = super::control::slot_copy_of(fd);
+        let slot = ctx.slot_header().ok_or_else(|| {
+            self.problem("runs only in the resident executor, which keeps a copy of the slot header")
+        })?;
         let fixed_out = fixed_output(&self.spec);
         let first_frame = if self.first {
             self.first_frame.store(frame.dptr, Ordering::Relaxed);
