@@ -95,11 +95,22 @@ impl UserCodeError {
 /// `text` with the entry's signature check appended: a second file (by
 /// `#line`) that only compiles when `entry` exists with the right type.
 fn with_entry_check(text: &str, entry: &str, kind: EntryKind) -> String {
+    format!("{text}\n#line 1 \"{CHECK_FILE}\"\n#include \"frameloop.cuh\"\n{}", signature_check(entry, kind))
+}
+
+/// The line that compiles only when `entry` has `kind`'s function type.
+fn signature_check(entry: &str, kind: EntryKind) -> String {
     format!(
-        "{text}\n#line 1 \"{CHECK_FILE}\"\n#include \"frameloop.cuh\"\n\
-         static_assert(fl_same<decltype(&{entry}), {}>::value, \"frameloop: wrong signature\");\n",
+        "static_assert(fl_same<decltype(&{entry}), {}>::value, \"frameloop: wrong signature\");\n",
         kind.fn_type()
     )
+}
+
+/// Whether `cubin` holds the code of the `extern "C"` kernel `name` (the ELF
+/// section `.text.<name>`).
+fn defines_kernel(cubin: &[u8], name: &str) -> bool {
+    let section = format!(".text.{name}\0");
+    cubin.windows(section.len()).any(|w| w == section.as_bytes())
 }
 
 /// The errors of an NVRTC log: `(file, line, message)` of every `file(line): error: message`.
@@ -217,13 +228,7 @@ pub fn kernel_cubin(
     let cubin = compiler
         .cubin(file, &with_entry_check(text, entry, kind))
         .map_err(|e| compile_problems(e, file, entry, kind))?;
-    // An extern "C" kernel's code is in the ELF section `.text.<entry>`.
-    let section = format!(".text.{entry}\0");
-    if cubin.windows(section.len()).any(|w| w == section.as_bytes()) {
-        Ok(cubin)
-    } else {
-        Err(vec![missing_entry(file, entry, kind, "")])
-    }
+    if defines_kernel(&cubin, entry) { Ok(cubin) } else { Err(vec![missing_entry(file, entry, kind, "")]) }
 }
 
 /// Name of the kernel [`entry_kernel_cubin`] wraps around a user kernel.
@@ -254,13 +259,12 @@ pub fn entry_kernel_cubin(
          #line 1 \"{CHECK_FILE}\"\n\
          #undef __global__\n#define __global__ __attribute__((global))\n\
          #undef __launch_bounds__\n#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))\n\
-         static_assert(fl_same<decltype(&{entry}), fl_kernel_fn>::value, \"frameloop: wrong signature\");\n\
-         {WRAPPER}",
+         {CHECK}{WRAPPER}",
+        CHECK = signature_check(entry, kind),
         WRAPPER = ENTRY_WRAPPER.replace("FL_ENTRY", entry).replace("FL_THREADS", &threads.to_string()),
     );
     let cubin = compiler.cubin(file, &wrapped).map_err(|e| compile_problems(e, file, entry, kind))?;
-    let section = format!(".text.{WRAPPED_ENTRY}\0");
-    if cubin.windows(section.len()).any(|w| w == section.as_bytes()) {
+    if defines_kernel(&cubin, WRAPPED_ENTRY) {
         Ok(cubin)
     } else {
         Err(vec![missing_entry(file, entry, kind, "")])
