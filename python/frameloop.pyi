@@ -62,7 +62,20 @@ class Consumer:
     device: str
     appliance_gone: bool
     socket_path: pathlib.Path
-    def __init__(self, socket_path: Union[str, os.PathLike]) -> None: ...
+    def __init__(
+        self, socket_path: Union[str, os.PathLike], spin_us: Optional[float] = 20.0
+    ) -> None: ...
     def next(self, timeout: Optional[float] = None) -> Optional[Frame]: ...
     def __iter__(self) -> Iterator[Frame]: ...
     def __next__(self) -> Frame: ...
+
+class ReferenceChain:
+    """The [[chain]] of a frameloop config, run on the CPU."""
+    def __init__(
+        self, config_path: Union[str, os.PathLike], max_frame_bytes: Optional[int] = None
+    ) -> None: ...
+    def run(self, payload: bytes) -> bytes:
+        """The chain's final samples for one payload, little-endian float32 bytes."""
+
+def sender_frame(seq: int, frame_bytes: int, stream: int = 0, pattern: str = "counter") -> bytes:
+    """The payload `frameloop send --pattern PATTERN` sends as frame `seq` of `stream`."""

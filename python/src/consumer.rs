@@ -33,18 +33,24 @@ impl Attached {
 /// How long one wait keeps the GIL released before checking for signals
 /// (Ctrl-C) and for the appliance going away.
 const WAIT_STEP: Duration = Duration::from_millis(50);
+/// The sleep between two polls once a wait's spin budget is spent.
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+/// A spin budget past any wait (for `spin_us=None`).
+const WAIT_FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A process attached to an appliance's output ring.
 #[pyclass(module = "frameloop", name = "Consumer", frozen)]
 pub struct Consumer {
     shared: SharedConsumer,
     socket: PathBuf,
+    /// How long a wait spins on the ring's head before sleeping between polls.
+    spin: Duration,
 }
 
 impl Consumer {
-    /// The next output if one is published, polling until `until`.
-    fn poll_until(&self, until: Instant) -> Option<Frame> {
-        let mut spins = 0u32;
+    /// The next output if one is published, polling until `until`:
+    /// spinning until `spin_until`, then sleeping 20 µs between polls.
+    fn poll_until(&self, until: Instant, spin_until: Instant) -> Option<Frame> {
         loop {
             {
                 let mut consumer = self.shared.lock();
@@ -59,14 +65,14 @@ impl Consumer {
                     continue;
                 }
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until {
                 return None;
             }
-            if spins < 1000 {
-                spins += 1;
+            if now < spin_until {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(Duration::from_micros(20));
+                std::thread::sleep(POLL_SLEEP);
             }
         }
     }
@@ -81,10 +87,12 @@ impl Consumer {
             Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
             None => None,
         };
+        let spin_until =
+            Instant::now().checked_add(self.spin).unwrap_or_else(|| Instant::now() + WAIT_FOREVER);
         loop {
             let step_end = Instant::now() + WAIT_STEP;
             let until = deadline.map_or(step_end, |d| d.min(step_end));
-            if let Some(frame) = py.detach(|| self.poll_until(until)) {
+            if let Some(frame) = py.detach(|| self.poll_until(until, spin_until)) {
                 return Ok(Some(frame));
             }
             py.check_signals()?;
@@ -99,12 +107,25 @@ impl Consumer {
 impl Consumer {
     /// Attaches to the output socket at `socket_path` (the appliance's
     /// `output.socket`) and maps the ring it serves. Only outputs published
-    /// after the attach are read.
+    /// after the attach are read. A wait spins on the ring's head for
+    /// `spin_us` microseconds before it sleeps 20 µs between polls; `None`
+    /// spins for as long as it waits (one core busy, each output seen as
+    /// soon as it is published).
     #[new]
-    fn new(py: Python<'_>, socket_path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (socket_path, spin_us=Some(20.0)))]
+    fn new(py: Python<'_>, socket_path: PathBuf, spin_us: Option<f64>) -> PyResult<Self> {
+        let spin = match spin_us {
+            None => WAIT_FOREVER,
+            Some(us) if us >= 0.0 && us.is_finite() => Duration::from_secs_f64(us / 1e6).min(WAIT_FOREVER),
+            Some(us) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "spin_us must be a finite number of microseconds >= 0 or None, not {us}"
+                )));
+            }
+        };
         let attached = py.detach(|| RingConsumer::attach(&socket_path));
         let consumer = attached.map_err(|e| AttachError::new_err(crate::error_chain(&e)))?;
-        Ok(Self { shared: Arc::new(Attached(Mutex::new(consumer))), socket: socket_path })
+        Ok(Self { shared: Arc::new(Attached(Mutex::new(consumer))), socket: socket_path, spin })
     }
 
     /// The next output: waits up to `timeout` seconds (`None`: until one

@@ -1,6 +1,7 @@
 //! The Python module `frameloop`: attach to a frameloop appliance's output
 //! ring and read each output in place, its samples as a DLPack tensor
-//! (`numpy.from_dlpack(frame)`, `torch.from_dlpack(frame)`) without a copy.
+//! (`numpy.from_dlpack(frame)`, `torch.from_dlpack(frame)`) without a copy;
+//! and check what it reads against the CPU chain (`ReferenceChain`).
 //! See docs/python.md.
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -8,6 +9,7 @@
 mod consumer;
 mod dlpack;
 mod frame;
+mod reference;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
@@ -53,6 +55,8 @@ fn frameloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<frame::Frame>()?;
     m.add_class::<frame::Stats>()?;
+    m.add_class::<reference::ReferenceChain>()?;
+    m.add_function(wrap_pyfunction!(reference::sender_frame, m)?)?;
     m.add("AttachError", m.py().get_type::<AttachError>())?;
     m.add("FrameOverwritten", m.py().get_type::<FrameOverwritten>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -26,6 +26,8 @@ pub struct OutputPublish {
     pub samples: u64,
     /// Device address of the count of outputs written (a `u64`).
     pub written: u64,
+    /// Device address of the control block's slot-head table.
+    pub heads: u64,
     pub slot_count: u32,
     pub slot_stride: u32,
     /// `f32` samples a slot holds.
@@ -34,7 +36,7 @@ pub struct OutputPublish {
     pub buffer_capacity: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<OutputPublish>() == 48);
+const _: () = assert!(std::mem::size_of::<OutputPublish>() == 56);
 
 /// Host memory registered with `cuMemHostRegister(DEVICEMAP | PORTABLE)`,
 /// unregistered on drop.
@@ -127,6 +129,7 @@ impl DeviceOutput {
             ctl: control.dptr,
             samples: 0,
             written: written.dptr(),
+            heads: control.dptr + u64::from(layout.heads_offset),
             slot_count: layout.slot_count,
             slot_stride: layout.slot_stride,
             sample_capacity: layout.sample_capacity,
@@ -172,6 +175,7 @@ mod tests {
             ("ctl", offset_of!(OutputPublish, ctl)),
             ("samples", offset_of!(OutputPublish, samples)),
             ("written", offset_of!(OutputPublish, written)),
+            ("heads", offset_of!(OutputPublish, heads)),
             ("slot_count", offset_of!(OutputPublish, slot_count)),
             ("slot_stride", offset_of!(OutputPublish, slot_stride)),
             ("sample_capacity", offset_of!(OutputPublish, sample_capacity)),

@@ -20,6 +20,11 @@ pub struct ConsumeArgs {
     /// it); from a device-memory ring they are copied to the host first.
     #[arg(long)]
     pub samples: bool,
+    /// Spin on the ring's head for this long before sleeping between polls
+    /// (microseconds). `--spin-us 0` sleeps at once; a large value keeps one
+    /// core busy and sees each output as soon as it is published.
+    #[arg(long, default_value_t = 20, value_name = "US")]
+    pub spin_us: u64,
 }
 
 /// Runs `frameloop consume`.
@@ -33,6 +38,7 @@ pub fn consume(args: &ConsumeArgs) -> Result<(), OutputError> {
         tracing::debug!("timer slack left as it was: {}", std::io::Error::last_os_error());
     }
     let mut consumer = Consumer::attach(&args.socket)?;
+    consumer.set_spin(Duration::from_micros(args.spin_us));
     let g = consumer.geometry();
     let mut out = std::io::stdout().lock();
     let write_failed = |e: std::io::Error| OutputError::Handshake(format!("cannot write to stdout: {e}"));

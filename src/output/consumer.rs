@@ -61,7 +61,14 @@ pub struct Consumer {
     next_seq: u64,
     read: u64,
     lost: u64,
+    /// How long a wait spins on the head before it sleeps between polls.
+    spin: Duration,
 }
+
+/// How long [`Consumer::next_timeout`] spins before sleeping, by default.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+/// The sleep between two polls once the spin budget is spent.
+const POLL_SLEEP: Duration = Duration::from_micros(20);
 
 impl Consumer {
     /// Connects to the output socket at `path` and maps the ring it serves.
@@ -109,7 +116,17 @@ impl Consumer {
                 DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
             }
         };
-        let mut consumer = Self { stream, control, data, geometry, index, next_seq: 0, read: 0, lost: 0 };
+        let mut consumer = Self {
+            stream,
+            control,
+            data,
+            geometry,
+            index,
+            next_seq: 0,
+            read: 0,
+            lost: 0,
+            spin: DEFAULT_SPIN,
+        };
         consumer.next_seq = consumer.head() + 1;
         Ok(consumer)
     }
@@ -210,10 +227,8 @@ impl Consumer {
                 self.lost += 1;
                 continue;
             }
-            let Some((record, user)) = self.copy_record(seq) else {
-                self.lost += 1;
-                continue;
-            };
+            let head = self.copy_head(seq);
+            let (record, user) = (head.record, head.user);
             fence(Ordering::Acquire);
             if self.slot_word(seq).load(Ordering::Relaxed) != written_word(seq) {
                 self.lost += 1;
@@ -223,50 +238,45 @@ impl Consumer {
         }
     }
 
-    /// The next output, polling until `timeout` passes.
+    /// Sets how long [`Consumer::next_timeout`] spins on the head before it
+    /// sleeps 20 µs between polls ([`DEFAULT_SPIN`] unless set). A consumer
+    /// that must see each output as soon as it is published spins for as
+    /// long as it waits (`Duration::MAX`) and keeps a core busy doing so.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// The next output, polling until `timeout` passes: spinning for the
+    /// spin budget ([`Consumer::set_spin`]), then sleeping between polls.
     pub fn next_timeout(&mut self, timeout: Duration) -> Option<OutputFrame<'_>> {
-        let deadline = Instant::now() + timeout;
-        let mut spins = 0u32;
-        while !self.ready() && Instant::now() < deadline {
-            if spins < 1000 {
-                spins += 1;
+        let start = Instant::now();
+        while !self.ready() {
+            let waited = start.elapsed();
+            if waited >= timeout {
+                break;
+            }
+            if waited < self.spin {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(Duration::from_micros(20));
+                std::thread::sleep(POLL_SLEEP.min(timeout - waited));
             }
         }
         self.next()
     }
 
-    /// Copies the record and user words of `seq`'s slot (`None`: a device copy failed).
-    fn copy_record(&self, seq: u64) -> Option<(ResultRecord, [u32; USER_RESULT_WORDS])> {
-        match &self.data {
-            DataView::Host(mem) => {
-                // SAFETY: the slot lies inside the mapped data region; a
-                // concurrent rewrite is detected by the caller's re-check and
-                // the copies are then discarded unseen.
-                Some(unsafe {
-                    let slot = mem.as_ptr().add(self.geometry.slot_offset(seq));
-                    (
-                        std::ptr::read_volatile(slot as *const ResultRecord),
-                        std::ptr::read_volatile(slot.add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]),
-                    )
-                })
-            }
-            DataView::Device { mapping, .. } => {
-                let mut bytes = [0u8; SLOT_SAMPLES_OFFSET];
-                mapping.read(self.geometry.slot_offset(seq), &mut bytes).ok()?;
-                // SAFETY: `bytes` holds a whole record at 0 and the user words
-                // at SLOT_USER_OFFSET; both are plain old data, read unaligned.
-                Some(unsafe {
-                    (
-                        std::ptr::read_unaligned(bytes.as_ptr() as *const ResultRecord),
-                        std::ptr::read_unaligned(
-                            bytes.as_ptr().add(SLOT_USER_OFFSET) as *const [u32; USER_RESULT_WORDS]
-                        ),
-                    )
-                })
-            }
+    /// Copies the slot head of `seq`'s slot from the control block (host
+    /// memory for every kind of ring: no device copy).
+    fn copy_head(&self, seq: u64) -> SlotHead {
+        let offset = self.geometry.heads_offset().unwrap_or(0);
+        // SAFETY: the control block holds `slot_count` heads at
+        // `heads_offset` (its length, `control_bytes`, was checked at attach)
+        // and the index is below `slot_count`; a concurrent rewrite is
+        // detected by the caller's re-check and the copy is then discarded
+        // unseen.
+        unsafe {
+            std::ptr::read_volatile(
+                (self.control.as_ptr().add(offset) as *const SlotHead).add(self.geometry.slot_index(seq)),
+            )
         }
     }
 
@@ -288,7 +298,8 @@ fn check_control(control: &SharedHostMemory, geometry: &OutputGeometry) -> Resul
         && h.slot_count as usize == geometry.slot_count
         && h.slot_stride as usize == geometry.slot_stride
         && h.sample_capacity as usize == geometry.sample_capacity
-        && Some(h.consumers_offset as usize) == geometry.consumers_offset();
+        && Some(h.consumers_offset as usize) == geometry.consumers_offset()
+        && Some(h.heads_offset as usize) == geometry.heads_offset();
     if same {
         Ok(())
     } else {

@@ -168,3 +168,23 @@ fn a_consumer_notices_the_appliance_going_away() {
     assert!(consumer.appliance_gone(), "the server closed the connection when it stopped");
     assert_eq!(consumer.next().map(|f| f.sequence()), Some(1), "what was published stays readable");
 }
+
+#[test]
+fn a_spinning_wait_still_ends_at_its_timeout_and_then_takes_what_arrived() {
+    let (_dir, _server, mut writer, mut consumer) = attached(4, 8);
+    consumer.set_spin(Duration::MAX);
+    let started = std::time::Instant::now();
+    assert!(consumer.next_timeout(Duration::from_millis(30)).is_none(), "nothing was published");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(30) && waited < Duration::from_secs(5), "{waited:?}");
+    let publishing = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        publish(&mut writer, 1);
+        writer
+    });
+    let frame = consumer.next_timeout(Duration::from_secs(10)).expect("the output published meanwhile");
+    assert_eq!(check(&frame), Some(1));
+    drop(frame);
+    publishing.join().unwrap();
+    assert_eq!((consumer.read(), consumer.lost()), (1, 0));
+}

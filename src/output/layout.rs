@@ -4,11 +4,15 @@
 //! Two regions. The *control block* is shared host memory (a memfd both
 //! sides map): a [`ControlHeader`] with the geometry and the head sequence,
 //! at [`SLOT_SEQS_OFFSET`] one sequence word per slot, and at
-//! `consumers_offset` one [`ConsumerWord`] per attachable consumer. The
+//! `consumers_offset` one [`ConsumerWord`] per attachable consumer, and at
+//! `heads_offset` one [`SLOT_HEAD_BYTES`] slot head per slot: the
+//! [`ResultRecord`] and user-result words of the output in that slot, so a
+//! consumer reads them from host memory whatever the data region is. The
 //! *data region* (a memfd on the host backend, device memory on the CUDA
 //! backend) holds `slot_count` slots of `slot_stride` bytes, each a
-//! [`ResultRecord`] at 0, the user-result words at [`SLOT_USER_OFFSET`]
-//! and the chain's final samples (contiguous little-endian `f32`) at
+//! copy of the same slot head at 0 (record, then the user-result words at
+//! [`SLOT_USER_OFFSET`], for readers on the GPU that only hold the device
+//! address) and the chain's final samples (contiguous little-endian `f32`) at
 //! [`SLOT_SAMPLES_OFFSET`].
 //!
 //! Output sequences are 1-based and contiguous; sequence `s` lives in slot
@@ -23,7 +27,7 @@ use std::sync::atomic::AtomicU64;
 pub const OUTPUT_MAGIC: u32 = u32::from_le_bytes(*b"FOUT");
 /// Layout version; bump on any change here or in the handshake, and mirror it
 /// in `kernels/output_ring.cuh`. A consumer of another version is refused.
-pub const OUTPUT_LAYOUT_VERSION: u32 = 1;
+pub const OUTPUT_LAYOUT_VERSION: u32 = 2;
 
 /// Byte offset of the slot sequence words in the control block.
 pub const SLOT_SEQS_OFFSET: usize = 128;
@@ -34,6 +38,9 @@ pub const MAX_CONSUMERS: usize = 16;
 pub const SLOT_USER_OFFSET: usize = 192;
 /// 32-bit words of the user-result area (48 bytes).
 pub const USER_RESULT_WORDS: usize = 12;
+/// Bytes of one slot head (record and user-result words, padded) in the
+/// control block's head table, and of the head at the start of a data slot.
+pub const SLOT_HEAD_BYTES: usize = 256;
 /// Byte offset of the samples inside a slot.
 pub const SLOT_SAMPLES_OFFSET: usize = 256;
 /// Slots are padded to a multiple of this, so every sample array is 256-byte aligned.
@@ -86,7 +93,10 @@ pub struct ControlHeader {
     pub consumers_offset: u32,
     /// Bytes of the data region.
     pub data_bytes: u64,
-    pub _reserved0: [u64; 3],
+    /// Byte offset of the slot-head table in the control block.
+    pub heads_offset: u32,
+    pub _reserved0: u32,
+    pub _reserved1: [u64; 2],
     /// Output sequence of the newest whole slot (writer: release store).
     pub head_seq: AtomicU64,
     pub _pad1: [u64; 7],
@@ -101,6 +111,16 @@ pub struct ConsumerWord {
     /// relaxed store). The appliance only reads it, to report lag.
     pub last_read_seq: AtomicU64,
     pub _pad: [u64; 6],
+}
+
+/// One slot head: what the control block's head table holds per slot and a
+/// data slot starts with.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotHead {
+    pub record: ResultRecord,
+    pub user: [u32; USER_RESULT_WORDS],
+    pub _pad: [u32; 4],
 }
 
 /// The slot sequence word while sequence `seq` is being written (odd).
@@ -150,9 +170,17 @@ impl OutputGeometry {
         SLOT_SEQS_OFFSET.checked_add(seqs)?.checked_next_multiple_of(64)
     }
 
+    /// Byte offset of the slot-head table in the control block (after the
+    /// consumer words, [`SLOT_HEAD_BYTES`]-aligned), `None` on overflow.
+    pub fn heads_offset(&self) -> Option<usize> {
+        self.consumers_offset()?
+            .checked_add(MAX_CONSUMERS * std::mem::size_of::<ConsumerWord>())?
+            .checked_next_multiple_of(SLOT_HEAD_BYTES)
+    }
+
     /// Bytes of the control block, `None` on overflow.
     pub fn control_bytes(&self) -> Option<usize> {
-        self.consumers_offset()?.checked_add(MAX_CONSUMERS * std::mem::size_of::<ConsumerWord>())
+        self.heads_offset()?.checked_add(self.slot_count.checked_mul(SLOT_HEAD_BYTES)?)
     }
 
     /// Byte offset of the slot of output sequence `seq` (>= 1) in the data region.
@@ -173,7 +201,10 @@ const _: () = {
     assert!(std::mem::size_of::<ControlHeader>() == SLOT_SEQS_OFFSET);
     assert!(std::mem::size_of::<ConsumerWord>() == 64);
     assert!(std::mem::size_of::<ResultRecord>() == SLOT_USER_OFFSET);
-    assert!(SLOT_USER_OFFSET + USER_RESULT_WORDS * 4 <= SLOT_SAMPLES_OFFSET);
+    assert!(SLOT_USER_OFFSET + USER_RESULT_WORDS * 4 <= SLOT_HEAD_BYTES);
+    assert!(SLOT_HEAD_BYTES <= SLOT_SAMPLES_OFFSET);
+    assert!(std::mem::size_of::<SlotHead>() == SLOT_HEAD_BYTES);
+    assert!(std::mem::offset_of!(SlotHead, user) == SLOT_USER_OFFSET);
 };
 
 #[cfg(test)]
@@ -186,11 +217,13 @@ mod tests {
         assert_eq!(offset_of!(ControlHeader, sample_capacity), 16);
         assert_eq!(offset_of!(ControlHeader, consumers_offset), 28);
         assert_eq!(offset_of!(ControlHeader, data_bytes), 32);
+        assert_eq!(offset_of!(ControlHeader, heads_offset), 40);
         assert_eq!(offset_of!(ControlHeader, head_seq), 64);
         assert_eq!(offset_of!(ConsumerWord, last_read_seq), 8);
         let g = OutputGeometry::new(8, 1).unwrap();
         assert_eq!((g.slot_stride, g.data_bytes(), g.consumers_offset()), (512, Some(4096), Some(192)));
-        assert_eq!(g.control_bytes(), Some(192 + 16 * 64));
+        assert_eq!(g.heads_offset(), Some(1280), "192 + 16 * 64, rounded up to 256");
+        assert_eq!(g.control_bytes(), Some(1280 + 8 * 256));
         assert_eq!(OutputGeometry::new(3, 64).unwrap().slot_stride, 512, "256 + 256 bytes of samples");
         assert_eq!(OutputGeometry::new(3, 65).unwrap().slot_stride, 768);
         assert_eq!(OutputGeometry::new(3, 65).unwrap().consumers_offset(), Some(192));

@@ -4,8 +4,9 @@
 //! consumers; they detect a slot rewritten under them (see `consumer.rs`).
 //!
 //! Publishing sequence `s` into slot `i`: store `slot_seq[i] =
-//! writing_word(s)`, a release fence, the slot contents, `slot_seq[i] =
-//! written_word(s)` (release), `head_seq = s` (release).
+//! writing_word(s)`, a release fence, the slot head (in the control block's
+//! head table and at the start of the data slot) and the samples,
+//! `slot_seq[i] = written_word(s)` (release), `head_seq = s` (release).
 
 use super::OutputError;
 use super::layout::*;
@@ -43,9 +44,12 @@ impl OutputRing {
     ) -> Result<Arc<Self>, OutputError> {
         let bad = OutputError::BadGeometry { slots, sample_capacity };
         let geometry = OutputGeometry::new(slots, sample_capacity).ok_or(bad)?;
-        let (Some(data_bytes), Some(control_bytes), Some(consumers_offset)) =
-            (geometry.data_bytes(), geometry.control_bytes(), geometry.consumers_offset())
-        else {
+        let (Some(data_bytes), Some(control_bytes), Some(consumers_offset), Some(heads_offset)) = (
+            geometry.data_bytes(),
+            geometry.control_bytes(),
+            geometry.consumers_offset(),
+            geometry.heads_offset(),
+        ) else {
             return Err(OutputError::BadGeometry { slots, sample_capacity });
         };
         if data.len() < data_bytes {
@@ -66,6 +70,7 @@ impl OutputRing {
             (*h).device_ordinal = ordinal;
             (*h).consumers_offset = consumers_offset as u32;
             (*h).data_bytes = data_bytes as u64;
+            (*h).heads_offset = heads_offset as u32;
         }
         Ok(Arc::new(Self { control, data, geometry, writer_taken: AtomicBool::new(false) }))
     }
@@ -102,6 +107,15 @@ impl OutputRing {
         unsafe { &*(self.control.as_ptr().add(SLOT_SEQS_OFFSET) as *const AtomicU64).add(index) }
     }
 
+    /// The control block's slot head of slot `index`.
+    fn slot_head(&self, index: usize) -> *mut SlotHead {
+        debug_assert!(index < self.geometry.slot_count);
+        let offset = self.header().heads_offset as usize;
+        // SAFETY: `index < slot_count` and the control block holds
+        // `slot_count` 256-byte-aligned heads at `heads_offset` (control_bytes).
+        unsafe { (self.control.as_ptr().add(offset) as *mut SlotHead).add(index) }
+    }
+
     /// The consumer line `index` (< [`MAX_CONSUMERS`]).
     pub(crate) fn consumer_word(&self, index: usize) -> &ConsumerWord {
         assert!(index < MAX_CONSUMERS, "consumer index {index} out of range");
@@ -130,6 +144,9 @@ pub struct DeviceOutputRing {
     /// writes them (and the head) once this memory is registered with
     /// `cuMemHostRegister` and addressed through its device pointer.
     pub control_host_ptr: *mut u8,
+    /// Byte offset of the slot-head table in the control block (the device
+    /// writes each output's head there too).
+    pub heads_offset: u32,
     pub slot_count: u32,
     pub slot_stride: u32,
     pub sample_capacity: u32,
@@ -155,6 +172,7 @@ impl OutputWriter {
         Some(DeviceOutputRing {
             slots_dptr,
             control_host_ptr: self.ring.control.as_ptr(),
+            heads_offset: self.ring.header().heads_offset,
             slot_count: g.slot_count as u32,
             slot_stride: g.slot_stride as u32,
             sample_capacity: g.sample_capacity as u32,
@@ -189,15 +207,17 @@ impl OutputWriter {
         // Orders the odd word before every slot store below: a consumer that
         // sees one of those stores sees the odd word on its re-check.
         fence(Ordering::Release);
+        let head = SlotHead { record: r, user: *user, _pad: [0; 4] };
         // SAFETY: this handle is the only writer (taken once); the slot lies
-        // inside the data region (`new` checked `data_bytes`), the record at
-        // 0, the user words at 192..240 and `kept <= sample_capacity`
-        // samples at 256 fit the stride. Consumers only read, and discard
-        // what they read while the word is not `written_word(seq)`.
+        // inside the data region (`new` checked `data_bytes`), its head at 0
+        // and `kept <= sample_capacity` samples at 256 fit the stride; the
+        // control block's head of this slot lies inside the control block.
+        // Consumers only read, and discard what they read while the word is
+        // not `written_word(seq)`.
         unsafe {
+            std::ptr::write_volatile(ring.slot_head(g.slot_index(seq)), head);
             let slot = base.add(g.slot_offset(seq));
-            std::ptr::write_volatile(slot as *mut ResultRecord, r);
-            std::ptr::write_volatile(slot.add(SLOT_USER_OFFSET) as *mut [u32; USER_RESULT_WORDS], *user);
+            std::ptr::write_volatile(slot as *mut SlotHead, head);
             std::ptr::copy_nonoverlapping(samples.as_ptr(), slot.add(SLOT_SAMPLES_OFFSET) as *mut f32, kept);
         }
         word.store(written_word(seq), Ordering::Release);
@@ -232,6 +252,9 @@ mod tests {
         };
         assert_eq!(rec.output_len, 16, "samples past the capacity are not kept");
         assert_eq!(first, 15.0);
+        // SAFETY: slot 1's head lies in the control block; no writer runs now.
+        let mirrored = unsafe { ring.slot_head(1).read() };
+        assert_eq!((mirrored.record.output_len, mirrored.user), (3, [8; 12]), "the control block's head");
     }
 
     #[test]
@@ -243,6 +266,7 @@ mod tests {
             (OUTPUT_MAGIC, OUTPUT_LAYOUT_VERSION, 3, 100)
         );
         assert_eq!(h.slot_stride as usize, ring.geometry().slot_stride);
+        assert_eq!(Some(h.heads_offset as usize), ring.geometry().heads_offset());
         assert_eq!((h.memory_kind, h.device_ordinal), (MemoryKind::HostMemfd as u32, -1));
         assert!(matches!(OutputRing::host(0, 10), Err(OutputError::BadGeometry { .. })));
     }
