@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 
 import frameloop
 
@@ -44,6 +45,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
     ap.add_argument("--spin-us", type=float, default=None, help="spin budget of a wait (default: spin while waiting)")
     ap.add_argument("--latency-only", action="store_true", help="hold each tensor, check its address, skip the CPU check")
+    ap.add_argument("--release-early", action="store_true",
+                    help="drop each frame and tensor before waiting for the next (not when the next arrives)")
+    ap.add_argument("--capsule", action="store_true",
+                    help="make the tensor from the frame's capsule (torch.utils.dlpack.from_dlpack(frame.__dlpack__())) "
+                         "instead of torch.from_dlpack(frame)")
     args = ap.parse_args()
 
     torch.zeros(1, device="cuda")  # the CUDA context, before attaching
@@ -51,6 +57,7 @@ def main():
     consumer = frameloop.Consumer(args.socket, spin_us=args.spin_us)
     print(f"attached: {consumer.slots} slots, device {consumer.device}", flush=True)
     held_ns, framed_ns, checked, bad, not_in_place, overwritten = [], [], 0, 0, 0, 0
+    last = None
     start = time.time()
     while consumer.read + consumer.lost < args.count and time.time() - start < args.timeout:
         frame = consumer.next(timeout=1.0)
@@ -59,7 +66,7 @@ def main():
                 break
             continue
         framed = time.time_ns()
-        tensor = torch.from_dlpack(frame)
+        tensor = torch.utils.dlpack.from_dlpack(frame.__dlpack__()) if args.capsule else torch.from_dlpack(frame)
         held = time.time_ns()
         if tensor.data_ptr() != frame.data_ptr or not tensor.is_cuda:
             not_in_place += 1
@@ -70,6 +77,9 @@ def main():
             framed_ns.append(framed - frame.published_ns)
             held_ns.append(held - frame.published_ns)
             checked += 1
+            last = frame
+            if args.release_early:
+                del tensor, frame
             continue
         got = tensor.cpu().numpy()
         if not frame.valid():
@@ -88,6 +98,14 @@ def main():
     if framed_ns:
         print(f"publish->frame us: {percentiles(framed_ns)}")
     print(f"publish->tensor us: {percentiles(held_ns)}")
+    if last is not None:
+        # What one torch.from_dlpack of a frame costs here, alone.
+        cost = []
+        for _ in range(2000):
+            t0 = time.perf_counter_ns()
+            torch.from_dlpack(last)
+            cost.append(time.perf_counter_ns() - t0)
+        print(f"torch.from_dlpack alone us: {percentiles(cost)}")
     print(f"checked {checked} bad {bad} not_in_place {not_in_place} overwritten {overwritten} "
           f"read {consumer.read} lost {consumer.lost}")
     ok = checked == args.count and bad == 0 and not_in_place == 0 and consumer.lost == 0
