@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--latency-only", action="store_true", help="hold each tensor, check its address, skip the CPU check")
     ap.add_argument("--release-early", action="store_true",
                     help="drop each frame and tensor before waiting for the next (not when the next arrives)")
+    ap.add_argument("--slot-views", action="store_true",
+                    help="export each ring slot once (Consumer.slot_views()) and take tensors[frame.slot][:len(frame)]")
     ap.add_argument("--capsule", action="store_true",
                     help="make the tensor from the frame's capsule (torch.utils.dlpack.from_dlpack(frame.__dlpack__())) "
                          "instead of torch.from_dlpack(frame)")
@@ -56,6 +58,7 @@ def main():
     reference = frameloop.ReferenceChain(args.config, args.frame_bytes)
     consumer = frameloop.Consumer(args.socket, spin_us=args.spin_us)
     print(f"attached: {consumer.slots} slots, device {consumer.device}", flush=True)
+    slot_tensors = [torch.from_dlpack(v) for v in consumer.slot_views()] if args.slot_views else None
     held_ns, framed_ns, checked, bad, not_in_place, overwritten = [], [], 0, 0, 0, 0
     last = None
     start = time.time()
@@ -66,7 +69,14 @@ def main():
                 break
             continue
         framed = time.time_ns()
-        tensor = torch.utils.dlpack.from_dlpack(frame.__dlpack__()) if args.capsule else torch.from_dlpack(frame)
+        if slot_tensors is not None:
+            tensor = slot_tensors[frame.slot]
+            if len(frame) != tensor.shape[0]:
+                tensor = tensor[: len(frame)]
+        elif args.capsule:
+            tensor = torch.utils.dlpack.from_dlpack(frame.__dlpack__())
+        else:
+            tensor = torch.from_dlpack(frame)
         held = time.time_ns()
         if tensor.data_ptr() != frame.data_ptr or not tensor.is_cuda:
             not_in_place += 1

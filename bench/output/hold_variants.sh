@@ -26,6 +26,7 @@ variants=(
   "spin:"
   "spin-release-early:--release-early"
   "spin-capsule:--capsule"
+  "spin-slot-views:--slot-views"
   "sleep-20us:--spin-us 20"
 )
 for v in "${variants[@]}"; do

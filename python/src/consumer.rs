@@ -3,6 +3,7 @@
 
 use crate::AttachError;
 use crate::frame::Frame;
+use crate::slot::Slot;
 use frameloop::output::{Consumer as RingConsumer, MemoryKind};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -162,6 +163,16 @@ impl Consumer {
     #[getter]
     fn head(&self) -> u64 {
         self.shared.lock().head()
+    }
+
+    /// Every slot of the ring as a `Slot`, in index order: export each once
+    /// (`torch.from_dlpack(slot)`) and take `tensors[frame.slot][:len(frame)]`
+    /// for each output, with no export per output.
+    fn slot_views(&self) -> Vec<Slot> {
+        let consumer = self.shared.lock();
+        (0..consumer.geometry().slot_count)
+            .filter_map(|i| consumer.slot_samples(i).map(|samples| Slot::new(i, samples, &self.shared)))
+            .collect()
     }
 
     /// Outputs a reader may fall behind before it loses some.

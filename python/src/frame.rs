@@ -54,6 +54,8 @@ pub struct Frame {
     record: ResultRecord,
     user: [u32; USER_RESULT_WORDS],
     len: usize,
+    /// The ring slot that holds it (`Consumer.slot_views()[slot]`).
+    slot: usize,
     samples: Samples,
 }
 
@@ -73,6 +75,7 @@ impl Frame {
             record: *frame.record(),
             user: *frame.user_result(),
             len: frame.len(),
+            slot: frame.slot(),
             samples: Samples::Ring { consumer: Arc::clone(consumer), address, device },
         })
     }
@@ -196,6 +199,11 @@ impl Frame {
             first_detect_index: r.first_detect_index,
         }
     }
+    /// Index of the ring slot that holds this output (`Consumer.slot_views()`).
+    #[getter]
+    fn slot(&self) -> usize {
+        self.slot
+    }
     /// The 12 user result words a user kernel wrote.
     #[getter]
     fn user(&self) -> Vec<u32> {
@@ -233,6 +241,7 @@ impl Frame {
             record: self.record,
             user: self.user,
             len: self.len,
+            slot: self.slot,
             samples: Samples::Copy(self.copy_samples()?),
         })
     }

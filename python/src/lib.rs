@@ -10,6 +10,7 @@ mod consumer;
 mod dlpack;
 mod frame;
 mod reference;
+mod slot;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
@@ -56,6 +57,7 @@ fn frameloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frame::Frame>()?;
     m.add_class::<frame::Stats>()?;
     m.add_class::<reference::ReferenceChain>()?;
+    m.add_class::<slot::Slot>()?;
     m.add_function(wrap_pyfunction!(reference::sender_frame, m)?)?;
     m.add("AttachError", m.py().get_type::<AttachError>())?;
     m.add("FrameOverwritten", m.py().get_type::<FrameOverwritten>())?;

@@ -151,3 +151,28 @@ def test_iteration_ends_when_the_appliance_stops(ring):
 def test_attaching_to_no_appliance_names_the_socket_setting(tmp_path):
     with pytest.raises(frameloop.AttachError, match="output.socket"):
         frameloop.Consumer(tmp_path / "none.sock")
+
+
+def test_slot_views_are_exported_once_and_serve_every_output_of_their_slot(ring):
+    consumer = frameloop.Consumer(ring.socket, spin_us=None)
+    views = consumer.slot_views()
+    assert [v.index for v in views] == [0, 1, 2, 3] and all(len(v) == 64 for v in views)
+    arrays = [np.from_dlpack(v) for v in views]     # one export per slot, up front
+    assert all(not a.flags.writeable for a in arrays)
+    ring.publish(6)                                  # outputs 5 and 6 reuse slots 0 and 1
+    for seq in range(1, 7):
+        frame = consumer.next(timeout=5)
+        if seq <= 2:
+            # overwritten before we got to them: never handed out
+            assert frame.sequence >= 3
+        seq = frame.sequence
+        assert frame.slot == (seq - 1) % 4
+        in_place = arrays[frame.slot][: len(frame)]
+        assert in_place.ctypes.data == frame.data_ptr == views[frame.slot].data_ptr
+        np.testing.assert_array_equal(in_place, expected_samples(seq, 64))
+        assert frame.valid()
+        if seq == 6:
+            break
+    assert consumer.lost == 2
+    with pytest.raises(BufferError, match="in place"):
+        views[0].__dlpack__(copy=True)

@@ -38,6 +38,16 @@ pub struct DeviceSamples {
     pub device_ordinal: i32,
 }
 
+/// Where one slot's samples are in this process: the whole slot, its
+/// `sample_capacity` samples, whatever output it holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotSamples {
+    /// A host address in this process's mapping of the ring.
+    Host { address: u64, len: usize },
+    /// A device address in this process's CUDA context.
+    Device(DeviceSamples),
+}
+
 /// The data region as this process sees it.
 enum DataView {
     Host(SharedHostMemory),
@@ -169,6 +179,28 @@ impl Consumer {
     /// Newest published output sequence.
     pub fn head(&self) -> u64 {
         self.header().head_seq.load(Ordering::Acquire)
+    }
+
+    /// Slot `index`'s samples (all `sample_capacity` of them), `None` when
+    /// `index` is not a slot. Output `s` lives in slot
+    /// [`OutputFrame::slot`]; a view made once per slot (a tensor over each)
+    /// serves every output that slot will hold, without a new export per
+    /// output. What the samples are is only known through a frame: use the
+    /// first `len()` of them, then check [`OutputFrame::is_intact`].
+    pub fn slot_samples(&self, index: usize) -> Option<SlotSamples> {
+        if index >= self.geometry.slot_count {
+            return None;
+        }
+        let offset = index * self.geometry.slot_stride + SLOT_SAMPLES_OFFSET;
+        let len = self.geometry.sample_capacity;
+        Some(match &self.data {
+            DataView::Host(mem) => SlotSamples::Host { address: mem.as_ptr() as u64 + offset as u64, len },
+            DataView::Device { mapping, device_ordinal } => SlotSamples::Device(DeviceSamples {
+                dptr: mapping.dptr() + offset as u64,
+                len,
+                device_ordinal: *device_ordinal,
+            }),
+        })
     }
 
     /// Outputs handed out whole.
@@ -350,6 +382,11 @@ impl OutputFrame<'_> {
     /// Output sequence (1-based, contiguous over the appliance's run).
     pub fn sequence(&self) -> u64 {
         self.seq
+    }
+
+    /// Index of the slot that holds this output (see [`Consumer::slot_samples`]).
+    pub fn slot(&self) -> usize {
+        self.consumer.geometry.slot_index(self.seq)
     }
 
     /// The frame's result record: timestamps, stats, threshold count.

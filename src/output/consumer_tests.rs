@@ -188,3 +188,22 @@ fn a_spinning_wait_still_ends_at_its_timeout_and_then_takes_what_arrived() {
     publishing.join().unwrap();
     assert_eq!((consumer.read(), consumer.lost()), (1, 0));
 }
+
+#[test]
+fn a_slot_view_is_the_memory_every_output_of_that_slot_is_read_from() {
+    let (_dir, _server, mut writer, mut consumer) = attached(3, 8);
+    assert_eq!(consumer.slot_samples(3), None, "3 slots: 0, 1 and 2");
+    for seq in 1..=7 {
+        publish(&mut writer, seq);
+        let frame = consumer.next().expect("published");
+        let Some(SlotSamples::Host { address, len }) = frame.consumer.slot_samples(frame.slot()) else {
+            panic!("a host ring's slot is host memory")
+        };
+        assert_eq!((frame.slot(), len), (((seq - 1) % 3) as usize, 8));
+        let samples = frame.samples().unwrap();
+        assert_eq!(address, samples.as_ptr() as u64, "output {seq}: the frame's samples start the slot view");
+        // SAFETY: `len` samples of the mapped slot; no writer runs now.
+        let view = unsafe { std::slice::from_raw_parts(address as *const f32, samples.len()) };
+        assert_eq!(view, samples);
+    }
+}

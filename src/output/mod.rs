@@ -15,7 +15,7 @@ pub mod server;
 
 pub use command::{ConsumeArgs, consume};
 pub use config::OutputConfig;
-pub use consumer::{Consumer, DeviceSamples, OutputFrame};
+pub use consumer::{Consumer, DeviceSamples, OutputFrame, SlotSamples};
 pub use cuda::DeviceOutputMemory;
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
