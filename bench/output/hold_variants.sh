@@ -8,6 +8,7 @@
 # printed with the appliance's own publish->seen over the whole run.
 #
 # Usage: bench/output/hold_variants.sh OUTDIR [FRAMES] [RATE]
+# Env: VARIANTS="spin spin-capsule ..." runs only those (default: all).
 set -uo pipefail
 out="${1:?usage: hold_variants.sh OUTDIR [FRAMES] [RATE]}"
 frames="${2:-5000}"
@@ -31,6 +32,7 @@ variants=(
 )
 for v in "${variants[@]}"; do
   name="${v%%:*}"; flags="${v#*:}"
+  if [ -n "${VARIANTS:-}" ] && [[ " $VARIANTS " != *" $name "* ]]; then continue; fi
   # shellcheck disable=SC2086
   "$py" "$here/check_consumer.py" --socket /tmp/fl-out/output.sock --config "$config" --frame-bytes 8192 \
     --pattern random --count "$frames" --latency-only $flags > "$out/$name.txt" 2>&1 &
