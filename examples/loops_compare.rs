@@ -12,7 +12,9 @@
 //! warm-up second. Ratios are against `one-loop` of the same run.
 //!
 //! Usage: loops_compare [--backend cuda|host] [--rate-per-stream FPS]
-//!        [--duration S] [--frame-bytes N] [--json PATH]
+//!        [--duration S] [--frame-bytes N] [--order 1,2,0] [--json PATH]
+//! (`--order`: the order the variants run in, by their number above
+//! counting from 0; the table lists them in that order too).
 
 use frameloop::app::{LoopSet, plan_loops};
 use frameloop::clock;
@@ -34,11 +36,18 @@ struct Options {
     duration: f64,
     frame_bytes: u64,
     json: Option<String>,
+    order: Vec<usize>,
 }
 
 fn options() -> Options {
-    let mut o =
-        Options { backend: "cuda".into(), rate: 10_000.0, duration: 10.0, frame_bytes: 4096, json: None };
+    let mut o = Options {
+        backend: "cuda".into(),
+        rate: 10_000.0,
+        duration: 10.0,
+        frame_bytes: 4096,
+        json: None,
+        order: vec![0, 1, 2],
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
@@ -48,6 +57,10 @@ fn options() -> Options {
             "--duration" => o.duration = value().parse().expect("--duration: seconds"),
             "--frame-bytes" => o.frame_bytes = value().parse().expect("--frame-bytes: a number"),
             "--json" => o.json = Some(value()),
+            "--order" => {
+                o.order = value().split(',').map(|v| v.parse().expect("--order: numbers 0 to 2")).collect();
+                assert!(o.order.iter().all(|&v| v < 3), "--order: numbers 0 to 2");
+            }
             other => panic!("unknown argument {other}; see the usage in examples/loops_compare.rs"),
         }
     }
@@ -194,14 +207,24 @@ fn main() {
     frameloop::app::init_logging();
     let o = options();
     let (p1, p2, p3, p4) = (free_port(), free_port(), free_port(), free_port());
-    let variants = vec![
-        run_variant(&o, "one-loop", &[("both", &[0, 1], p1)], &[(p1, 2)]),
-        run_variant(&o, "two-loops-shared-port", &[("s0", &[0], p2), ("s1", &[1], p2)], &[(p2, 2)]),
-        run_variant(&o, "two-loops-two-ports", &[("a", &[0], p3), ("b", &[0], p4)], &[(p3, 1), (p4, 1)]),
-    ];
+    let variants: Vec<serde_json::Value> = o
+        .order
+        .iter()
+        .map(|&v| match v {
+            0 => run_variant(&o, "one-loop", &[("both", &[0, 1], p1)], &[(p1, 2)]),
+            1 => run_variant(&o, "two-loops-shared-port", &[("s0", &[0], p2), ("s1", &[1], p2)], &[(p2, 2)]),
+            _ => run_variant(
+                &o,
+                "two-loops-two-ports",
+                &[("a", &[0], p3), ("b", &[0], p4)],
+                &[(p3, 1), (p4, 1)],
+            ),
+        })
+        .collect();
     // The table: one row per stream, ratios of p50 and p99.9 against one-loop's same stream id.
+    let one_loop = variants.iter().find(|v| v["variant"] == "one-loop");
     let base = |stream: u64, key: &str| {
-        variants[0]["streams"]
+        one_loop?["streams"]
             .as_array()
             .and_then(|v| v.iter().find(|s| s["stream"].as_u64() == Some(stream)))
             .and_then(|s| s["end_to_end"][key].as_f64())
