@@ -90,10 +90,16 @@ fn two_loops_each_process_their_own_stream_with_their_own_chain() {
     assert_eq!(outcome.report.as_ref().unwrap().loop_stats.frames_processed, FRAMES);
 }
 
-/// The two loops on one free port of 127.0.0.1 (the same `ingest.bind`).
-fn one_port() -> (Config, u16) {
+/// The two loops' config text on one free port of 127.0.0.1 (the same
+/// `ingest.bind`), and the port.
+fn one_port_text() -> (String, u16) {
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let text = TWO_LOOPS.replace("bind = \"127.0.0.1:0\"", &format!("bind = \"127.0.0.1:{port}\""));
+    (TWO_LOOPS.replace("bind = \"127.0.0.1:0\"", &format!("bind = \"127.0.0.1:{port}\"")), port)
+}
+
+/// The two loops on one free port of 127.0.0.1, and the port.
+fn one_port() -> (Config, u16) {
+    let (text, port) = one_port_text();
     let cfg = parse(&text).unwrap();
     assert_eq!(port_groups(&cfg.loops), [vec![0, 1]]);
     (cfg, port)
@@ -318,4 +324,33 @@ fn a_loop_whose_resident_loop_stops_is_down_and_the_other_keeps_processing() {
     let report = set.stop();
     assert_eq!(report.down(), ["loop cam1 (its resident loop stopped)"]);
     assert_eq!(report.loops[0].report.as_ref().unwrap().loop_stats.frames_processed, FRAMES);
+}
+
+/// `frameloop run` with two loops on one port whose receiver dies: both
+/// loops are reported down for it, the process stops by itself (every loop
+/// down) and exits 3.
+#[test]
+fn run_reports_every_loop_of_a_shared_port_down_when_its_receiver_dies() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("loops.toml");
+    let (text, port) = one_port_text();
+    std::fs::write(&config, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_frameloop"))
+        .args(["run", "--config", config.to_str().unwrap(), "--duration", "30", "--json"])
+        .env("NO_COLOR", "1")
+        .env("FRAMELOOP_LOG", "info")
+        .env("FRAMELOOP_TEST_PANIC_THREAD", "receiver")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{log}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{log}"));
+    let why = format!("the receiver of its shared port 127.0.0.1:{port} stopped");
+    for i in 0..2 {
+        assert_eq!(report["loops"][i]["down"], why.as_str(), "{report:#}");
+    }
+    assert!(log.contains("every loop is down; shutting down"), "{log}");
 }
