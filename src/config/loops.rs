@@ -290,7 +290,8 @@ fn shared_port_problems(
         problems.push(ConfigProblem::new(
             format!("loop[{i}].ingest"),
             format!(
-                "shares {} with loop[{j}] ({:?}) but sets {} differently; loops on one port share one receiver,                  so give them the same values (only the reassembly keys may differ)",
+                "shares {} with loop[{j}] ({:?}) but sets {} differently; loops on one port share one receiver, \
+                 so give them the same values (only the reassembly keys may differ)",
                 spec.ingest.bind,
                 other.name,
                 differing.join(", ")
@@ -308,7 +309,8 @@ fn shared_loop_problems(i: usize, spec: &LoopSpec, group: &[usize], problems: &m
         problems.push(ConfigProblem::new(
             format!("loop[{i}].streams"),
             format!(
-                "is empty, but the loop shares {} with {others}: one receiver splits the port's datagrams by                  stream id, so list the streams this loop serves (streams = [1, 2]) or give it its own port",
+                "is empty, but the loop shares {} with {others}: one receiver splits the port's datagrams by \
+                 stream id, so list the streams this loop serves (streams = [1, 2]) or give it its own port",
                 spec.ingest.bind
             ),
         ));
@@ -317,7 +319,8 @@ fn shared_loop_problems(i: usize, spec: &LoopSpec, group: &[usize], problems: &m
         problems.push(ConfigProblem::new(
             format!("loop[{i}].ingest.transport"),
             format!(
-                "is \"rdma\", but the loop shares {} with {others} and a shared port is received by UDP; set                  transport = \"udp\" or give the loop its own port",
+                "is \"rdma\", but the loop shares {} with {others} and a shared port is received by UDP; \
+                 set transport = \"udp\" or give the loop its own port",
                 spec.ingest.bind
             ),
         ));
@@ -326,7 +329,8 @@ fn shared_loop_problems(i: usize, spec: &LoopSpec, group: &[usize], problems: &m
         problems.push(ConfigProblem::new(
             format!("loop[{i}].ingest.format"),
             format!(
-                "is not \"native\", but the loop shares {} with {others}; only native datagrams carry a stream                  id to split the port by: give the loop its own port",
+                "is not \"native\", but the loop shares {} with {others}; only native datagrams carry a stream \
+                 id to split the port by: give the loop its own port",
                 spec.ingest.bind
             ),
         ));
