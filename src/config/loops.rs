@@ -714,6 +714,10 @@ mod tests {
             for w in &want {
                 assert!(problems.iter().any(|p| p.starts_with(w)), "want {w:?} in {problems:#?}\n{text}");
             }
+            assert!(
+                problems.iter().all(|p| !p.contains("  ")),
+                "a message with a run of spaces: {problems:#?}"
+            );
         }
         // Another address on the same port overlapping 0.0.0.0 is still refused.
         let other =
