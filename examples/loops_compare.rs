@@ -13,8 +13,14 @@
 //!
 //! Usage: loops_compare [--backend cuda|host] [--rate-per-stream FPS]
 //!        [--duration S] [--frame-bytes N] [--order 1,2,0] [--json PATH]
+//!        [--scale N --gpus G]
 //! (`--order`: the order the variants run in, by their number above
 //! counting from 0; the table lists them in that order too).
+//!
+//! With `--scale N` the variants are instead `loops-1` .. `loops-N`: k
+//! loops, loop i on GPU i mod G, each on its own port with one stream and
+//! its own sender, all at the same rate; the table adds the aggregate
+//! frames/s seen after the warm-up.
 
 use frameloop::app::{LoopSet, plan_loops};
 use frameloop::clock;
@@ -25,7 +31,7 @@ use frameloop::topology::Topology;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const WARMUP_NS: u64 = 1_000_000_000;
@@ -37,6 +43,8 @@ struct Options {
     frame_bytes: u64,
     json: Option<String>,
     order: Vec<usize>,
+    scale: usize,
+    gpus: usize,
 }
 
 fn options() -> Options {
@@ -47,6 +55,8 @@ fn options() -> Options {
         frame_bytes: 4096,
         json: None,
         order: vec![0, 1, 2],
+        scale: 0,
+        gpus: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -57,6 +67,8 @@ fn options() -> Options {
             "--duration" => o.duration = value().parse().expect("--duration: seconds"),
             "--frame-bytes" => o.frame_bytes = value().parse().expect("--frame-bytes: a number"),
             "--json" => o.json = Some(value()),
+            "--scale" => o.scale = value().parse().expect("--scale: a number of loops"),
+            "--gpus" => o.gpus = value().parse::<usize>().expect("--gpus: a number").max(1),
             "--order" => {
                 o.order = value().split(',').map(|v| v.parse().expect("--order: numbers 0 to 2")).collect();
                 assert!(o.order.iter().all(|&v| v < 3), "--order: numbers 0 to 2");
@@ -79,9 +91,10 @@ fn config(o: &Options, loops: &[(&str, &[u32], u16)]) -> String {
          frame_timeout_ms = 100\n[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"stats\"\n",
         o.backend
     );
-    for (name, streams, port) in loops {
+    for (i, (name, streams, port)) in loops.iter().enumerate() {
+        let gpu = i % o.gpus;
         text.push_str(&format!(
-            "[[loop]]\nname = \"{name}\"\ngpu = 0\nstreams = {streams:?}\n[loop.ingest]\nbind = \"127.0.0.1:{port}\"\n"
+            "[[loop]]\nname = \"{name}\"\ngpu = {gpu}\nstreams = {streams:?}\n[loop.ingest]\nbind = \"127.0.0.1:{port}\"\n"
         ));
     }
     text
@@ -128,12 +141,13 @@ fn run_variant(
     };
     let plans = plan_loops(&cfg, cuda, &machine, &[]).unwrap();
     let seen: Seen = Arc::default();
-    let start_ns = clock::realtime_ns();
+    // Set once the loops run: results of frames sent in the first second after are left out.
+    let counted_from = Arc::new(AtomicU64::new(u64::MAX));
     let set = LoopSet::start(&cfg, plans, None, |loop_name| {
-        let (seen, loop_name) = (Arc::clone(&seen), loop_name.to_string());
+        let (seen, loop_name, from) = (Arc::clone(&seen), loop_name.to_string(), Arc::clone(&counted_from));
         Some(Box::new(move |r: &ResultRecord| {
             let now = clock::realtime_ns();
-            if r.sender_ts_ns < start_ns + WARMUP_NS {
+            if r.sender_ts_ns < from.load(Ordering::Relaxed) {
                 return;
             }
             let mut seen = seen.lock().unwrap();
@@ -144,6 +158,7 @@ fn run_variant(
         }))
     })
     .unwrap_or_else(|e| panic!("{name}: {e}"));
+    counted_from.store(clock::realtime_ns() + WARMUP_NS, Ordering::Relaxed);
     let stop = AtomicBool::new(false);
     let sent: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = senders
@@ -207,6 +222,9 @@ fn main() {
     frameloop::app::init_logging();
     let o = options();
     let (p1, p2, p3, p4) = (free_port(), free_port(), free_port(), free_port());
+    if o.scale > 0 {
+        return scale(&o);
+    }
     let variants: Vec<serde_json::Value> = o
         .order
         .iter()
@@ -273,6 +291,75 @@ fn main() {
     if let Some(p) = &o.json {
         let all = serde_json::json!({
             "backend": o.backend, "rate_per_stream": o.rate, "frame_bytes": o.frame_bytes,
+            "duration_s": o.duration, "variants": variants,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&all).unwrap())
+            .unwrap_or_else(|e| eprintln!("{p}: {e}"));
+    }
+}
+
+/// `--scale N`: 1 to N loops, each with its own port, stream and sender.
+fn scale(o: &Options) {
+    let names: Vec<String> = (0..o.scale).map(|i| format!("l{i}")).collect();
+    let ports: Vec<u16> = (0..o.scale).map(|_| free_port()).collect();
+    println!(
+        "# {} backend, {} GPU(s), {} frames/s per stream, {} B frames, {} s (after a 1 s warm-up)",
+        o.backend, o.gpus, o.rate, o.frame_bytes, o.duration
+    );
+    println!(
+        "{:<9} {:>14} {:>12} {:>6} {:>4} {:>8} {:>10} {:>10} {:>10} {:>8}",
+        "variant",
+        "aggregate f/s",
+        "dropped",
+        "loop",
+        "gpu",
+        "frames",
+        "e2e p50",
+        "e2e p99",
+        "e2e p99.9",
+        "pub p50"
+    );
+    let mut variants = Vec::new();
+    for k in 1..=o.scale {
+        let loops: Vec<(&str, &[u32], u16)> =
+            (0..k).map(|i| (names[i].as_str(), &[0u32][..], ports[i])).collect();
+        let senders: Vec<(u16, u32)> = ports[..k].iter().map(|&p| (p, 1)).collect();
+        let mut v = run_variant(o, &format!("loops-{k}"), &loops, &senders);
+        let streams = v["streams"].as_array().cloned().unwrap_or_default();
+        let seen: u64 = streams.iter().filter_map(|s| s["frames_seen_after_warmup"].as_u64()).sum();
+        let aggregate = seen as f64 / o.duration;
+        let dropped: u64 = v["loops"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| l["datagrams_dropped"].as_u64().unwrap_or(0) + l["ring_full"].as_u64().unwrap_or(0))
+            .sum();
+        v["aggregate_frames_per_s"] = aggregate.into();
+        for (i, s) in streams.iter().enumerate() {
+            let e = &s["end_to_end"];
+            let lead = if i == 0 {
+                format!("{:<9} {:>14.0} {:>12}", format!("loops-{k}"), aggregate, dropped)
+            } else {
+                format!("{:<9} {:>14} {:>12}", "", "", "")
+            };
+            let loop_name = s["loop"].as_str().unwrap_or("");
+            let gpu = names.iter().position(|n| n == loop_name).map_or(0, |i| i % o.gpus);
+            println!(
+                "{lead} {:>6} {:>4} {:>8} {:>8.1}us {:>8.1}us {:>8.1}us {:>6.1}us",
+                loop_name,
+                gpu,
+                s["frames_seen_after_warmup"],
+                e["p50_us"].as_f64().unwrap_or(f64::NAN),
+                e["p99_us"].as_f64().unwrap_or(f64::NAN),
+                e["p99_9_us"].as_f64().unwrap_or(f64::NAN),
+                s["publish_to_seen"]["p50_us"].as_f64().unwrap_or(f64::NAN),
+            );
+        }
+        variants.push(v);
+    }
+    if let Some(p) = &o.json {
+        let all = serde_json::json!({
+            "backend": o.backend, "gpus": o.gpus, "rate_per_stream": o.rate, "frame_bytes": o.frame_bytes,
             "duration_s": o.duration, "variants": variants,
         });
         std::fs::write(p, serde_json::to_string_pretty(&all).unwrap())
