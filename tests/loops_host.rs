@@ -2,16 +2,18 @@
 //! by two streams on two UDP ports, every result checked against the CPU
 //! reference of its loop's own chain and seen only by that loop; a loop whose
 //! result thread dies, or whose resident loop stops, is marked down while the
-//! other keeps processing; and
-//! `frameloop run` over two loops, reporting each and exiting 3 when one
-//! went down.
+//! other keeps processing; two loops on ONE port, its one receiver routing
+//! each loop its stream by id (a third stream counted and dropped), every
+//! frame checked; and `frameloop run` over two loops, reporting each and
+//! exiting 3 when one went down.
 
 mod appliance_support;
 mod loops_support;
 mod service_support;
 
 use appliance_support::{PATIENCE, check_result, one_at_a_time, reference_chain, wait_for};
-use frameloop::config::parse;
+use frameloop::config::loops::port_groups;
+use frameloop::config::{Config, parse};
 use frameloop::service::{MetricsBoard, MetricsServer};
 use loops_support::{FRAMES, TWO_LOOPS, addr, count, payload, send_frame, start};
 use std::collections::BTreeMap;
@@ -86,6 +88,102 @@ fn two_loops_each_process_their_own_stream_with_their_own_chain() {
     assert_ne!(cfg.loops[0].chain, cfg.loops[1].chain, "the loops run different chains");
     let outcome = &report.loops[1];
     assert_eq!(outcome.report.as_ref().unwrap().loop_stats.frames_processed, FRAMES);
+}
+
+/// The two loops' config text on one free port of 127.0.0.1 (the same
+/// `ingest.bind`), and the port.
+fn one_port_text() -> (String, u16) {
+    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    (TWO_LOOPS.replace("bind = \"127.0.0.1:0\"", &format!("bind = \"127.0.0.1:{port}\"")), port)
+}
+
+/// The two loops on one free port of 127.0.0.1, and the port.
+fn one_port() -> (Config, u16) {
+    let (text, port) = one_port_text();
+    let cfg = parse(&text).unwrap();
+    assert_eq!(port_groups(&cfg.loops), [vec![0, 1]]);
+    (cfg, port)
+}
+
+/// Datagrams per frame of `send_frame`.
+const PACKETS: u64 = (loops_support::FRAME_LEN / loops_support::STRIDE) as u64;
+
+#[test]
+fn two_loops_on_one_port_each_get_their_own_stream() {
+    let _one = one_at_a_time();
+    let (cfg, port) = one_port();
+    let (set, seen) = start(&cfg, None);
+    let at = addr(&set, "cam0");
+    assert_eq!((at, addr(&set, "cam1")), (SocketAddr::from(([127, 0, 0, 1], port)), at));
+    assert_eq!((set.shared_port_of("cam0"), set.shared_port_of("cam1")), (Some(at), Some(at)));
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for seq in 0..FRAMES {
+        // Stream 3 is nobody's: counted and dropped.
+        for stream in [2, 3, 1] {
+            send_frame(&socket, at, stream, seq);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_for(
+        "every frame's result",
+        || (count(&seen, "cam0") >= FRAMES as usize && count(&seen, "cam1") >= FRAMES as usize).then_some(()),
+        || set.progress_line(),
+    );
+    let report = set.stop();
+    assert!(report.down().is_empty(), "{:?}", report.down());
+    let seen = seen.lock().unwrap();
+    for (name, stream, chain) in [("cam0", 1, &cfg.loops[0].chain), ("cam1", 2, &cfg.loops[1].chain)] {
+        let results = &seen[name];
+        assert_eq!(results.len(), FRAMES as usize, "{name}: one result per frame");
+        let mut seqs: Vec<u64> = results.iter().map(|r| r.frame_seq).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, (0..FRAMES).collect::<Vec<_>>(), "{name}: every frame once");
+        for r in results {
+            assert_eq!(r.stream_id, stream, "{name} saw a frame of another loop's stream");
+            check_result(r, &reference_chain(chain, &payload(stream, r.frame_seq)));
+        }
+    }
+    // The first loop on the port counts what no loop takes; each datagram counts once.
+    let ingest = |i: usize| report.loops[i].report.as_ref().unwrap().ingest;
+    let (a, b) = (ingest(0), ingest(1));
+    assert_eq!(
+        (a.datagrams, a.packets_accepted, a.unknown_stream),
+        (2 * FRAMES * PACKETS, FRAMES * PACKETS, FRAMES * PACKETS)
+    );
+    assert_eq!((b.datagrams, b.packets_accepted, b.unknown_stream), (FRAMES * PACKETS, FRAMES * PACKETS, 0));
+    assert_eq!((a.datagrams_accounted(), b.datagrams_accounted()), (a.datagrams, b.datagrams));
+    assert_eq!(report.loops[1].report.as_ref().unwrap().listen, at.to_string());
+}
+
+#[test]
+fn a_loop_down_on_a_shared_port_leaves_the_other_served() {
+    let _one = one_at_a_time();
+    let (cfg, _) = one_port();
+    let (mut set, seen) = start(&cfg, Some("cam1"));
+    let at = addr(&set, "cam0");
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    send_frame(&socket, at, 2, 0);
+    let down = wait_for("cam1 down", || Some(set.check()).filter(|d| !d.is_empty()), String::new);
+    assert_eq!(down, ["cam1"]);
+    // cam1's ring fills up behind its dead result thread; cam0 gets every frame.
+    for seq in 0..FRAMES {
+        send_frame(&socket, at, 1, seq);
+        send_frame(&socket, at, 2, seq + 1);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_for(
+        "cam0's results",
+        || (count(&seen, "cam0") >= FRAMES as usize).then_some(()),
+        || set.progress_line(),
+    );
+    let report = set.stop();
+    assert_eq!(report.down(), ["loop cam1 (its result thread stopped)"]);
+    let cam0 = report.loops[0].report.as_ref().expect("cam0 stops cleanly");
+    assert_eq!((cam0.loop_stats.frames_processed, cam0.ingest.unknown_stream), (FRAMES, 0));
+    for r in &seen.lock().unwrap()["cam0"] {
+        assert_eq!(r.stream_id, 1);
+        check_result(r, &reference_chain(&cfg.loops[0].chain, &payload(1, r.frame_seq)));
+    }
 }
 
 #[test]
@@ -226,4 +324,33 @@ fn a_loop_whose_resident_loop_stops_is_down_and_the_other_keeps_processing() {
     let report = set.stop();
     assert_eq!(report.down(), ["loop cam1 (its resident loop stopped)"]);
     assert_eq!(report.loops[0].report.as_ref().unwrap().loop_stats.frames_processed, FRAMES);
+}
+
+/// `frameloop run` with two loops on one port whose receiver dies: both
+/// loops are reported down for it, the process stops by itself (every loop
+/// down) and exits 3.
+#[test]
+fn run_reports_every_loop_of_a_shared_port_down_when_its_receiver_dies() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("loops.toml");
+    let (text, port) = one_port_text();
+    std::fs::write(&config, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_frameloop"))
+        .args(["run", "--config", config.to_str().unwrap(), "--duration", "30", "--json"])
+        .env("NO_COLOR", "1")
+        .env("FRAMELOOP_LOG", "info")
+        .env("FRAMELOOP_TEST_PANIC_THREAD", "receiver")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{log}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{log}"));
+    let why = format!("the receiver of its shared port 127.0.0.1:{port} stopped");
+    for i in 0..2 {
+        assert_eq!(report["loops"][i]["down"], why.as_str(), "{report:#}");
+    }
+    assert!(log.contains("every loop is down; shutting down"), "{log}");
 }

@@ -22,7 +22,7 @@ use crate::metrics::{
 use crate::rdma::Transport;
 use crate::reload::{ReloadOutcome, Reloader};
 use crate::ring::layout::{result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, ResultReader, ResultRing};
+use crate::ring::{FrameRing, ResultReader, ResultRing, RingWriter};
 use crate::rtp::RtpCounters;
 use crate::service::ProgressSource;
 use crate::service::bounded::{call_by, join_by};
@@ -62,6 +62,10 @@ pub struct StartOptions {
     /// building one (loading its modules, freeing set-up memory) may wait
     /// for every graph running on that GPU's context.
     pub defer_launch: bool,
+    /// Start no receiver: the frame ring's writer waits for
+    /// [`Appliance::take_ring_writer`], for the one receiver of a UDP port
+    /// that several loops share (it routes each loop its streams).
+    pub shared_port: bool,
 }
 
 /// Starts an appliance with Rust GPU operators inserted into the configured
@@ -115,6 +119,12 @@ pub struct Appliance {
     rx_thread: Option<JoinHandle<Result<(), String>>>,
     /// The receiver's poll-loop count (UDP receivers), for the watchdog.
     rx_poll_loops: Option<Arc<AtomicU64>>,
+    /// Fed by the receiver of a port shared with other loops
+    /// ([`StartOptions::shared_port`]), which the owner of the loops watches
+    /// and stops; `rx_thread` is then `None`.
+    shared_port: bool,
+    /// The frame ring's writer until the shared port's receiver takes it.
+    ring_writer: Option<RingWriter>,
     resident: Box<dyn ResidentLoop>,
     results: Option<ResultThread>,
     /// The result ring and how far the result thread has read it, for the watchdog.
@@ -247,19 +257,45 @@ impl Appliance {
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
-        let ingest = start_ingest(plan, cfg, &frame_ring, &counters, &rx_stop, record)?;
+        let (ingest, ring_writer) = if opts.shared_port {
+            if record.is_some() {
+                return Err(AppError::Unsupported(
+                    "--record taps one loop's receiver; a shared port's receiver is not one: record with tcpdump"
+                        .into(),
+                ));
+            }
+            (None, Some(frame_ring.writer().ok_or(AppError::WriterTaken)?))
+        } else {
+            (Some(start_ingest(plan, cfg, &frame_ring, &counters, &rx_stop, record)?), None)
+        };
+        let (local_addr, gro_active, rtp_counters, recording, rx_thread, rx_poll_loops) = match ingest {
+            Some(i) => {
+                (i.local_addr, i.gro_active, i.rtp_counters, i.recording, Some(i.thread), i.poll_loops)
+            }
+            // Until the shared port's receiver is bound (set_shared_receiver).
+            None => (
+                cfg.ingest.bind.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+                false,
+                None,
+                None,
+                None,
+                None,
+            ),
+        };
 
         Ok(Self {
             pick,
-            local_addr: ingest.local_addr,
-            gro_active: ingest.gro_active,
+            local_addr,
+            gro_active,
             counters,
-            rtp_counters: ingest.rtp_counters,
-            recording: ingest.recording,
+            rtp_counters,
+            recording,
             frame_ring,
             rx_stop,
-            rx_thread: Some(ingest.thread),
-            rx_poll_loops: ingest.poll_loops,
+            rx_thread,
+            rx_poll_loops,
+            shared_port: opts.shared_port,
+            ring_writer,
             resident,
             result_progress: results.progress(),
             results: Some(results),
@@ -306,11 +342,26 @@ impl Appliance {
         self.resident.launch().map_err(AppError::Launch)
     }
 
+    /// The frame ring's writer and the ingest counters, once, for the
+    /// receiver of a shared port ([`StartOptions::shared_port`]; `None`
+    /// otherwise, and after the first call: a ring has one writer).
+    pub fn take_ring_writer(&mut self) -> Option<(RingWriter, Arc<IngestCounters>)> {
+        let writer = self.ring_writer.take()?;
+        Some((writer, Arc::clone(&self.counters)))
+    }
+
+    /// Where the shared port's receiver listens, for [`Appliance::local_addr`]
+    /// and the report.
+    pub fn set_shared_receiver(&mut self, local_addr: SocketAddr, gro_active: bool) {
+        self.local_addr = local_addr;
+        self.gro_active = gro_active;
+    }
+
     /// The first stage found stopped by itself (`receiver thread`, `resident
     /// loop` or `result thread`), if one has: the appliance no longer serves
-    /// its streams.
+    /// its streams. A shared port's receiver is watched by whoever started it.
     pub fn stopped_stage(&self) -> Option<&'static str> {
-        if self.rx_thread.as_ref().is_none_or(JoinHandle::is_finished) {
+        if !self.shared_port && self.rx_thread.as_ref().is_none_or(JoinHandle::is_finished) {
             Some("receiver thread")
         } else if !self.resident.is_launched() {
             Some("resident loop")

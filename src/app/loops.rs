@@ -2,17 +2,23 @@
 //! runs ([`plan_loops`]: its GPU, NUMA node and CPUs), the set of running
 //! loops ([`LoopSet`]: one [`Appliance`] each, started bound to its node,
 //! watched so that a loop whose stage stops is marked down while the others
-//! keep serving) and `frameloop run` over them.
+//! keep serving; loops on one UDP port fed by one receiver that routes each
+//! its streams) and `frameloop run` over them.
 
 use super::numa::bind_current_thread;
 use super::{AppError, Appliance, Report, RunArgs, StartOptions};
-use crate::config::loops::{GpuChoice, gpu_problems, loop_config, per_loop_path};
+use crate::config::loops::{GpuChoice, gpu_problems, loop_config, per_loop_path, port_groups};
 use crate::config::{Config, ConfigError};
+use crate::ingest::{Reassembler, Route, Transport};
 use crate::metrics::ResultCallback;
 use crate::service::{LoopMetrics, MetricsSnapshot};
 use crate::topology::{CpuList, InterfaceAddrs, StreamRequest, Topology, place};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Where one loop runs, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -143,9 +149,88 @@ struct RunningLoop {
     down: Option<String>,
 }
 
+/// The one receiver of a UDP port that several loops share.
+struct SharedPort {
+    /// The loops it feeds (indices into `LoopSet::loops`), in config order.
+    members: Vec<usize>,
+    local_addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    /// Invariant: `Some` until [`SharedPort::stop`] joins it.
+    thread: Option<JoinHandle<Result<(), String>>>,
+    /// Its loops were marked down for it.
+    down: bool,
+}
+
+impl SharedPort {
+    /// Binds the receiver of the loops `members` (the first one's
+    /// `[ingest]` socket keys, on the first one's CPUs and NUMA node), each
+    /// loop's reassembler writing its own ring with the streams it lists.
+    fn start(cfg: &Config, loops: &mut [RunningLoop], members: Vec<usize>) -> Result<Self, AppError> {
+        let first = &cfg.loops[members[0]];
+        let mut routes = Vec::with_capacity(members.len());
+        let mut counters = None;
+        for &i in &members {
+            let (writer, c) = loops[i].app.take_ring_writer().ok_or(AppError::WriterTaken)?;
+            counters.get_or_insert_with(|| Arc::clone(&c));
+            let reassembly = cfg.loops[i].ingest.reassembly.clone();
+            routes.push(Route {
+                streams: cfg.loops[i].streams.clone(),
+                assembler: Reassembler::new(reassembly, writer, c),
+            });
+        }
+        let counters = counters.ok_or(AppError::WriterTaken)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let parts = {
+            let plan = &loops[members[0]].plan;
+            let _bound = bind_current_thread(&first.name, plan.cpus.as_ref(), plan.numa_node);
+            super::receivers::start_shared_udp(&loop_config(cfg, first), routes, &counters, &stop)?
+        };
+        for &i in &members {
+            let l = &mut loops[i];
+            l.app.set_shared_receiver(parts.local_addr, parts.gro_active);
+            tracing::info!(
+                loop_name = %l.plan.name,
+                "loop {} serving on {} (port shared with {} loops: streams {:?})",
+                l.plan.name,
+                parts.local_addr,
+                members.len(),
+                l.streams
+            );
+        }
+        Ok(Self { members, local_addr: parts.local_addr, stop, thread: Some(parts.thread), down: false })
+    }
+
+    /// Whether its receiver stopped by itself.
+    fn stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops the receiver (it publishes what it holds into each loop's
+    /// ring) within `timeout`; logs how it ended.
+    fn stop(&mut self, timeout: Duration) {
+        self.stop.store(true, Ordering::Release);
+        let Some(thread) = self.thread.take() else { return };
+        match crate::service::bounded::join_by(thread, Instant::now() + timeout) {
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(e))) => {
+                tracing::error!("the receiver of {} stopped with an error: {e}", self.local_addr)
+            }
+            Some(Err(_)) => tracing::error!("the receiver thread of {} panicked", self.local_addr),
+            None => tracing::error!(
+                "the receiver of {} did not stop within {timeout:?}; left behind",
+                self.local_addr
+            ),
+        }
+    }
+}
+
 /// The loops of one appliance, each serving its own streams.
 pub struct LoopSet {
     loops: Vec<RunningLoop>,
+    /// The receivers of ports several loops share.
+    ports: Vec<SharedPort>,
+    /// `service.shutdown_timeout_ms`: the bound on stopping a shared port's receiver.
+    shutdown_timeout: Duration,
 }
 
 /// How one loop ended.
@@ -206,8 +291,10 @@ impl LoopSet {
     /// started from this thread bound to the loop's CPUs and NUMA node (its
     /// threads and ring memory follow). `histogram_log` (else
     /// `metrics.histogram_log`) is split per loop (`latency.cam0.hlog`);
-    /// `on_result` gives each loop, by name, its result callback. If a loop
-    /// cannot start, the ones started are stopped and the error names it.
+    /// `on_result` gives each loop, by name, its result callback. Loops on
+    /// one port ([`port_groups`]) get one receiver, bound once all are
+    /// built. If a loop cannot start, the ones started are stopped and the
+    /// error names it.
     pub fn start(
         cfg: &Config,
         plans: Vec<LoopPlan>,
@@ -215,14 +302,21 @@ impl LoopSet {
         mut on_result: impl FnMut(&str) -> Option<ResultCallback>,
     ) -> Result<Self, AppError> {
         debug_assert_eq!(plans.len(), cfg.loops.len());
+        let groups = port_groups(&cfg.loops);
         let mut loops: Vec<RunningLoop> = Vec::with_capacity(plans.len());
-        for (spec, plan) in cfg.loops.iter().zip(plans) {
+        for (i, (spec, plan)) in cfg.loops.iter().zip(plans).enumerate() {
             tracing::info!("{}", plan.reason);
-            let one = loop_config(cfg, spec);
+            let shared_port = groups.iter().any(|g| g.contains(&i));
+            let mut one = loop_config(cfg, spec);
+            if shared_port {
+                // Validation refused `rdma`; `auto` means UDP on a shared port.
+                one.ingest.transport = Transport::Udp;
+            }
             let opts = StartOptions {
                 histogram_log: histogram_log.map(|p| per_loop_path(p, &spec.name)),
                 on_result: on_result(&spec.name),
                 defer_launch: true,
+                shared_port,
             };
             let started = {
                 let _bound = bind_current_thread(&spec.name, plan.cpus.as_ref(), plan.numa_node);
@@ -230,7 +324,9 @@ impl LoopSet {
             };
             match started {
                 Ok(app) => {
-                    tracing::info!(loop_name = %spec.name, "loop {} serving on {}", spec.name, app.local_addr());
+                    if !shared_port {
+                        tracing::info!(loop_name = %spec.name, "loop {} serving on {}", spec.name, app.local_addr());
+                    }
                     loops.push(RunningLoop { plan, streams: spec.streams.clone(), app, down: None });
                 }
                 Err(e) => {
@@ -241,17 +337,43 @@ impl LoopSet {
                 }
             }
         }
-        // Every loop is built: now they may run (see StartOptions::defer_launch).
-        for i in 0..loops.len() {
-            if let Err(e) = loops[i].app.launch() {
-                let name = loops[i].plan.name.clone();
-                for l in loops {
-                    let _ = l.app.stop();
+        let shutdown_timeout = cfg.service.shutdown_timeout();
+        let mut set = Self { loops, ports: Vec::with_capacity(groups.len()), shutdown_timeout };
+        for members in groups {
+            let name = set.loops[members[0]].plan.name.clone();
+            match SharedPort::start(cfg, &mut set.loops, members) {
+                Ok(port) => set.ports.push(port),
+                Err(e) => {
+                    set.abandon();
+                    return Err(AppError::LoopStart { name, source: Box::new(e) });
                 }
+            }
+        }
+        // Every loop is built: now they may run (see StartOptions::defer_launch).
+        for i in 0..set.loops.len() {
+            if let Err(e) = set.loops[i].app.launch() {
+                let name = set.loops[i].plan.name.clone();
+                set.abandon();
                 return Err(AppError::LoopStart { name, source: Box::new(e) });
             }
         }
-        Ok(Self { loops })
+        Ok(set)
+    }
+
+    /// Stops what a failed start had started, reporting nothing.
+    fn abandon(mut self) {
+        for port in &mut self.ports {
+            port.stop(self.shutdown_timeout);
+        }
+        for l in self.loops {
+            let _ = l.app.stop();
+        }
+    }
+
+    /// The address of the shared port that loop `name` is on, if it is on one.
+    pub fn shared_port_of(&self, name: &str) -> Option<SocketAddr> {
+        let i = self.loops.iter().position(|l| l.plan.name == name)?;
+        self.ports.iter().find(|p| p.members.contains(&i)).map(|p| p.local_addr)
     }
 
     /// The loops' names, in config order.
@@ -269,6 +391,25 @@ impl LoopSet {
     /// with its streams). Returns the loops that went down in this call.
     pub fn check(&mut self) -> Vec<String> {
         let mut newly = Vec::new();
+        for port in self.ports.iter_mut().filter(|p| !p.down && p.stopped()) {
+            port.down = true;
+            for &i in &port.members {
+                let l = &mut self.loops[i];
+                if l.down.is_some() {
+                    continue;
+                }
+                let why = format!("the receiver of its shared port {} stopped", port.local_addr);
+                tracing::error!(
+                    loop_name = %l.plan.name,
+                    "loop {} is down: {why}; its streams {:?} are not served; the loops on other ports keep \
+                     running (the process exits non-zero at stop)",
+                    l.plan.name,
+                    l.streams
+                );
+                l.down = Some(why);
+                newly.push(l.plan.name.clone());
+            }
+        }
         for l in self.loops.iter_mut().filter(|l| l.down.is_none()) {
             if let Some(stage) = l.app.stopped_stage() {
                 let why = format!("its {stage} stopped");
@@ -338,6 +479,11 @@ impl LoopSet {
     /// Stops every loop (each finishing the frames in its ring) and reports.
     pub fn stop(mut self) -> LoopsReport {
         self.check();
+        // The shared ports' receivers first: they publish what they hold
+        // into the rings, which each loop then finishes.
+        for port in &mut self.ports {
+            port.stop(self.shutdown_timeout);
+        }
         // All loops stop at once: loops sharing a GPU share its context, and
         // freeing one loop's device memory waits for every graph running in
         // that context, so no loop may wait for another to be stopped first.

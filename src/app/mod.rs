@@ -194,6 +194,14 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
     for spec in &cfg.loops {
         println!("  {}", loops::describe(spec));
     }
+    for group in crate::config::loops::port_groups(&cfg.loops) {
+        let names: Vec<&str> = group.iter().map(|&i| cfg.loops[i].name.as_str()).collect();
+        println!(
+            "  udp {} shared by loops {}: one receiver gives each loop the streams it lists",
+            cfg.loops[group[0]].ingest.bind,
+            names.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -1,11 +1,12 @@
 //! Start-up of the receiving side: the thread that takes frames off the
 //! network into the frame ring, by transport and format (native UDP, RTP
-//! video, the emulated HSB bridge, or RDMA).
+//! video, the emulated HSB bridge, or RDMA), and the one UDP receiver of a
+//! port shared by several loops, feeding each loop's ring its streams.
 
 use super::AppError;
 use super::report::{RecordingReport, on_off};
 use crate::config::Config;
-use crate::ingest::{FrameAssembler, IngestCounters, Reassembler, UdpReceiver};
+use crate::ingest::{FrameAssembler, IngestCounters, Reassembler, Route, StreamRouter, UdpReceiver};
 use crate::rdma::{IngestPlan, Transport};
 use crate::ring::FrameRing;
 use crate::rtp::{RtpAssembler, RtpCounters};
@@ -71,6 +72,68 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     }
 }
 
+/// Runs `receiver` on a new thread placed on the configured core (under the
+/// configured real-time priority), returning once it is placed.
+fn spawn_udp<A: FrameAssembler + 'static>(
+    cfg: &Config,
+    mut receiver: UdpReceiver<A>,
+    rx_stop: &Arc<AtomicBool>,
+) -> Result<JoinHandle<Result<(), String>>, AppError> {
+    let stop = Arc::clone(rx_stop);
+    let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let rx_thread = std::thread::Builder::new()
+        .name("frameloop-rx".into())
+        .spawn(move || {
+            let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
+            let ok = placed.is_ok();
+            let _ = placed_tx.send(placed);
+            if !ok {
+                return Ok(());
+            }
+            crate::service::thread_failure::panic_if_requested("receiver");
+            receiver.run(&stop).map_err(|e| e.to_string())
+        })
+        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
+    if let Ok(Err(e)) = placed_rx.recv() {
+        rx_stop.store(true, Ordering::Release);
+        return Err(e.into());
+    }
+    Ok(rx_thread)
+}
+
+/// Binds the one UDP receiver of a port that several loops share (`cfg` is
+/// the first loop's: its `[ingest]` socket keys, which config validation
+/// made the same for all) and starts its thread: `routes` hold each loop's
+/// reassembler on its own ring, and what no route takes counts in
+/// `counters` (the first loop's).
+pub(super) fn start_shared_udp(
+    cfg: &Config,
+    routes: Vec<Route<Reassembler>>,
+    counters: &Arc<IngestCounters>,
+    rx_stop: &Arc<AtomicBool>,
+) -> Result<IngestParts, AppError> {
+    let poll_loops = Arc::new(AtomicU64::new(0));
+    let router = StreamRouter::new(routes, Arc::clone(counters));
+    let receiver = UdpReceiver::bind_assembler(
+        &cfg.ingest,
+        PollCounted::new(router, &poll_loops, rx_stop),
+        Arc::clone(counters),
+    )
+    .map_err(AppError::Receiver)?;
+    let (local_addr, gro_active) = (receiver.local_addr(), receiver.gro_active());
+    let thread = spawn_udp(cfg, receiver, rx_stop)?;
+    tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} for several loops (UDP GRO {})", on_off(gro_active));
+    Ok(IngestParts {
+        local_addr,
+        gro_active,
+        rtp_counters: None,
+        recording: None,
+        thread,
+        poll_loops: Some(poll_loops),
+    })
+}
+
 /// Binds the UDP receiver (native or RTP assembly, optional recording) and
 /// starts its thread on the configured core.
 fn start_udp(
@@ -117,26 +180,7 @@ fn start_udp(
     };
     let local_addr = receiver.local_addr();
     let gro_active = receiver.gro_active();
-    let stop = Arc::clone(rx_stop);
-    let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
-    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
-    let rx_thread = std::thread::Builder::new()
-        .name("frameloop-rx".into())
-        .spawn(move || {
-            let placed = crate::service::threads::place_current_thread("receiver", rx_cpu, rt_prio);
-            let ok = placed.is_ok();
-            let _ = placed_tx.send(placed);
-            if !ok {
-                return Ok(());
-            }
-            crate::service::thread_failure::panic_if_requested("receiver");
-            receiver.run(&stop).map_err(|e| e.to_string())
-        })
-        .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
-    if let Ok(Err(e)) = placed_rx.recv() {
-        rx_stop.store(true, Ordering::Release);
-        return Err(e.into());
-    }
+    let rx_thread = spawn_udp(cfg, receiver, rx_stop)?;
     tracing::info!(%local_addr, gro = gro_active, "listening on {local_addr} (UDP GRO {})", on_off(gro_active));
     Ok(IngestParts {
         local_addr,

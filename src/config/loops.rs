@@ -29,8 +29,10 @@ pub struct LoopSpec {
     /// Its name: a metrics label and a log prefix (`[A-Za-z0-9_-]`, unique).
     pub name: String,
     pub gpu: GpuChoice,
-    /// The stream ids it serves (labels for metrics and logs; a receiver
-    /// still takes every stream that reaches its bind address).
+    /// The stream ids it serves: labels for metrics and logs on a port of
+    /// its own (whose receiver takes every stream reaching it); on a port
+    /// shared with other loops (the same `ingest.bind`), the streams its
+    /// ring gets from the port's one receiver ([`port_groups`]).
     pub streams: Vec<u32>,
     /// CPUs for its receiver, loop and result threads (`cpus = "8-15"`),
     /// instead of those of its GPU's NUMA node.
@@ -236,9 +238,109 @@ fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
+/// Loops that share one UDP port: those with the same `ingest.bind` (port
+/// other than 0), by index in config order, in groups of two or more. One
+/// receiver takes the port's datagrams and gives each loop the streams it
+/// lists.
+pub fn port_groups(loops: &[LoopSpec]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(SocketAddr, Vec<usize>)> = Vec::new();
+    for (i, spec) in loops.iter().enumerate() {
+        let Ok(addr) = spec.ingest.bind.parse::<SocketAddr>() else { continue };
+        if addr.port() == 0 {
+            continue;
+        }
+        match groups.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((addr, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).filter(|m| m.len() > 1).collect()
+}
+
+/// The `[ingest]` keys of `cfg` that belong to the socket and its receiving
+/// thread (everything but the reassembly keys, which each loop on a shared
+/// port keeps for itself), as a TOML table.
+fn receiver_keys(cfg: &UdpConfig) -> toml::Table {
+    let reassembly = match toml::Value::try_from(&cfg.reassembly) {
+        Ok(toml::Value::Table(t)) => t,
+        _ => toml::Table::new(),
+    };
+    let mut keys = match toml::Value::try_from(cfg) {
+        Ok(toml::Value::Table(t)) => t,
+        _ => toml::Table::new(),
+    };
+    keys.retain(|k, _| !reassembly.contains_key(k));
+    keys
+}
+
+/// Problems of loop `i`, which shares its port with the earlier loop `j`
+/// (`other`): one receiver serves both, so the receiver's keys must agree,
+/// and routing by stream id needs native UDP datagrams.
+fn shared_port_problems(
+    i: usize,
+    spec: &LoopSpec,
+    j: usize,
+    other: &LoopSpec,
+    problems: &mut Vec<ConfigProblem>,
+) {
+    let (mine, theirs) = (receiver_keys(&spec.ingest), receiver_keys(&other.ingest));
+    let differing: Vec<&str> =
+        mine.iter().filter(|(k, v)| theirs.get(*k) != Some(*v)).map(|(k, _)| k.as_str()).collect();
+    if !differing.is_empty() {
+        problems.push(ConfigProblem::new(
+            format!("loop[{i}].ingest"),
+            format!(
+                "shares {} with loop[{j}] ({:?}) but sets {} differently; loops on one port share one receiver, \
+                 so give them the same values (only the reassembly keys may differ)",
+                spec.ingest.bind,
+                other.name,
+                differing.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Problems of a loop that shares its port with others (`group` holds their
+/// indices): it must list its streams, and receive native datagrams by UDP.
+fn shared_loop_problems(i: usize, spec: &LoopSpec, group: &[usize], problems: &mut Vec<ConfigProblem>) {
+    let others: Vec<String> = group.iter().filter(|&&k| k != i).map(|k| format!("loop[{k}]")).collect();
+    let others = others.join(", ");
+    if spec.streams.is_empty() {
+        problems.push(ConfigProblem::new(
+            format!("loop[{i}].streams"),
+            format!(
+                "is empty, but the loop shares {} with {others}: one receiver splits the port's datagrams by \
+                 stream id, so list the streams this loop serves (streams = [1, 2]) or give it its own port",
+                spec.ingest.bind
+            ),
+        ));
+    }
+    if spec.ingest.transport == crate::ingest::Transport::Rdma {
+        problems.push(ConfigProblem::new(
+            format!("loop[{i}].ingest.transport"),
+            format!(
+                "is \"rdma\", but the loop shares {} with {others} and a shared port is received by UDP; \
+                 set transport = \"udp\" or give the loop its own port",
+                spec.ingest.bind
+            ),
+        ));
+    }
+    if spec.ingest.format != crate::ingest::hsb::IngestFormat::default() {
+        problems.push(ConfigProblem::new(
+            format!("loop[{i}].ingest.format"),
+            format!(
+                "is not \"native\", but the loop shares {} with {others}; only native datagrams carry a stream \
+                 id to split the port by: give the loop its own port",
+                spec.ingest.bind
+            ),
+        ));
+    }
+}
+
 /// Every problem of `cfg.loops`: each loop's sections, then what loops
-/// must not share (names, bind addresses, stream ids on one port) and the
-/// top-level keys that cannot apply to several loops.
+/// must not share (names, bind addresses, stream ids on one port), what
+/// loops sharing one port must agree on, and the top-level keys that cannot
+/// apply to several loops.
 pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
     let loops = &cfg.loops;
     for (i, spec) in loops.iter().enumerate() {
@@ -285,12 +387,17 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
             else {
                 continue;
             };
-            if overlap(a, b) {
+            let shared = a == b && a.port() != 0;
+            if shared {
+                shared_port_problems(i, spec, j, other, problems);
+            }
+            if overlap(a, b) && !shared {
                 problems.push(ConfigProblem::new(
                     format!("{prefix}.ingest.bind"),
                     format!(
                         "{a} takes the same datagrams as loop[{j}] ({:?}) on {b}; give each loop its own port \
-                         (or its own address on the port)",
+                         (or its own address on the port), or bind both to the same address and list disjoint \
+                         streams",
                         other.name
                     ),
                 ));
@@ -307,6 +414,21 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
                     ));
                 }
             }
+        }
+    }
+    for group in port_groups(loops) {
+        for &i in &group {
+            shared_loop_problems(i, &loops[i], &group, problems);
+        }
+        if cfg.rtp.is_some() {
+            problems.push(ConfigProblem::new(
+                "rtp",
+                format!(
+                    "is set, but loops {group:?} share {}; RTP datagrams carry no native stream id to split the \
+                     port by: give each loop its own port",
+                    loops[group[0]].ingest.bind
+                ),
+            ));
         }
     }
     if loops.len() > 1 {
@@ -452,8 +574,12 @@ mod tests {
         let cases = [
             ("[[loop]]\nname = \"a\"\n", "loop[1].name: \"a\" is also the name of loop[0]"),
             (
+                "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"127.0.0.1:5000\"\n",
+                "loop[1].ingest.bind: 127.0.0.1:5000 takes the same datagrams as loop[0]",
+            ),
+            (
                 "[[loop]]\nname = \"b\"\n",
-                "loop[1].ingest.bind: 0.0.0.0:5000 takes the same datagrams as loop[0]",
+                "loop[0].streams: is empty, but the loop shares 0.0.0.0:5000 with loop[1]",
             ),
             (
                 "[[loop]]\nname = \"b c\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n",
@@ -533,6 +659,70 @@ mod tests {
         assert!(parse(&two("10.0.0.1:5000", "10.0.1.1:5001")).is_ok());
         // Port 0 picks a free port for each loop: never a clash.
         assert!(parse(&two("127.0.0.1:0", "127.0.0.1:0")).is_ok());
+    }
+
+    /// Two loops on `bind` with streams `a` and `b`; `extra_b` goes into the
+    /// second loop's `[loop.ingest]`, `top` before the loops.
+    fn sharing(top: &str, a: &str, b: &str, extra_b: &str) -> String {
+        format!(
+            "{top}\n[[loop]]\nname = \"a\"\n{a}\n[loop.ingest]\nbind = \"0.0.0.0:6000\"\n\
+             [[loop]]\nname = \"b\"\n{b}\n[loop.ingest]\nbind = \"0.0.0.0:6000\"\n{extra_b}\n"
+        )
+    }
+
+    #[test]
+    fn loops_on_one_port_split_it_by_disjoint_streams() {
+        let ok = parse(&sharing("", "streams = [1, 3]", "streams = [2]", "frame_timeout_ms = 9")).unwrap();
+        assert_eq!(port_groups(&ok.loops), [vec![0, 1]]);
+        // Reassembly keys are each loop's own.
+        assert_eq!(ok.loops[1].ingest.reassembly.frame_timeout_ms, 9);
+        let cases = [
+            (
+                sharing("", "streams = [1]", "", ""),
+                vec!["loop[1].streams: is empty, but the loop shares 0.0.0.0:6000 with loop[0]"],
+            ),
+            (
+                sharing("", "streams = [1, 2]", "streams = [2]", ""),
+                vec!["loop[1].streams: stream 2 on port 6000 is already claimed by loop[0] (\"a\")"],
+            ),
+            (
+                sharing("", "streams = [1]", "streams = [2]", "batch = 8\ngro = false"),
+                vec![
+                    "loop[1].ingest: shares 0.0.0.0:6000 with loop[0] (\"a\") but sets batch, gro differently; \
+                     loops on one port share one receiver",
+                ],
+            ),
+            (
+                sharing("", "streams = [1]", "streams = [2]", "transport = \"rdma\""),
+                vec![
+                    "loop[1].ingest: shares 0.0.0.0:6000 with loop[0] (\"a\") but sets transport differently",
+                    "loop[1].ingest.transport: is \"rdma\", but the loop shares 0.0.0.0:6000 with loop[0]",
+                ],
+            ),
+            (
+                sharing(
+                    "[rtp]\nsampling = \"YCbCr-4:2:2\"\nwidth = 8\nheight = 8\n",
+                    "streams = [1]",
+                    "streams = [2]",
+                    "",
+                ),
+                vec!["rtp: is set, but loops [0, 1] share 0.0.0.0:6000"],
+            ),
+        ];
+        for (text, want) in cases {
+            let problems = keys_of(&text);
+            for w in &want {
+                assert!(problems.iter().any(|p| p.starts_with(w)), "want {w:?} in {problems:#?}\n{text}");
+            }
+            assert!(
+                problems.iter().all(|p| !p.contains("  ")),
+                "a message with a run of spaces: {problems:#?}"
+            );
+        }
+        // Another address on the same port overlapping 0.0.0.0 is still refused.
+        let other =
+            sharing("", "streams = [1]", "streams = [2]", "").replacen("0.0.0.0:6000", "127.0.0.1:6000", 1);
+        assert!(keys_of(&other)[0].starts_with("loop[1].ingest.bind: 0.0.0.0:6000 takes the same datagrams"));
     }
 
     #[test]

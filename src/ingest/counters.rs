@@ -110,6 +110,8 @@ ingest_counters! {
     late: DatagramDrop,
     /// Sender not in `ingest.allow`.
     source_not_allowed: DatagramDrop,
+    /// A stream that no loop on a shared port serves (`[[loop]]` `streams`).
+    unknown_stream: DatagramDrop,
     /// Datagrams of frames dropped whole (`frame_too_large`, `ring_full`).
     dropped_frame_packets: DatagramDrop,
     /// Frames longer than a ring slot's payload capacity.

@@ -13,6 +13,8 @@
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
 //!   machine from datagrams to published slots.
+//! - [`route`]: [`StreamRouter`], one receiver's datagrams split among
+//!   several assemblers by stream id (loops sharing a UDP port).
 //! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, kernel
 //!   timestamps, UDP GRO, an optional datagram tap) feeding a
 //!   [`FrameAssembler`].
@@ -24,6 +26,7 @@ pub mod config;
 pub mod counters;
 pub mod hsb;
 pub mod reassembly;
+pub mod route;
 pub mod tap;
 pub mod transport;
 pub mod udp;
@@ -32,6 +35,7 @@ pub use assembler::FrameAssembler;
 pub use config::UdpConfig;
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
 pub use reassembly::{Reassembler, ReassemblyConfig};
+pub use route::{Route, StreamRouter};
 pub use tap::DatagramTap;
 pub use transport::Transport;
 pub use udp::{IngestError, UdpReceiver};

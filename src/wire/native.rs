@@ -97,6 +97,13 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// The stream id of a datagram that opens with the native magic and is
+/// long enough for a header, without checking the rest (routing by stream
+/// before the owner of the stream parses the whole header); `None` otherwise.
+pub fn peek_stream_id(datagram: &[u8]) -> Option<u32> {
+    (datagram.len() >= HEADER_LEN && datagram[..4] == MAGIC).then(|| u32_at(datagram, 8))
+}
+
 /// Parses one datagram into its header and payload.
 ///
 /// Checks everything that can be checked without state: magic, version,
@@ -248,6 +255,17 @@ mod tests {
         let (h, p) = parse(&d).unwrap();
         assert_eq!(h, sample());
         assert_eq!(p, &payload[..]);
+    }
+
+    #[test]
+    fn peeks_the_stream_id_of_a_native_datagram_only() {
+        let d = encode(&NativeHeader { stream_id: 0xA1B2_C3D4, ..sample() }, &[0u8; 100]);
+        assert_eq!(peek_stream_id(&d), Some(0xA1B2_C3D4));
+        assert_eq!(peek_stream_id(&d[..HEADER_LEN]), Some(0xA1B2_C3D4));
+        assert_eq!(peek_stream_id(&d[..HEADER_LEN - 1]), None);
+        let mut other = d.clone();
+        other[1] = b'x';
+        assert_eq!(peek_stream_id(&other), None);
     }
 
     #[test]
