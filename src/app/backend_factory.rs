@@ -5,7 +5,7 @@
 
 use super::AppError;
 use crate::backend::ResidentLoop;
-use crate::config::{BackendChoice, Config};
+use crate::config::{BackendChoice, Config, StreamToGpu};
 use crate::gpu::chain_builder::UserChain;
 use crate::gpu::user_handler::UserHandlerSource;
 use crate::host::HostLoop;
@@ -94,8 +94,11 @@ pub(super) fn open_backend(
             let mut loop_cfg = cfg.loop_.clone();
             loop_cfg.stream_to_gpu =
                 match crate::gpu::streaming::decide(&cfg.loop_, cfg.ring.slot_bytes, native_udp) {
-                    Ok(true) => crate::config::StreamToGpu::On,
-                    Ok(false) => crate::config::StreamToGpu::Off,
+                    // "auto" leaves a [handler] alone; "on" with one is refused by the loop.
+                    Ok(true) if user_handler.is_none() || cfg.loop_.stream_to_gpu == StreamToGpu::On => {
+                        StreamToGpu::On
+                    }
+                    Ok(_) => StreamToGpu::Off,
                     Err(e) => return Err(AppError::GpuLoop(e)),
                 };
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;

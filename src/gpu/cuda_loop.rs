@@ -90,14 +90,12 @@ impl CudaLoop {
         // progress is the caller's to say through loop.stream_to_gpu
         // (the appliance turns "auto" off for receivers that do not).
         let stream = super::streaming::decide(&cfg, capacity, true)?;
-        if stream && handler.is_some() {
-            if cfg.stream_to_gpu == crate::config::StreamToGpu::On {
-                return Err(GpuError::Setup(
-                    "loop.stream_to_gpu = \"on\" but a [handler] replaces the built-in data-ready handler the \
-                     streaming works with; set loop.stream_to_gpu to \"auto\" or \"off\""
-                        .into(),
-                ));
-            }
+        if stream && handler.is_some() && cfg.stream_to_gpu == crate::config::StreamToGpu::On {
+            return Err(GpuError::Setup(
+                "loop.stream_to_gpu = \"on\" but a [handler] replaces the built-in data-ready handler the \
+                 streaming works with; set loop.stream_to_gpu to \"auto\" or \"off\""
+                    .into(),
+            ));
         }
         let stream = stream && handler.is_none();
         let mut opts = ExecutorOptions::new(cfg);
