@@ -56,7 +56,8 @@ struct alignas(64) SlotHeader {
   uint64_t first_rx_ns;
   uint64_t last_rx_ns;
   uint64_t published_ns;
-  uint64_t _reserved1[7];
+  uint64_t received_mark;  // (ring_seq low 32 bits) << 32 | received prefix bytes; release store
+  uint64_t _reserved1[6];
 };
 
 struct alignas(64) ResultRingHeader {

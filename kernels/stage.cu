@@ -21,3 +21,87 @@ extern "C" __global__ void __launch_bounds__(FL_STAGE_THREADS)
   __syncthreads();
   if (threadIdx.x == 0) fd->payload_dptr = (uint64_t)dst;
 }
+
+// Sub-frame streaming (src/gpu/streaming.rs): while the loop waits for the
+// next frame, fl_stream_pull copies the part of it the UDP reassembler
+// reports final (the slot header's received_mark: a run of packets from
+// index 0) into a device staging buffer; when the frame is claimed,
+// fl_stream_tail copies only what is left and points the FrameDesc at the
+// staging buffer, so the chain reads device memory.
+
+#define FL_STREAM_THREADS 1024
+
+// Device memory, zeroed at allocation. `seq`/`pulled`: the staging buffer
+// holds bytes [0, pulled) of ring sequence `seq` (pulled a multiple of 16).
+// `pending_not`/`ticket`: the running pull's agreement (below).
+struct FlStreamState {
+  unsigned long long seq;
+  unsigned long long pulled;
+  unsigned long long pending_not;  // max over blocks of ~end (0: none yet)
+  unsigned int ticket;             // blocks of the running pull that are done
+  unsigned int _pad;
+};
+
+// Grid: any number of blocks of FL_STREAM_THREADS. Runs in the loop body
+// in front of the data-ready handler, so the frame it pulls (the one after
+// the last claimed) is not claimed while it runs. Each block reads the mark
+// itself; word i of the frame is copied by global thread i modulo the
+// grid's threads (fl_copy_words), whatever end its block saw, so every word
+// below the smallest end any block saw is copied, and that end becomes
+// `pulled` (the last block to finish writes it). Bytes under the mark never
+// change until the slot is reused, which needs this frame consumed first.
+extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
+    fl_stream_pull(LoopParams p, FlStreamState* s, uint4* dst, uint32_t capacity_words) {
+  __shared__ unsigned long long s_end;
+  const uint64_t seq = p.st->last_claimed + 1;
+  const uint64_t from = s->seq == seq ? s->pulled : 0;
+  const uint64_t slot = fl_slot_dptr(p, seq);
+  if (threadIdx.x == 0) {
+    const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)slot)->received_mark);
+    uint64_t end = from;
+    if ((uint32_t)(mark >> 32) == (uint32_t)seq) {
+      uint64_t words = (mark & 0xffffffffull) / 16u;
+      if (words > capacity_words) words = capacity_words;
+      if (words * 16u > end) end = words * 16u;
+    }
+    s_end = end;
+  }
+  __syncthreads();
+  const uint64_t end = s_end;
+  if (end > from) {
+    const uint4* src = (const uint4*)(slot + FL_SLOT_PAYLOAD_OFFSET);
+    fl_copy_words(src + from / 16u, dst + from / 16u, (uint32_t)((end - from) / 16u),
+                  blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicMax(&s->pending_not, ~end);
+    __threadfence();
+    if (atomicAdd(&s->ticket, 1u) == gridDim.x - 1) {
+      __threadfence();
+      s->pulled = ~atomicExch(&s->pending_not, 0ull);
+      s->seq = seq;
+      s->ticket = 0;
+    }
+  }
+}
+
+// Grid: any number of blocks of FL_STREAM_THREADS; the first node of the
+// frame's work. Copies what fl_stream_pull has not of the claimed frame
+// (all of it when the staging buffer holds another frame) from the slot,
+// and points the FrameDesc at the staging buffer. The payload's last word
+// may take up to 15 bytes past its end, which stay inside the slot.
+extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
+    fl_stream_tail(FrameDesc* fd, const FlStreamState* s, uint4* dst, uint32_t capacity_words) {
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
+  const uint32_t from = s->seq == fd->ring_seq ? (uint32_t)(s->pulled / 16u) : 0u;
+  uint32_t words = (fd->payload_len + 15u) / 16u;
+  if (words > capacity_words) words = capacity_words;
+  if (words > from) {
+    const uint4* src = (const uint4*)(fd->slot_dptr + FL_SLOT_PAYLOAD_OFFSET);
+    fl_copy_words(src + from, dst + from, words - from, blockIdx.x * blockDim.x + threadIdx.x,
+                  gridDim.x * blockDim.x);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) fd->payload_dptr = (uint64_t)dst;
+}

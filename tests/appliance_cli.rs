@@ -13,8 +13,16 @@ use std::time::{Duration, Instant};
 /// Far above what any command here needs on an idle machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-const SEGMENTS: [&str; 7] =
-    ["wire", "assembly", "publish_to_detect", "compute", "done_to_seen", "end_to_end", "publish_to_seen"];
+const SEGMENTS: [&str; 8] = [
+    "wire",
+    "assembly",
+    "publish_to_detect",
+    "compute",
+    "done_to_seen",
+    "end_to_end",
+    "publish_to_seen",
+    "last_rx_to_seen",
+];
 
 fn frameloop(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_frameloop"));

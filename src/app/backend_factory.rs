@@ -5,7 +5,7 @@
 
 use super::AppError;
 use crate::backend::ResidentLoop;
-use crate::config::{BackendChoice, Config};
+use crate::config::{BackendChoice, Config, StreamToGpu};
 use crate::gpu::chain_builder::UserChain;
 use crate::gpu::user_handler::UserHandlerSource;
 use crate::host::HostLoop;
@@ -87,6 +87,20 @@ pub(super) fn open_backend(
             let rt = crate::gpu::executor::GpuRuntime::open(gpu, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
+            // Only the native UDP reassembler reports a frame's progress (its received mark).
+            let native_udp = matches!(plan, IngestPlan::Udp { .. })
+                && cfg.rtp.is_none()
+                && cfg.ingest.format == crate::ingest::hsb::IngestFormat::Native;
+            let mut loop_cfg = cfg.loop_.clone();
+            loop_cfg.stream_to_gpu =
+                match crate::gpu::streaming::decide(&cfg.loop_, cfg.ring.slot_bytes, native_udp) {
+                    // "auto" leaves a [handler] alone; "on" with one is refused by the loop.
+                    Ok(true) if user_handler.is_none() || cfg.loop_.stream_to_gpu == StreamToGpu::On => {
+                        StreamToGpu::On
+                    }
+                    Ok(_) => StreamToGpu::Off,
+                    Err(e) => return Err(AppError::GpuLoop(e)),
+                };
             let rr = ResultRing::new(mapped(&rt, result_bytes)?, cfg.ring.results)?;
             let served = crate::output::serve_device_outputs(
                 &cfg.output,
@@ -101,7 +115,7 @@ pub(super) fn open_backend(
                 Arc::clone(&fr),
                 Arc::clone(&rr),
                 &cfg.chain,
-                cfg.loop_.clone(),
+                loop_cfg,
                 user_handler,
                 user_chain,
                 writer,

@@ -32,6 +32,28 @@ pub struct LoopConfig {
     /// kernel per operator. `auto` fuses when the samples fit in the shared
     /// memory of one block (8 and 32 KiB frames of u16 on an H200, not 64).
     pub fused_chain: FusedChainMode,
+    /// CUDA backend with the native UDP receiver: copy each large frame's
+    /// received part into GPU memory while the rest is on the wire, so that
+    /// after its last packet only the tail crosses the bus (sub-frame
+    /// streaming, `src/gpu/streaming.rs`). `auto` streams slots of at least
+    /// [`crate::gpu::streaming::AUTO_MIN_SLOT_BYTES`] and reads smaller ones in place.
+    pub stream_to_gpu: StreamToGpu,
+}
+
+/// `loop.stream_to_gpu`: whether the CUDA backend streams frames into GPU
+/// memory while they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamToGpu {
+    /// Stream when the receiver reports progress (native UDP) and the slot
+    /// is large enough for it to pay (measured crossover).
+    #[default]
+    Auto,
+    /// Stream whenever the receiver reports progress (fails start-up when
+    /// the receiver or the chain's layout cannot).
+    On,
+    /// The chain reads each frame in place from the mapped slot (zero-copy).
+    Off,
 }
 
 /// `loop.fused_chain`: whether the CUDA backend fuses the chain into the
@@ -57,6 +79,7 @@ impl Default for LoopConfig {
             timeout_ms: 0,
             sync_with_host: true,
             fused_chain: FusedChainMode::Auto,
+            stream_to_gpu: StreamToGpu::Auto,
         }
     }
 }
@@ -73,6 +96,14 @@ impl LoopConfig {
             1_000_000,
         );
         check_range(problems, "loop.timeout_ms", self.timeout_ms, 0, 86_400_000);
+        if self.stream_to_gpu == StreamToGpu::On && self.fused_chain == FusedChainMode::On {
+            problems.push(ConfigProblem::new(
+                "loop.stream_to_gpu",
+                "\"on\" streams each frame into GPU memory in front of a chain of one kernel per operator, \
+                 but loop.fused_chain = \"on\" runs the chain inside the handler's kernel; \
+                 set one of them to \"auto\" or \"off\"",
+            ));
+        }
         if self.poll_interval_ns > self.poll_budget_us * 1000 && self.poll_budget_us > 0 {
             problems.push(ConfigProblem::new(
                 "loop.poll_interval_ns",

@@ -483,6 +483,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         timeout_ms: 0,
         sync_with_host: true,
         fused_chain: FusedChainMode::Off,
+        stream_to_gpu: crate::config::StreamToGpu::Off,
     };
     let sleep = |us| LoopConfig {
         poll_budget_us: 0,

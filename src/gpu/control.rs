@@ -171,7 +171,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ($t:ident: $($f:ident),*) => { $( v.push((format!("offsetof({}, {})", stringify!($t), stringify!($f)), offset_of!($t, $f))); )* };
     }
     offsets!(RingHeader: magic, version, slot_count, slot_stride, payload_capacity, policy, slots_offset, head_seq, claimed_seq, consumed_seq);
-    offsets!(SlotHeader: ring_seq, frame_seq, stream_id, flags, payload_len, packets_expected, packets_received, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns);
+    offsets!(SlotHeader: ring_seq, frame_seq, stream_id, flags, payload_len, packets_expected, packets_received, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, received_mark);
     offsets!(ResultRingHeader: magic, capacity, head_seq);
     offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before, user, param_generation);
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped);

@@ -85,8 +85,21 @@ impl CudaLoop {
         if !frame_ring.take_reader_for_device() {
             return Err(GpuError::Setup("the frame ring already has a consumer".into()));
         }
-        let mut opts = ExecutorOptions::new(cfg);
         let capacity = frame_ring.payload_capacity();
+        // The ring's writer is taken by whoever fills it; whether it reports
+        // progress is the caller's to say through loop.stream_to_gpu
+        // (the appliance turns "auto" off for receivers that do not).
+        let stream = super::streaming::decide(&cfg, capacity, true)?;
+        if stream && handler.is_some() && cfg.stream_to_gpu == crate::config::StreamToGpu::On {
+            return Err(GpuError::Setup(
+                "loop.stream_to_gpu = \"on\" but a [handler] replaces the built-in data-ready handler the \
+                 streaming works with; set loop.stream_to_gpu to \"auto\" or \"off\""
+                    .into(),
+            ));
+        }
+        let stream = stream && handler.is_none();
+        let mut opts = ExecutorOptions::new(cfg);
+        opts.stream = stream;
         let output = match output {
             Some(writer) => {
                 let (device_output, publish) = DeviceOutput::new(&rt.ctx, writer)?;
@@ -125,6 +138,16 @@ impl CudaLoop {
             let exec =
                 ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
             return Ok(Self { exec, output });
+        }
+        if stream {
+            tracing::info!(
+                "one kernel per operator in the graph's IF body: frames stream into GPU memory while they arrive \
+                 (loop.stream_to_gpu)"
+            );
+            let fragment = chain_fragment(chain, capacity)?;
+            let exec =
+                ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
+            return Ok(Self { exec, output: None });
         }
         let limit = fused_shared_limit(&rt)?;
         let fragment = match plan_fusion(

@@ -81,6 +81,10 @@ pub struct ExecutorOptions {
     /// (an `fl_output_publish` node before the end marker; no fused chain,
     /// no publishing from the last kernel).
     pub output: Option<super::output_publish::OutputPublish>,
+    /// Stream each frame into GPU memory while it arrives (sub-frame
+    /// streaming, [`super::streaming`]): resident style, built-in handler,
+    /// one kernel per operator, not host-driven.
+    pub stream: bool,
 }
 
 impl ExecutorOptions {
@@ -97,6 +101,7 @@ impl ExecutorOptions {
             fused: None,
             user_handler: None,
             output: None,
+            stream: false,
         }
     }
 }
@@ -179,6 +184,8 @@ pub struct ExecutorCore {
     pub(super) publishes_in_last_kernel: bool,
     /// The fused chain's device memory, when the handler runs the chain.
     pub(super) fused: Option<FusedBuffers>,
+    /// The staging buffer of sub-frame streaming, when `opts.stream`.
+    pub(super) stream: Option<super::streaming::StreamBuffers>,
     /// The main fragment (it also holds a custom data-ready handler, if registered).
     pub(super) workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
@@ -289,13 +296,29 @@ impl ExecutorCore {
                 "a custom data-ready handler cannot set the IF value; use ControllerPlacement::Before".into(),
             ));
         }
+        let stream = if opts.stream {
+            if fused.is_some() || custom_handler || opts.style != LaunchStyle::Resident || opts.host_driven {
+                return Err(GpuError::Setup(
+                    "sub-frame streaming runs in the resident loop with the built-in data-ready handler and one \
+                     kernel per operator; set loop.stream_to_gpu = \"off\" (or loop.fused_chain = \"off\")"
+                        .into(),
+                ));
+            }
+            Some(super::streaming::StreamBuffers::new(&rt, frame_ring.payload_capacity())?)
+        } else {
+            None
+        };
         let cfg = &opts.loop_cfg;
+        let poll_budget_ns = cfg.poll_budget_us.saturating_mul(1000);
         let params = LoopParams {
             ring: ring_dptr,
             results: results_dptr,
             ctl: control.dptr(),
             st: state.dptr(),
-            poll_budget_ns: cfg.poll_budget_us.saturating_mul(1000),
+            poll_budget_ns: match stream {
+                Some(_) => poll_budget_ns.min(super::streaming::STREAM_POLL_BUDGET_NS),
+                None => poll_budget_ns,
+            },
             poll_interval_ns: cfg.poll_interval_ns,
             sleep_ns: cfg.data_not_ready_sleep_interval_us.saturating_mul(1000),
             timeout_ns: cfg.timeout_ms.saturating_mul(1_000_000),
@@ -340,6 +363,7 @@ impl ExecutorCore {
             programmatic_edges: 0,
             publishes_in_last_kernel: false,
             fused,
+            stream,
             workload,
             workload_plan,
             builtin_handler,

@@ -1,7 +1,9 @@
 //! Graph building: the built-in data-ready handlers, the fused chain's
 //! device memory, and the capture of the handler and workload fragments into
 //! the executor's graph, `WHILE { handler ; controller ; IF(ready) { workload
-//! ; end marker } }` (or launched per frame, the benchmark's baselines).
+//! ; end marker } }` (or launched per frame, the benchmark's baselines); with
+//! sub-frame streaming a pull in front of the handler and a tail copy in
+//! front of the workload ([`super::streaming`]).
 
 use super::GpuError;
 use super::control::*;
@@ -212,7 +214,11 @@ impl ExecutorCore {
         self.params.if_handle = if_handle.0;
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
 
-        let handler_leaves = self.capture_handler(body)?;
+        let pull = match &self.stream {
+            Some(st) => vec![st.add_pull(&self.rt, body, &[], self.params)?],
+            None => Vec::new(),
+        };
+        let handler_leaves = self.capture_handler_after(body, &pull)?;
         let if_deps = match self.placement {
             ControllerPlacement::InHandler => handler_leaves,
             ControllerPlacement::Before => {
@@ -224,7 +230,11 @@ impl ExecutorCore {
             }
         };
         let (_, if_body) = body.add_conditional(&ctx, &if_deps, if_handle, Conditional::If)?;
-        self.capture_workload(if_body, &[])?;
+        let tail = match &self.stream {
+            Some(st) => vec![st.add_tail(&self.rt, if_body, &[], self.state.dptr() + DESC_OFFSET as u64)?],
+            None => Vec::new(),
+        };
+        self.capture_workload(if_body, &tail)?;
         self.programmatic_edges =
             if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
         let exec = graph.instantiate()?;
@@ -259,8 +269,12 @@ impl ExecutorCore {
     }
 
     fn capture_handler(&mut self, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
+        self.capture_handler_after(into, &[])
+    }
+
+    fn capture_handler_after(&mut self, into: GraphRef<'_>, deps: &[Node]) -> Result<Vec<Node>, GpuError> {
         let stream = Arc::clone(&self.capture_stream);
-        let leaves = into.capture(&stream, &[], |s| self.enqueue_handler(s))?;
+        let leaves = into.capture(&stream, deps, |s| self.enqueue_handler(s))?;
         if leaves.is_empty() {
             return Err(GpuError::Setup("the data-ready handler fragment enqueued no work".into()));
         }

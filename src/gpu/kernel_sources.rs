@@ -36,7 +36,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("filter2d.cu", &["fl_filter2d"]),
     ("reduce.cu", &["fl_stats", "fl_threshold", "fl_stats_threshold"]),
     ("delay.cu", &["fl_delay"]),
-    ("stage.cu", &["fl_stage_payload"]),
+    ("stage.cu", &["fl_stage_payload", "fl_stream_pull", "fl_stream_tail"]),
     ("fused.cu", &["fl_fused_chain"]),
     ("fft.cu", &["fl_fft_window", "fl_fft_spectrum"]),
     ("user_support.cu", &["fl_user_prologue"]),

@@ -31,6 +31,7 @@ pub mod operators;
 mod output_publish;
 mod runtime;
 pub mod sources;
+pub mod streaming;
 pub mod user_handler;
 pub mod user_kernel;
 pub mod user_source;

@@ -32,6 +32,14 @@
 //!    after its first packet; also `SLOT_TIMED_OUT`), when a new frame needs
 //!    room (rule 4), or on [`Reassembler::flush`].
 //!
+//! Progress while a frame arrives: whenever the run of packets received
+//! from index 0 grows, the slot header's `received_mark` is stored (release)
+//! with the bytes of that run, so a consumer may copy them early (the GPU's
+//! sub-frame streaming). The mark never passes a missing packet, never
+//! exceeds `frame_len`, only grows, and the bytes under it are never written
+//! again (later packets and the zeroing of rule 6 lie above it); a published
+//! header carries the last mark stored.
+//!
 //! 7. A stream restart (a rebooted sender): when a packet that would start a
 //!    new frame (it passes the checks of rule 4 up to the frame length) carries
 //!    a `frame_seq` more than `restart_window` frames before or after its
@@ -51,7 +59,7 @@
 use super::counters::IngestCounters;
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
-use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader};
+use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
 use crate::wire::native::{self, NativeHeader};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -126,6 +134,9 @@ struct Frame {
     stride: u32,
     /// Packets received. Invariant: equals the number of bits set in `seen`.
     received: u32,
+    /// Packets `0..prefix` all received (the run the received mark reports).
+    /// Invariant: bit `prefix` of `seen` is clear, or `prefix == packet_count`.
+    prefix: u32,
     first_rx_ns: u64,
     last_rx_ns: u64,
     sender_ts_ns: u64,
@@ -136,6 +147,22 @@ struct Frame {
 impl Frame {
     fn complete(&self) -> bool {
         self.received == self.packet_count
+    }
+
+    /// Bytes of the packets `0..prefix`: the received prefix of the payload.
+    fn prefix_bytes(&self) -> u32 {
+        (u64::from(self.prefix) * u64::from(self.stride)).min(u64::from(self.frame_len)) as u32
+    }
+
+    /// Extends `prefix` over the packets received from it on; true if it grew.
+    fn extend_prefix(&mut self) -> bool {
+        let before = self.prefix;
+        while self.prefix < self.packet_count
+            && self.seen[self.prefix as usize / 64] & (1 << (self.prefix % 64)) != 0
+        {
+            self.prefix += 1;
+        }
+        self.prefix != before
     }
 }
 
@@ -352,6 +379,7 @@ impl Reassembler {
             frame_len: h.frame_len,
             stride,
             received: 0,
+            prefix: 0,
             first_rx_ns: rx_ns,
             last_rx_ns: rx_ns,
             sender_ts_ns: h.sender_ts_ns,
@@ -432,6 +460,9 @@ impl Reassembler {
         dst.copy_from_slice(payload);
         f.seen[h.packet_index as usize / 64] |= 1 << (h.packet_index % 64);
         f.received += 1;
+        if h.packet_index == f.prefix && f.extend_prefix() {
+            self.writer.mark_received(f.ring_seq, f.prefix_bytes());
+        }
         f.last_rx_ns = f.last_rx_ns.max(rx_ns);
         f.first_rx_ns = f.first_rx_ns.min(rx_ns);
         IngestCounters::bump(&c.packets_accepted);
@@ -465,7 +496,12 @@ impl Reassembler {
                 SLOT_INCOMPLETE
             }
         };
+        // The mark again (the same value unless no prefix was ever reported),
+        // so that the header write below leaves the word as it is.
+        let mark = received_mark(f.ring_seq, f.prefix_bytes());
+        self.writer.mark_received(f.ring_seq, f.prefix_bytes());
         let header = SlotHeader {
+            received_mark: mark,
             frame_seq: f.key.1,
             stream_id: f.key.0,
             flags,
@@ -504,6 +540,10 @@ impl Reassembler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "reassembly_mark_tests.rs"]
+mod mark_tests;
 
 #[cfg(test)]
 mod tests {

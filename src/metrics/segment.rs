@@ -5,7 +5,8 @@ use crate::ring::ResultRecord;
 use crate::ring::layout::RESULT_GPU_CLOCK;
 
 /// One stretch of a frame's life. The first five partition [`Segment::EndToEnd`];
-/// [`Segment::PublishToSeen`] sums three of them.
+/// [`Segment::PublishToSeen`] sums three of them; [`Segment::LastRxToSeen`]
+/// starts inside [`Segment::Assembly`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Segment {
@@ -25,6 +26,11 @@ pub enum Segment {
     /// whole share (detect + compute + result delivery), the figure to set
     /// against host-published GPU benchmarks. Overlaps the segments above.
     PublishToSeen,
+    /// Last packet received to the result seen by the host: what is left
+    /// after the wire delivered the frame (assembly's end, the bus, compute
+    /// and result delivery), the figure sub-frame streaming shortens.
+    /// Overlaps the segments above.
+    LastRxToSeen,
 }
 
 impl Segment {
@@ -37,9 +43,10 @@ impl Segment {
         Segment::DoneToSeen,
         Segment::EndToEnd,
         Segment::PublishToSeen,
+        Segment::LastRxToSeen,
     ];
     /// Number of segments.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 
     /// Stable name, used as the interval-log tag and the JSON key.
     pub fn name(self) -> &'static str {
@@ -51,6 +58,7 @@ impl Segment {
             Segment::DoneToSeen => "done_to_seen",
             Segment::EndToEnd => "end_to_end",
             Segment::PublishToSeen => "publish_to_seen",
+            Segment::LastRxToSeen => "last_rx_to_seen",
         }
     }
 
@@ -108,6 +116,7 @@ pub fn segment_spans(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> [S
         span(done, seen_ns),
         span(r.sender_ts_ns, seen_ns),
         span(r.published_ns, seen_ns),
+        span(r.last_rx_ns, seen_ns),
     ]
 }
 
@@ -119,6 +128,7 @@ mod tests {
         ResultRecord {
             sender_ts_ns: 1_000,
             first_rx_ns: 1_400,
+            last_rx_ns: 1_900,
             published_ns: 2_000,
             detect_ns: 2_050,
             done_ns: 2_550,
@@ -136,7 +146,7 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(ns, vec![400, 600, 50, 500, 450, 2000, 1000]);
+        assert_eq!(ns, vec![400, 600, 50, 500, 450, 2000, 1000, 1100]);
         assert_eq!(ns[..5].iter().sum::<u64>(), ns[5]);
     }
 
@@ -176,7 +186,8 @@ mod tests {
                 "compute",
                 "done_to_seen",
                 "end_to_end",
-                "publish_to_seen"
+                "publish_to_seen",
+                "last_rx_to_seen"
             ]
         );
         for s in Segment::ALL {

@@ -412,6 +412,26 @@ impl RingWriter {
         unsafe { std::slice::from_raw_parts_mut(base.add(SLOT_PAYLOAD_OFFSET), self.ring.payload_capacity) }
     }
 
+    /// Reports that the first `bytes` payload bytes of reserved, unpublished
+    /// slot `seq` are final: one release store of the slot header's
+    /// [`SlotHeader::received_mark`], so that a consumer may copy them while
+    /// the rest of the frame arrives. The caller must not write those bytes
+    /// again before the slot is published, and passes the same mark in the
+    /// header it publishes.
+    ///
+    /// # Panics
+    /// If `seq` is not reserved by this writer.
+    pub fn mark_received(&mut self, seq: u64, bytes: u32) {
+        assert!(seq > self.published && seq < self.next, "ring sequence {seq} is not reserved");
+        let at = offset_of!(SlotHeader, received_mark);
+        // SAFETY: the slot is reserved by this writer (see `payload_mut`) and
+        // its header lies inside the slot; the slot is 256-byte aligned and the
+        // word's offset a multiple of 8, as AtomicU64 needs. A consumer on the
+        // device reads the word concurrently, which an atomic store permits.
+        let word = unsafe { AtomicU64::from_ptr(self.ring.slot_base(seq).add(at).cast::<u64>()) };
+        word.store(received_mark(seq, bytes), Ordering::Release);
+    }
+
     /// Publishes the oldest reserved slot: writes its header and makes it
     /// visible with one release store of the head sequence.
     ///

@@ -83,7 +83,28 @@ pub struct SlotHeader {
     pub last_rx_ns: u64,
     /// Published to the ring.
     pub published_ns: u64,
-    pub _reserved1: [u64; 7],
+    /// How much of the payload is final while the frame is still arriving:
+    /// [`received_mark`]`(ring_seq, bytes)`, the UDP reassembler's one-word
+    /// progress report (release store). `bytes` is the length of the
+    /// received prefix: it never passes a missing packet and never exceeds
+    /// the frame, and those bytes do not change until the slot is reused.
+    /// The tag (low 32 bits of the ring sequence) tells this frame's mark
+    /// from the one a slot's previous frame left. Receivers that do not
+    /// report progress leave it 0.
+    pub received_mark: u64,
+    pub _reserved1: [u64; 6],
+}
+
+/// The [`SlotHeader::received_mark`] word for ring sequence `seq` with a
+/// received prefix of `bytes`: the sequence's low 32 bits, then `bytes`.
+pub const fn received_mark(seq: u64, bytes: u32) -> u64 {
+    ((seq as u32 as u64) << 32) | bytes as u64
+}
+
+/// The received prefix a [`SlotHeader::received_mark`] word reports for
+/// ring sequence `seq`, or `None` when the word belongs to another frame.
+pub const fn received_prefix(mark: u64, seq: u64) -> Option<u32> {
+    if (mark >> 32) as u32 == seq as u32 { Some(mark as u32) } else { None }
 }
 
 /// Header of the result ring (written by the consumer, read by the host result thread).

@@ -1,0 +1,81 @@
+#!/bin/bash
+# Wire to result over loopback UDP, with sub-frame streaming into GPU memory
+# (loop.stream_to_gpu = "on") and without ("off": the chain reads the mapped
+# slot in place), in one run on one GPU: 768 KiB image frames at 1,000
+# frames/s (the image-u12 chain), 2 MiB at 300 and 8 MiB at 100 (the default
+# chain), plus 8 KiB frames at 1,000 (default chain, default settings) as the
+# small-frame figure. The measure is the appliance's last_rx_to_seen
+# segment: last packet received (kernel timestamp) to the result seen by the
+# host result thread. Writes one directory per case and summary.txt to $OUT.
+#
+#   OUT=/tmp/streaming FRAMELOOP=target/release/frameloop bench/streaming/run.sh
+#
+# With the argument `crossover` it runs the default chain at 64, 256, 512
+# and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
+set -u
+B=${FRAMELOOP:-target/release/frameloop}
+OUT=${OUT:-/tmp/streaming}
+PORT=5710
+mkdir -p "$OUT"
+
+IMAGE_CHAIN='
+[[chain]]
+op = "unpack"
+format = "u12"
+scale = 0.000244140625
+[[chain]]
+op = "filter2d"
+width = 1024
+kernel = [0.0625, 0.125, 0.0625, 0.125, 0.25, 0.125, 0.0625, 0.125, 0.0625]
+[[chain]]
+op = "stats"
+[[chain]]
+op = "threshold"
+level = 0.9
+'
+
+# case NAME BYTES RATE COUNT STREAM CHAIN
+case_run() {
+  local name=$1 bytes=$2 rate=$3 count=$4 stream=$5 chain=$6 dir="$OUT/$1"
+  mkdir -p "$dir"
+  {
+    echo 'backend = "cuda"'
+    echo "$chain"
+    echo '[ingest]'
+    echo "bind = \"127.0.0.1:$PORT\""
+    echo 'recv_buffer_bytes = 67108864'
+    echo '[ring]'
+    echo 'slots = 16'
+    echo "slot_bytes = $bytes"
+    echo '[loop]'
+    echo "stream_to_gpu = \"$stream\""
+  } > "$dir/config.toml"
+  "$B" run --config "$dir/config.toml" > "$dir/run.txt" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
+  "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
+    --packet-bytes 8972 > "$dir/send.txt" 2>&1
+  sleep 1
+  kill -INT $pid
+  wait $pid
+  local line
+  line=$(grep -m1 -E "^last_rx_to_seen " "$dir/run.txt")
+  local frames
+  frames=$(grep -m2 -E "^  (complete|incomplete) " "$dir/run.txt" | tr -s ' ' | tr '\n' ' ')
+  printf "%-22s %-4s %s | %s\n" "$name" "$stream" "$line" "$frames" >> "$OUT/summary.txt"
+}
+
+echo "case                   mode last_rx_to_seen (us): p50 p90 p99 p99.9 max count negative | frames" > "$OUT/summary.txt"
+case_run small-8k 8192 1000 3000 auto ""
+if [ "${1:-}" = crossover ]; then
+  # Where streaming starts to pay: the default chain at 1,000 frames/s.
+  for bytes in 65536 262144 524288 786432; do
+    for stream in off on; do case_run default-$((bytes / 1024))k-$stream $bytes 1000 2000 $stream ""; done
+  done
+  cat "$OUT/summary.txt"
+  exit 0
+fi
+for stream in off on; do case_run image-768k-$stream 786432 1000 3000 $stream "$IMAGE_CHAIN"; done
+for stream in off on; do case_run default-2m-$stream 2097152 300 900 $stream ""; done
+for stream in off on; do case_run default-8m-$stream 8388608 100 400 $stream ""; done
+cat "$OUT/summary.txt"
