@@ -312,6 +312,8 @@ impl ExecutorCore {
             handler_sets_if: u32::from(placement == ControllerPlacement::InHandler),
             stage_markers: u32::from(opts.stage_markers),
             program: fused.as_ref().map_or(0, |f| f.program.dptr()),
+            param_generation: 0,
+            _reserved_generation: 0,
         };
         let handler = match (&builtin_handler, workload.data_ready_handler()) {
             (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
