@@ -203,6 +203,11 @@ pub struct ExecutorCore {
     /// Set when a tear-down timed out or a fault was seen: the device may
     /// still touch this executor's memory, and freeing it may block.
     pub(super) wedged: AtomicBool,
+    /// Device resources a live chain change replaced while the graph ran:
+    /// freeing device memory (`cuMemFree`) waits for the whole device to go
+    /// idle, which a resident graph never does, so they are freed at the
+    /// loop's next stop.
+    pub(super) retired: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl ExecutorCore {
@@ -357,6 +362,7 @@ impl ExecutorCore {
             launched: false,
             finished: None,
             wedged: AtomicBool::new(false),
+            retired: Vec::new(),
             opts,
         };
         let mut programmatic = ex.opts.programmatic_edges;

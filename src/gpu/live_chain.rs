@@ -123,6 +123,10 @@ impl ExecutorCore {
             }
             return Err(e);
         }
+        // Stopped: what the old chain used can be freed now (not once the
+        // new graph runs: cuMemFree waits for the device to go idle).
+        drop(previous);
+        self.retired.clear();
         let mut in_place = false;
         if let (Some(graph), Some(exec)) = (captured, self.exec.as_mut()) {
             match exec.update(&graph)? {
@@ -145,7 +149,6 @@ impl ExecutorCore {
             self.relaunch()?;
         }
         let gap = gap_start.elapsed();
-        drop(previous);
         Ok(SwapReport { generation, in_place, prepare, gap })
     }
 
@@ -218,15 +221,18 @@ impl ExecutorCore {
         })
     }
 
-    /// Puts back what [`Self::install`] replaced (the old graph still runs with it).
+    /// Puts back what [`Self::install`] replaced (the old graph still runs
+    /// with it). What the failed swap allocated is retired, not freed: the
+    /// graph runs (see [`ExecutorCore::retired`]).
     fn restore(&mut self, previous: Previous) {
-        self.workload = previous.workload;
-        self.workload_plan = previous.workload_plan;
-        self.fused = previous.fused;
+        let mut retire = |r: Box<dyn std::any::Any + Send>| self.retired.push(r);
+        retire(Box::new(std::mem::replace(&mut self.workload, previous.workload)));
+        retire(Box::new(std::mem::replace(&mut self.workload_plan, previous.workload_plan)));
+        retire(Box::new(std::mem::replace(&mut self.fused, previous.fused)));
         self.opts.fused = previous.fused_chain;
         if let Some(plan) = previous.handler {
-            self.builtin_handler = previous.builtin_handler;
-            self.handler = plan;
+            retire(Box::new(std::mem::replace(&mut self.builtin_handler, previous.builtin_handler)));
+            retire(Box::new(std::mem::replace(&mut self.handler, plan)));
         }
         self.params = previous.params;
         *self.handler_params.lock().unwrap_or_else(PoisonError::into_inner) = previous.params;
