@@ -174,8 +174,13 @@ impl ExecutorCore {
             Some(chain) => Some(FusedBuffers::upload(&self.rt, chain, self.frame_ring.payload_capacity())?),
             None => None,
         };
-        let workload_plan =
-            if next.workload.is_empty() { None } else { Some(plan_fragment(&ctx, &next.workload)?) };
+        let workload_plan = match next.workload.is_empty() {
+            true => None,
+            false => match plan_fragment(&ctx, &next.workload) {
+                Ok(plan) => Some(plan),
+                Err(e) => return Err(self.retire_on_error(e, Box::new((fused, next.workload)))),
+            },
+        };
         // A [handler] keeps its fragment and plan; the built-in one follows the chain.
         let handler = if self.opts.user_handler.is_some() {
             None
@@ -185,9 +190,17 @@ impl ExecutorCore {
                 Some(f) => BuiltinHandler::fused_chain(Arc::clone(&self.handler_params), f.shared_bytes),
                 None => BuiltinHandler::ring_ready(Arc::clone(&self.handler_params)),
             };
-            h.add_operator(op).map_err(|e| GpuError::Setup(e.to_string()))?;
-            let plan = plan_fragment(&ctx, &h)?;
-            Some((h, plan))
+            let planned = h
+                .add_operator(op)
+                .map_err(|e| GpuError::Setup(e.to_string()))
+                .and_then(|_| plan_fragment(&ctx, &h));
+            match planned {
+                Ok(plan) => Some((h, plan)),
+                Err(e) => {
+                    let allocated = Box::new((fused, next.workload, workload_plan, h));
+                    return Err(self.retire_on_error(e, allocated));
+                }
+            }
         };
         let stage_names = match (&workload_plan, &next.fused) {
             (_, Some(chain)) => vec![format!("fused chain ({})", chain.describe())],
@@ -219,6 +232,13 @@ impl ExecutorCore {
             params: std::mem::replace(&mut self.params, params),
             stage_names: std::mem::replace(&mut self.stage_names, stage_names),
         })
+    }
+
+    /// Keeps what a failed [`Self::install`] allocated until the next stop
+    /// (freeing it now would wait for the running graph) and passes `e` on.
+    fn retire_on_error(&mut self, e: GpuError, allocated: Box<dyn std::any::Any + Send>) -> GpuError {
+        self.retired.push(allocated);
+        e
     }
 
     /// Puts back what [`Self::install`] replaced (the old graph still runs
