@@ -90,7 +90,7 @@ struct alignas(64) ResultRecord {
   uint32_t result_flags;
   uint64_t skipped_before;
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's fl_user_result words (kernels/frameloop.cuh)
-  uint32_t param_generation;  // parameter set the frame ran with; 0 here: the CUDA backend applies changes on restart
+  uint32_t param_generation;  // parameter generation the frame ran with (LoopParams::param_generation)
   uint32_t _reserved1;
 };
 
@@ -243,6 +243,8 @@ struct LoopParams {
   uint32_t handler_sets_if;    // 1: the handler sets the IF value and does the controller's work (no controller node)
   uint32_t stage_markers;      // 1: stage marker kernels run between operators
   const FusedProgram* program; // the fused chain the handler runs itself (device memory), or null
+  uint32_t param_generation;   // parameter generation of the chain this graph runs (ResultRecord::param_generation)
+  uint32_t _reserved_generation;
 };
 
 static_assert(sizeof(RingHeader) == 256, "RingHeader");
@@ -253,7 +255,7 @@ static_assert(sizeof(FrameDesc) == 64, "FrameDesc");
 static_assert(sizeof(ChainResult) == 32, "ChainResult");
 static_assert(sizeof(LoopControl) == 12 * 64, "LoopControl");
 static_assert(sizeof(FusedStep) == 288, "FusedStep");
-static_assert(sizeof(LoopParams) == 128, "LoopParams");
+static_assert(sizeof(LoopParams) == 136, "LoopParams");
 
 // Device address of the slot holding ring sequence `seq` (>= 1).
 FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
@@ -293,7 +295,7 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
   r.skipped_before = d.skipped;
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
-  r.param_generation = 0u;
+  r.param_generation = p.param_generation;
   r._reserved1 = 0u;
   r.done_ns = fl_globaltimer();
   return r;

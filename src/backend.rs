@@ -97,7 +97,8 @@ pub trait ResidentLoop: Send {
     }
     /// The handle that changes the chain while the loop runs: `Some` on the
     /// first call of a backend that can, `None` after that and for backends
-    /// that apply chain changes only on restart (the CUDA backend).
+    /// that apply chain changes only on restart. The CUDA backend's stops
+    /// its graph between two frames and relaunches it with the new chain.
     fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
         None
     }

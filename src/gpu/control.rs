@@ -111,12 +111,16 @@ pub struct LoopParams {
     /// Device address of the [`super::fused::FusedProgram`] the handler runs
     /// itself (the fused chain), or 0.
     pub program: u64,
+    /// The parameter generation of the chain the graph runs; every result
+    /// it publishes carries it (`ResultRecord::param_generation`).
+    pub param_generation: u32,
+    pub _reserved_generation: u32,
 }
 
 const _: () = {
     assert!(std::mem::size_of::<LoopControl>() == 12 * 64);
     assert!(std::mem::size_of::<DeviceLoopState>().is_multiple_of(64));
-    assert!(std::mem::size_of::<LoopParams>() == 128);
+    assert!(std::mem::size_of::<LoopParams>() == 136);
 };
 
 /// Byte offsets of the device-side structures inside [`DeviceLoopState`].
@@ -178,7 +182,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
     offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user);
-    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program);
+    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program, param_generation);
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
     offsets!(FusedProgram: step_count, capacity, stage_bytes, shared_buffers, buffers, steps);
     v

@@ -6,25 +6,67 @@ use super::chain_builder::UserChain;
 use super::control::*;
 use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
+use super::fused::FusedChain;
 use super::fused::plan_fusion;
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
+use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
 use super::output_publish::DeviceOutput;
 use super::runtime::GpuRuntime;
 use super::user_handler::UserHandlerSource;
-use crate::backend::{BackendError, ClockEstimate, LoopStats, ResidentLoop};
+use crate::backend::{BackendError, ClockEstimate, LiveChain, LoopStats, ResidentLoop};
 use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
 use crate::ops::OpSpec;
 use crate::output::OutputWriter;
 use crate::ring::{FrameRing, ResultRing};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The CUDA resident loop as the appliance sees it.
 pub struct CudaLoop {
-    exec: ResidentExecutor,
+    /// Shared (weakly) with the reload path's [`CudaLiveChain`], which swaps
+    /// the chain under this lock.
+    exec: Arc<Mutex<ResidentExecutor>>,
     /// The output ring the graph writes (`[output]`); declared after `exec`
     /// so that the graph is gone before the ring is freed.
     output: Option<DeviceOutput>,
+    /// The reload path's handle on the chain; taken once.
+    live: Option<CudaLiveChain>,
+}
+
+/// The workload of `chain` as the loop runs it: the fused chain inside the
+/// handler when it can be fused (`mode`), else one kernel per operator;
+/// `unfused` says why it must not be fused whatever its operators.
+pub(super) fn plan_chain(
+    rt: &GpuRuntime,
+    chain: &[OpSpec],
+    capacity: usize,
+    mode: FusedChainMode,
+    unfused: Option<&str>,
+) -> Result<(Fragment, Option<FusedChain>), GpuError> {
+    if let Some(what) = unfused {
+        if mode == FusedChainMode::On {
+            return Err(GpuError::Setup(format!(
+                "loop.fused_chain = \"on\" but with {what} the chain runs one kernel per operator; \
+                 set it to \"auto\" or \"off\""
+            )));
+        }
+        tracing::info!("one kernel per operator in the graph's IF body: {what}");
+        return Ok((chain_fragment(chain, capacity)?, None));
+    }
+    let limit = fused_shared_limit(rt)?;
+    match plan_fusion(chain, capacity, mode, false, limit) {
+        Ok(fused) => {
+            tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
+            Ok((Fragment::new("main"), Some(fused)))
+        }
+        Err(why) if mode == FusedChainMode::On => Err(GpuError::Setup(format!(
+            "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
+        ))),
+        Err(why) => {
+            tracing::info!("one kernel per operator in the graph's IF body: {why}");
+            Ok((chain_fragment(chain, capacity)?, None))
+        }
+    }
 }
 
 impl CudaLoop {
@@ -117,67 +159,64 @@ impl CudaLoop {
                 "[output] is enabled: the output node follows the chain (the fused chain has no place for it)"
                     .to_string(),
             ),
+            (None, None, None) if stream => {
+                Some("frames stream into GPU memory while they arrive (loop.stream_to_gpu)".to_string())
+            }
             (None, None, None) => None,
         };
-        if let Some(what) = unfused {
-            if opts.loop_cfg.fused_chain == FusedChainMode::On {
-                return Err(GpuError::Setup(format!(
-                    "loop.fused_chain = \"on\" but with {what} the chain runs one kernel per operator; \
-                     set it to \"auto\" or \"off\""
-                )));
-            }
-            if let Some(h) = handler {
-                tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
-                opts.user_handler = Some(h);
-            }
-            tracing::info!("one kernel per operator in the graph's IF body: {what}");
-            let fragment = match user_chain {
-                Some(user) => user.into_fragment(capacity)?,
-                None => chain_fragment(chain, capacity)?,
-            };
-            let exec =
-                ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
-            return Ok(Self { exec, output });
-        }
-        if stream {
-            tracing::info!(
-                "one kernel per operator in the graph's IF body: frames stream into GPU memory while they arrive \
-                 (loop.stream_to_gpu)"
-            );
-            let fragment = chain_fragment(chain, capacity)?;
-            let exec =
-                ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
-            return Ok(Self { exec, output: None });
-        }
-        let limit = fused_shared_limit(&rt)?;
-        let fragment = match plan_fusion(
-            chain,
-            frame_ring.payload_capacity(),
-            opts.loop_cfg.fused_chain,
-            false,
-            limit,
-        ) {
-            Ok(fused) => {
-                tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
-                opts.fused = Some(fused);
-                Fragment::new("main")
-            }
-            Err(why) if opts.loop_cfg.fused_chain == FusedChainMode::On => {
-                return Err(GpuError::Setup(format!(
-                    "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
-                )));
-            }
-            Err(why) => {
-                tracing::info!("one kernel per operator in the graph's IF body: {why}");
-                chain_fragment(chain, frame_ring.payload_capacity())?
-            }
+        let mode = opts.loop_cfg.fused_chain;
+        let mut planning = ChainPlanning {
+            capacity,
+            fused_mode: mode,
+            unfused: unfused.clone(),
+            output: output.is_some(),
+            fixed: None,
         };
+        let (fragment, fused) = match user_chain {
+            Some(user) => {
+                if mode == FusedChainMode::On {
+                    return Err(GpuError::Setup(format!(
+                        "loop.fused_chain = \"on\" but with the Rust operators {} the chain runs one \
+                         kernel per operator; set it to \"auto\" or \"off\"",
+                        user.operators()
+                    )));
+                }
+                planning.fixed = Some(format!("the chain has the Rust operators {}", user.operators()));
+                tracing::info!(
+                    "one kernel per operator in the graph's IF body: the Rust operators {}",
+                    user.operators()
+                );
+                (user.into_fragment(capacity)?, None)
+            }
+            None => plan_chain(&rt, chain, capacity, mode, unfused.as_deref())?,
+        };
+        if let Some(h) = handler {
+            tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
+            opts.user_handler = Some(h);
+        }
+        opts.fused = fused;
         let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
-        Ok(Self { exec, output: None })
+        let exec = Arc::new(Mutex::new(exec));
+        let live = CudaLiveChain {
+            exec: Arc::downgrade(&exec),
+            planning,
+            running: chain.to_vec(),
+            applied: 0,
+            mode: SwapMode::Update,
+        };
+        Ok(Self { exec, output, live: Some(live) })
     }
 
-    pub fn executor(&mut self) -> &mut ResidentExecutor {
-        &mut self.exec
+    /// The executor, locked (a reload swapping the chain holds the same lock).
+    pub fn executor(&self) -> MutexGuard<'_, ResidentExecutor> {
+        self.exec.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The reload path's handle on the chain, as its concrete type (it tells
+    /// how each swap went); `None` after the first call of this or
+    /// [`ResidentLoop::take_live_chain`].
+    pub fn take_cuda_live_chain(&mut self) -> Option<CudaLiveChain> {
+        self.live.take()
     }
 }
 
@@ -188,10 +227,11 @@ impl Drop for CudaLoop {
         if self.output.is_none() {
             return;
         }
-        if self.exec.launched {
-            let _ = self.exec.tear_down();
+        let mut exec = self.exec.lock().unwrap_or_else(PoisonError::into_inner);
+        if exec.launched {
+            let _ = exec.tear_down();
         }
-        if self.exec.is_wedged()
+        if exec.is_wedged()
             && let Some(output) = self.output.take()
         {
             tracing::warn!("the GPU stopped answering: the output ring is leaked, not freed");
@@ -214,28 +254,30 @@ impl ResidentLoop for CudaLoop {
         "cuda"
     }
     fn launch(&mut self) -> Result<(), BackendError> {
-        if self.exec.is_launched() {
+        let mut exec = self.executor();
+        if exec.is_launched() {
             return Err(BackendError::AlreadyLaunched);
         }
-        self.exec.launch().map_err(backend_error)
+        exec.launch().map_err(backend_error)
     }
     fn is_wedged(&self) -> bool {
-        self.exec.is_wedged()
+        self.executor().is_wedged()
     }
     fn is_launched(&self) -> bool {
-        self.exec.launched && driver::stream_done(&self.exec.run_stream).is_ok_and(|done| !done)
+        let exec = self.executor();
+        exec.launched && driver::stream_done(&exec.run_stream).is_ok_and(|done| !done)
     }
     fn stats(&self) -> LoopStats {
-        self.exec.stats()
+        self.executor().stats()
     }
     fn clock_offset_ns(&self) -> i64 {
-        self.exec.clock().offset_ns
+        self.executor().clock().offset_ns
     }
     fn clock_error_ns(&self) -> u64 {
-        self.exec.clock().error_ns
+        self.executor().clock().error_ns
     }
     fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, BackendError> {
-        let c = self.exec.rt.recalibrate_clock().map_err(backend_error)?;
+        let c = self.executor().rt.recalibrate_clock().map_err(backend_error)?;
         Ok(Some(ClockEstimate {
             offset_ns: c.offset_ns,
             error_ns: c.error_ns,
@@ -244,19 +286,23 @@ impl ResidentLoop for CudaLoop {
         }))
     }
     fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
-        let was_running = self.exec.launched;
-        if let Some(Err(e)) = self.exec.poll() {
+        let mut exec = self.executor();
+        let was_running = exec.launched;
+        if let Some(Err(e)) = exec.poll() {
             return Err(BackendError::Other(e));
         }
-        if !was_running && self.exec.finished.is_none() {
+        if !was_running && exec.finished.is_none() {
             return Err(BackendError::NotLaunched);
         }
-        if !self.exec.launched {
-            return match self.exec.state() {
-                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: self.exec.opts.loop_cfg.timeout_ms }),
-                _ => Ok(self.exec.stats()),
+        if !exec.launched {
+            return match exec.state() {
+                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: exec.opts.loop_cfg.timeout_ms }),
+                _ => Ok(exec.stats()),
             };
         }
-        self.exec.tear_down().map_err(backend_error)
+        exec.tear_down().map_err(backend_error)
+    }
+    fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
+        self.live.take().map(|l| Box::new(l) as Box<dyn LiveChain>)
     }
 }

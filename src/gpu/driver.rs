@@ -500,6 +500,29 @@ impl GraphExec {
         // SAFETY: live exec and stream.
         check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.raw, stream.cu_stream()) })
     }
+
+    /// Updates this executable graph in place from `graph` (`cuGraphExecUpdate`):
+    /// `Ok(None)` when it took the new node parameters, `Ok(Some(why))` when
+    /// the driver refused (a changed topology, node kind or kernel property)
+    /// and left the executable graph as it was. Must not run while the
+    /// graph executes.
+    pub fn update(&mut self, graph: &Graph) -> Result<Option<String>, GpuError> {
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: ptr::null_mut(),
+            errorFromNode: ptr::null_mut(),
+        };
+        // SAFETY: live exec (owned, `&mut`: not launched concurrently through
+        // this handle) and live graph; valid out-pointer.
+        let code = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
+        match (code, info.result) {
+            (sys::CUresult::CUDA_SUCCESS, sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS) => {
+                Ok(None)
+            }
+            (sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, why) => Ok(Some(format!("{why:?}"))),
+            (code, _) => Err(GpuError::driver("cuGraphExecUpdate", code)),
+        }
+    }
 }
 
 impl Drop for GraphExec {

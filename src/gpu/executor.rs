@@ -210,6 +210,11 @@ pub struct ExecutorCore {
     /// Set when a tear-down timed out or a fault was seen: the device may
     /// still touch this executor's memory, and freeing it may block.
     pub(super) wedged: AtomicBool,
+    /// Device resources a live chain change replaced while the graph ran:
+    /// freeing device memory (`cuMemFree`) waits for the whole device to go
+    /// idle, which a resident graph never does, so they are freed at the
+    /// loop's next stop.
+    pub(super) retired: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl ExecutorCore {
@@ -335,6 +340,8 @@ impl ExecutorCore {
             handler_sets_if: u32::from(placement == ControllerPlacement::InHandler),
             stage_markers: u32::from(opts.stage_markers),
             program: fused.as_ref().map_or(0, |f| f.program.dptr()),
+            param_generation: 0,
+            _reserved_generation: 0,
         };
         let handler = match (&builtin_handler, workload.data_ready_handler()) {
             (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
@@ -379,6 +386,7 @@ impl ExecutorCore {
             launched: false,
             finished: None,
             wedged: AtomicBool::new(false),
+            retired: Vec::new(),
             opts,
         };
         let mut programmatic = ex.opts.programmatic_edges;

@@ -193,6 +193,23 @@ impl ExecutorCore {
     }
 
     pub(super) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
+        let graph = self.capture_resident(programmatic, None)?;
+        self.exec = Some(graph.instantiate()?);
+        self._graph = Some(graph);
+        Ok(())
+    }
+
+    /// Captures the resident graph `WHILE { handler ; IF { workload } }`
+    /// (or `WHILE { fused chain }`) without instantiating it. The kernels'
+    /// loop parameters name the new graph's conditional handles, or
+    /// `keep_handles` (`(while, if)`): those of the executable graph this one
+    /// will update in place (`cuGraphExecUpdate` keeps the executable
+    /// graph's conditional nodes and their handles).
+    pub(super) fn capture_resident(
+        &mut self,
+        programmatic: bool,
+        keep_handles: Option<(u64, u64)>,
+    ) -> Result<Graph, GpuError> {
         let ctx = Arc::clone(&self.rt.ctx);
         let graph = Graph::new()?;
         let root = graph.root();
@@ -200,18 +217,17 @@ impl ExecutorCore {
         let (_, body) = root.add_conditional(&ctx, &[], while_handle, Conditional::While)?;
         if self.fused.is_some() {
             // The handler runs the chain and publishes: the body is that one kernel.
-            self.params.while_handle = while_handle.0;
+            self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
             self.params.if_handle = 0;
             *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
             self.capture_handler(body)?;
             self.programmatic_edges = 0;
-            self.exec = Some(graph.instantiate()?);
-            self._graph = Some(graph);
-            return Ok(());
+            self.publishes_in_last_kernel = false;
+            return Ok(graph);
         }
         let if_handle = body.conditional_handle(&ctx, 0, false)?;
-        self.params.while_handle = while_handle.0;
-        self.params.if_handle = if_handle.0;
+        self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
+        self.params.if_handle = keep_handles.map_or(if_handle.0, |k| k.1);
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
 
         let pull = match &self.stream {
@@ -237,10 +253,7 @@ impl ExecutorCore {
         self.capture_workload(if_body, &tail)?;
         self.programmatic_edges =
             if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
-        let exec = graph.instantiate()?;
-        self.exec = Some(exec);
-        self._graph = Some(graph);
-        Ok(())
+        Ok(graph)
     }
 
     pub(super) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {

@@ -25,6 +25,7 @@ pub mod fused;
 mod graph;
 pub mod kernel_sources;
 pub mod library;
+pub mod live_chain;
 pub mod mapped;
 pub mod nvrtc;
 pub mod operators;

@@ -133,6 +133,8 @@ pub enum ChainError {
         "chain[{index}] (kernel \"{entry}\"): user kernels run only on the CUDA backend; use backend = \"cuda\" on a machine with a GPU"
     )]
     UserKernelOnHost { index: usize, entry: String },
+    #[error("[[chain]]: {0}")]
+    Backend(String),
 }
 
 /// The host backend's refusal of a chain with a user kernel, naming the first one.

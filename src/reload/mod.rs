@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_backend_without_a_live_chain_refuses_chain_changes() {
-        let mut r = Reloader::new(Config::default(), None, "cuda");
+        let mut r = Reloader::new(Config::default(), None, "restart-only");
         assert_eq!(r.apply(with_level(3.0)), ReloadOutcome::RefusedRestart);
         assert_eq!(r.running(), &Config::default());
         assert_eq!(r.applied_generation(), 0);
