@@ -146,7 +146,10 @@ impl CudaLoop {
                     "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
                 )));
             }
-            Err(why @ NotFused::LargeFrames { .. }) => {
+            Err(NotFused::LargeFrames { buffers, shared_limit }) => {
+                let why = format!(
+                    "the chain's two sample buffers ({buffers} B) exceed one block's shared memory ({shared_limit} B)"
+                );
                 let capacity = frame_ring.payload_capacity();
                 let encoded =
                     FusedChain::encode(chain, capacity).map_err(|e| GpuError::Setup(e.to_string()))?;
