@@ -17,6 +17,8 @@ use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use frameloop::fragment::{
     DevicePtr, DeviceRegion, EnqueueTarget, Fragment, GpuResidentOperator, OperatorId, Plan, PortDirection,
 };
+use frameloop::gpu::fused::FusedChain;
+use frameloop::gpu::fused_tiled::FusedTiledOp;
 use frameloop::gpu::kernel_sources::{KERNEL_NAMES, KERNEL_SOURCES};
 use frameloop::gpu::operators::{
     ChainLayout, DelayOp, Filter2dOp, FirOp, ReduceOp, Reduction, UnpackOp, build_main_fragment,
@@ -863,5 +865,171 @@ fn whole_chains_match_the_cpu_chain_also_when_captured_into_a_graph() {
                 }
             }
         }
+    }
+}
+
+/// Frame sizes (bytes) the tiled fused kernel is checked at: not multiples
+/// of a tile or of the unpack chunks, and a 768 KiB image.
+const TILED_LENS: [usize; 6] = [1, 3, 4095, 786_432, (2 << 20) + 6, 0];
+
+/// The 768 KiB image chain of bench/configs/image-u12.toml, with a FIR behind it.
+fn image_chain(rng: &mut Rng) -> Vec<OpSpec> {
+    vec![
+        OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0 / 4096.0, offset: -0.5 },
+        OpSpec::Filter2d { width: 1024, kernel: std::array::from_fn(|_| rng.float(-0.3, 0.3)) },
+        OpSpec::Fir { taps: rng.floats(7, -0.5, 0.5) },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 0.1 },
+    ]
+}
+
+/// One frame of `raw` through a tiled rig against the CPU chain: n_samples,
+/// every final sample (and nothing written past them), the reductions
+/// (min, max, counts exact; the sum within the f64 tolerance) and the
+/// result fields the chain does not compute left as they were.
+fn check_tiled(
+    gpu: &Gpu,
+    rig: &mut Rig,
+    cpu_chain: &mut CpuChain,
+    payload: DevicePtr,
+    raw: &[u8],
+    what: &str,
+) {
+    gpu.upload(payload, raw);
+    rig.poison(gpu);
+    rig.set_desc(
+        gpu,
+        FrameDesc { payload_dptr: payload, payload_len: raw.len() as u32, ..Default::default() },
+    );
+    rig.run(gpu);
+    let want = cpu_chain.run(raw);
+    assert_eq!(rig.desc(gpu).n_samples as usize, want.output_len, "{what}: n_samples");
+    let port = rig.port(rig.first(), "samples", PortDirection::Output);
+    let all: Vec<f32> = gpu.download(port.dptr, port.bytes / 4);
+    let want_samples = cpu_chain.output(&want);
+    for (i, (g, w)) in all.iter().zip(want_samples).enumerate() {
+        assert!(g.to_bits() == w.to_bits(), "{what}: sample {i}: {g} vs {w}");
+    }
+    assert_untouched(what, &all[want.output_len..]);
+    let result = rig.result(gpu);
+    let poison_word = u32::from_ne_bytes([RESULT_POISON; 4]);
+    let x = want_samples;
+    match want.stats {
+        Some(stats) => {
+            let magnitude: f64 = x.iter().map(|v| v.abs() as f64).sum();
+            let tol = sum_tolerance(stats.sum, x.len(), magnitude);
+            assert!(
+                ((result.sum - stats.sum) as f64).abs() <= tol,
+                "{what}: sum {} vs {}",
+                result.sum,
+                stats.sum
+            );
+            assert_eq!(
+                (result.min.to_bits(), result.max.to_bits()),
+                (stats.min.to_bits(), stats.max.to_bits())
+            );
+        }
+        None => assert_eq!(result.sum.to_bits(), poison_word, "{what}: no stats in the chain, sum written"),
+    }
+    match want.detect {
+        Some(detect) => {
+            assert_eq!((result.detect_count, result.first_detect_index), detect, "{what}: threshold")
+        }
+        None => {
+            assert_eq!(result.detect_count, poison_word, "{what}: no threshold in the chain, count written")
+        }
+    }
+    assert_tickets_reset(gpu, rig, what);
+}
+
+/// The tiled rig of `chain` for frames of `max_frame` bytes (scratch and samples ports).
+fn tiled_rig(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize) -> Rig {
+    let encoded = FusedChain::encode(chain, max_frame).unwrap();
+    Rig::single(gpu, FusedTiledOp::new("tiled", encoded).unwrap().with_samples_port())
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_fused_chains_match_the_cpu_chain_at_every_size() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("tiled chains");
+    let max_frame = (2 << 20) + 64;
+    let payload = gpu.alloc(max_frame);
+    let mut chains = vec![frameloop::ops::default_chain(), image_chain(&mut rng)];
+    chains.extend((0..10).map(|_| random_chain(&mut rng)));
+    for (c, chain) in chains.iter().enumerate() {
+        let mut rig = tiled_rig(&mut gpu, chain, max_frame);
+        let mut cpu_chain = CpuChain::new(chain, max_frame).unwrap();
+        for len in TILED_LENS.iter().copied().chain([max_frame, 1 + rng.below(max_frame)]) {
+            let raw = rng.bytes(len);
+            check_tiled(
+                &gpu,
+                &mut rig,
+                &mut cpu_chain,
+                payload,
+                &raw,
+                &format!("chain {c} {chain:?} len {len}"),
+            );
+        }
+        // The same rig again: the scratch as the last frame left it.
+        let raw = rng.bytes(786_432);
+        check_tiled(&gpu, &mut rig, &mut cpu_chain, payload, &raw, &format!("chain {c} again"));
+    }
+}
+
+/// The largest slot ring.slot_bytes allows (1 GiB): every block takes many tiles.
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_fused_default_chain_matches_the_cpu_on_the_largest_slot() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("tiled largest slot");
+    let max_frame = 1 << 30;
+    let payload = gpu.alloc(max_frame);
+    let chain = frameloop::ops::default_chain();
+    let mut rig = tiled_rig(&mut gpu, &chain, max_frame);
+    let mut cpu_chain = CpuChain::new(&chain, max_frame).unwrap();
+    for len in [max_frame, max_frame - 3] {
+        let raw = rng.bytes(len);
+        check_tiled(&gpu, &mut rig, &mut cpu_chain, payload, &raw, &format!("default chain len {len}"));
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_fused_chains_give_identical_bits_over_100_graph_launches() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("tiled determinism");
+    let max_frame = (2 << 20) + 6;
+    let payload = gpu.alloc(max_frame);
+    for chain in [frameloop::ops::default_chain(), image_chain(&mut rng)] {
+        let mut rig = tiled_rig(&mut gpu, &chain, max_frame);
+        let mut cpu_chain = CpuChain::new(&chain, max_frame).unwrap();
+        let raw = rng.bytes(max_frame);
+        let what = format!("{chain:?}");
+        check_tiled(&gpu, &mut rig, &mut cpu_chain, payload, &raw, &what);
+        let reference = rig.result(&gpu);
+        gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        let target = EnqueueTarget {
+            stream: &gpu.stream,
+            frame_desc: rig.frame_desc,
+            chain_result: rig.chain_result,
+            user_result: 0,
+            slot_header: 0,
+            kernels: &gpu.kernels,
+        };
+        let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
+        let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
+        enqueued.unwrap();
+        for run in 0..100 {
+            gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+            graph.launch().unwrap();
+            gpu.sync();
+            assert_eq!(
+                result_bits(&rig.result(&gpu)),
+                result_bits(&reference),
+                "{what}: graph launch {run} differs"
+            );
+        }
+        assert_tickets_reset(&gpu, &rig, &what);
     }
 }

@@ -46,8 +46,18 @@ fn close(a: f32, b: f32, rel: f32) -> bool {
 }
 
 fn check_against_cpu(chain: &[OpSpec], seed: u64, results: &[ResultRecord], lens: &[usize]) {
-    let mut cpu = CpuChain::new(chain, FRAME_BYTES).unwrap();
-    let mut payload = vec![0u8; FRAME_BYTES];
+    check_against_cpu_sized(chain, seed, results, lens, FRAME_BYTES);
+}
+
+fn check_against_cpu_sized(
+    chain: &[OpSpec],
+    seed: u64,
+    results: &[ResultRecord],
+    lens: &[usize],
+    frame_bytes: usize,
+) {
+    let mut cpu = CpuChain::new(chain, frame_bytes).unwrap();
+    let mut payload = vec![0u8; frame_bytes];
     for (r, &len) in results.iter().zip(lens) {
         let i = r.frame_seq;
         fill_frame(seed, i, &mut payload[..len]);
@@ -125,6 +135,53 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
         assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
         check_against_cpu(&chain.0, seed, &out, &lens);
         assert!(!lp.is_launched());
+        assert_eq!(rings.frames.consumed(), n as u64, "every slot handed back");
+    }
+}
+
+/// Under `auto`, frames too large for the handler's shared memory run as
+/// one tiled kernel per frame (its last block publishes the result), and
+/// every result equals the CPU chain's.
+#[test]
+#[ignore = "needs a GPU"]
+fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
+    let rt = runtime();
+    let seed = 0x711e ^ frameloop::clock::realtime_ns();
+    let frame_bytes = 786_432;
+    for chain in [
+        default_chain(),
+        vec![
+            OpSpec::Unpack { format: SampleFormat::U12, scale: 0.01, offset: -3.0 },
+            OpSpec::Filter2d { width: 1024, kernel: [0.1, 0.2, 0.1, 0.0, 1.0, 0.0, -0.1, -0.2, -0.1] },
+            OpSpec::Stats,
+            OpSpec::Threshold { level: 20.0 },
+        ],
+    ] {
+        let rings = MappedRings::new(&rt, 16, frame_bytes, 1024, OverrunPolicy::Every).unwrap();
+        poison_results(&rings);
+        let mut reader = ResultReader::new(Arc::clone(&rings.results));
+        let mut lp = CudaLoop::new(
+            Arc::clone(&rt),
+            Arc::clone(&rings.frames),
+            Arc::clone(&rings.results),
+            &chain,
+            LoopConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(lp.executor().stage_names(), ["fused_tiled"], "{chain:?}");
+        let mut w = rings.frames.writer().unwrap();
+        lp.launch().unwrap();
+        let n = 60;
+        let (mut lens, mut out) = (Vec::new(), Vec::new());
+        for i in 0..n as u64 {
+            let len = if i % 5 == 2 { 1 + (i as usize * 40_009) % frame_bytes } else { frame_bytes };
+            publish(&mut w, seed, i, len).unwrap();
+            lens.push(len);
+            wait_results(&mut reader, &mut out, i as usize + 1);
+        }
+        assert_eq!(lp.tear_down().unwrap().frames_processed, n as u64);
+        assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
+        check_against_cpu_sized(&chain, seed, &out, &lens, frame_bytes);
         assert_eq!(rings.frames.consumed(), n as u64, "every slot handed back");
     }
 }

@@ -13,7 +13,8 @@
 use super::driver::{self, LaunchDims};
 use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::floors::{ChainBytes, FloorMultiple, Floors, chain_bytes};
-use super::fused::{FusedChain, plan_fusion};
+use super::fused::{FusedChain, NotFused, plan_fusion};
+use super::fused_tiled::{LargePath, MEASURED, choose_large, tiled_fragment};
 use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
@@ -309,6 +310,8 @@ struct ModeSpec {
     publish_from_last_kernel: bool,
     /// Run the chain fused into the handler's kernel.
     fused: bool,
+    /// Run the chain as one tiled kernel across many blocks in the IF body.
+    tiled: bool,
     /// Run [`CompareOptions::compare_chain`] instead of the chain.
     compare_chain: bool,
 }
@@ -329,6 +332,9 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         opts.fused =
             Some(FusedChain::encode(chain, o.frame_bytes).map_err(|e| GpuError::Setup(e.to_string()))?);
         Fragment::new("main")
+    } else if m.tiled {
+        let encoded = FusedChain::encode(chain, o.frame_bytes).map_err(|e| GpuError::Setup(e.to_string()))?;
+        tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?
     } else if m.empty {
         Fragment::new("empty")
     } else {
@@ -451,7 +457,7 @@ fn run_floor(rt: &Arc<GpuRuntime>, o: &CompareOptions) -> Result<ModeResult, Gpu
 
 /// "name: R registers, L B local, S B shared" for the kernels on the frame path.
 fn kernel_resources(rt: &GpuRuntime) -> Vec<String> {
-    ["fl_ring_ready", "fl_fused_chain", "fl_unpack_u16", "fl_fir", "fl_stats_threshold"]
+    ["fl_ring_ready", "fl_fused_chain", "fl_fused_tiled", "fl_unpack_u16", "fl_fir", "fl_stats_threshold"]
         .iter()
         .map(|name| match rt.library.function(name) {
             Ok(f) => match (f.num_regs(), f.local_size_bytes(), f.shared_size_bytes()) {
@@ -469,6 +475,9 @@ fn operator_names(chain: &[OpSpec], frame_bytes: usize) -> Result<Vec<String>, G
     let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     Ok(plan.order().iter().filter_map(|&id| fragment.operator_name(id).map(str::to_string)).collect())
 }
+
+/// The mode that runs the chain as one tiled kernel in the IF body.
+const TILED_MODE: &str = "resident poll, tiled fused kernel";
 
 /// The mode that runs [`CompareOptions::compare_chain`].
 const COMPARE_CHAIN_MODE: &str = "resident poll, compare chain";
@@ -502,19 +511,25 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         programmatic_edges: true,
         publish_from_last_kernel: true,
         fused: false,
+        tiled: false,
         compare_chain: false,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
     let limit = fused_shared_limit(&rt)?;
     let auto = plan_fusion(&o.chain, o.frame_bytes, FusedChainMode::Auto, false, limit);
+    let large = choose_large(o.frame_bytes, MEASURED);
     let default_mode = match &auto {
         Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
+        Err(NotFused::LargeFrames { .. }) if large.0 == LargePath::Tiled => {
+            ModeSpec { tiled: true, ..resident("resident poll budget, auto: tiled fused kernel") }
+        }
         Err(_) => resident("resident poll budget, auto: graph IF body"),
     };
     let mut modes = vec![
         default_mode,
         resident("resident poll, graph IF body"),
+        ModeSpec { tiled: true, ..resident(TILED_MODE) },
         ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
         ModeSpec { programmatic_edges: false, ..resident("resident poll, plain edges") },
         ModeSpec { publish_from_last_kernel: false, ..resident("resident poll, end-marker node") },
@@ -607,8 +622,10 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             base.p50_us, other.p50_us, base.p999_us, other.p999_us, base.mode, other.mode
         )
     };
+    let tiled = by(TILED_MODE);
     let mut comparisons = vec![
         versus("chain fused into the handler against one kernel per operator in the IF body", &res, &if_body),
+        versus("one tiled kernel against one kernel per operator, both in the IF body", &tiled, &if_body),
         versus("empty workload, fused handler against handler -> IF -> end marker", &empty, &empty_if_body),
         versus("zero-copy reads of the slot against one copy into device memory", &if_body, &copy),
         versus("programmatic edges against plain edges", &if_body, &plain),
@@ -622,7 +639,13 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         ));
     }
     if let Err(why) = auto {
-        comparisons.insert(0, format!("loop.fused_chain = \"auto\" does not fuse this chain: {why}"));
+        comparisons.insert(
+            0,
+            format!(
+                "loop.fused_chain = \"auto\" does not fuse this chain into the handler: {why}; large frames: {:?} ({})",
+                large.0, large.1
+            ),
+        );
     }
     Ok(CompareReport {
         device: rt.info.to_string(),

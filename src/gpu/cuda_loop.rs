@@ -6,10 +6,11 @@ use super::chain_builder::UserChain;
 use super::control::*;
 use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
-use super::fused::FusedChain;
-use super::fused::plan_fusion;
+use super::fused::{FusedChain, NotFused, plan_fusion};
+use super::fused_tiled::{LargePath, MEASURED, chain_halo, choose_large, plan_tiles, tiled_fragment};
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
+use super::operators::REDUCE_MAX_BLOCKS;
 use super::output_publish::DeviceOutput;
 use super::runtime::GpuRuntime;
 use super::user_handler::UserHandlerSource;
@@ -62,6 +63,30 @@ pub(super) fn plan_chain(
         Err(why) if mode == FusedChainMode::On => Err(GpuError::Setup(format!(
             "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
         ))),
+        Err(NotFused::LargeFrames { buffers, shared_limit }) => {
+            let why = format!(
+                "the chain's two sample buffers ({buffers} B) exceed one block's shared memory ({shared_limit} B)"
+            );
+            let encoded = FusedChain::encode(chain, capacity).map_err(|e| GpuError::Setup(e.to_string()))?;
+            let (mut path, mut measured) = choose_large(capacity, MEASURED);
+            let samples = encoded.program.capacity as usize;
+            if let Err(e) = plan_tiles(samples, chain_halo(&encoded.program), REDUCE_MAX_BLOCKS, limit) {
+                (path, measured) = (LargePath::Graph, e.to_string());
+            }
+            match path {
+                LargePath::Tiled => {
+                    tracing::info!(
+                        "loop.fused_chain = \"auto\": one tiled kernel per frame runs the chain {} ({why}; {measured})",
+                        encoded.describe()
+                    );
+                    Ok((tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?, None))
+                }
+                LargePath::Graph => {
+                    tracing::info!("loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})");
+                    Ok((chain_fragment(chain, capacity)?, None))
+                }
+            }
+        }
         Err(why) => {
             tracing::info!("one kernel per operator in the graph's IF body: {why}");
             Ok((chain_fragment(chain, capacity)?, None))

@@ -22,6 +22,7 @@ pub mod executor;
 pub mod fft;
 pub mod floors;
 pub mod fused;
+pub mod fused_tiled;
 mod graph;
 pub mod kernel_sources;
 pub mod library;

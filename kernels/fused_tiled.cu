@@ -1,0 +1,291 @@
+// tiled fused chain: the built-in operators of a chain (the FusedProgram that
+// src/gpu/fused.rs encodes) in one kernel per frame across many blocks, for
+// frames whose samples do not fit in one block's shared memory
+// (src/gpu/fused_tiled.rs launches it in the graph's IF body).
+//
+// The frame of n samples is cut into tiles of `tile` samples
+// (ceil(n / gridDim.x) rounded up to 4, or less where the shared buffers
+// hold less); block b produces the outputs of tiles b, b + gridDim.x, ...
+// For each tile a block unpacks the tile plus `halo`
+// samples either side straight from the slot into shared memory, then runs
+// the steps there: each FIR (count / 2) and filter2d (width + 1) step
+// narrows the range it still computes by its own reach, so after the last
+// filter exactly the tile is left, computed from inputs no other block had
+// to write. Nothing goes through global memory between steps.
+//
+// stats and threshold reduce the block's tile (each thread its samples in
+// increasing index, then the fixed tree of fl_block_combine) into the
+// block's partial of that step (its tiles in order); after the last tile
+// every block writes the partial of the chain's last stats and last
+// threshold into
+// its slot of the FlReduceScratch and takes a ticket, and the last block
+// combines the slots in block-index order (kernels/reduce.cuh). So the same
+// frame gives the same bits on every run whatever order the blocks ran in.
+#include "reduce.cuh"
+#include "unpack.cuh"
+
+// Dynamic shared memory: two buffers of `span` floats.
+extern __shared__ float4 fl_tiled_smem[];
+
+// Where this block works: sample g of the frame is local sample g - base.
+struct FlTile {
+  int64_t base;  // t0 - halo (may be negative)
+  int64_t t0;    // first output of the tile
+  int64_t t1;    // one past its last (<= n)
+  int64_t n;     // samples of the frame
+};
+
+// Samples [g0, g1) of the payload converted into `out` (local indices).
+template <int FMT>
+FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, const FlTile& t, int64_t g0,
+                               int64_t g1, float scale, float offset) {
+  typedef UnpackChunk<FMT> C;
+  const int64_t c0 = g0 / C::samples, c1 = (g1 + C::samples - 1) / C::samples;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+    const int64_t first = c * C::samples;
+    if (vec_in && first >= g0 && first + C::samples <= g1) {
+      uint32_t words[4];
+      const uint8_t* src = payload + c * C::bytes;
+      if (C::bytes == 16) {
+        const uint4 v = *(const uint4*)src;
+        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+      } else {
+#pragma unroll
+        for (int w = 0; w < 3; ++w) words[w] = ((const uint32_t*)src)[w];
+        words[3] = 0;
+      }
+      uint32_t s[C::samples];
+      fl_decode_chunk<FMT>(words, s);
+      float* y = out + (first - t.base);
+#pragma unroll
+      for (uint32_t k = 0; k < C::samples; ++k) y[k] = fl_mul_add(__uint2float_rn(s[k]), scale, offset);
+    } else {
+      const int64_t lo = first > g0 ? first : g0;
+      const int64_t hi = first + C::samples < g1 ? first + C::samples : g1;
+      for (int64_t i = lo; i < hi; ++i)
+        out[i - t.base] = fl_mul_add(__uint2float_rn(fl_sample_at<FMT>(payload, (uint32_t)i)), scale, offset);
+    }
+  }
+}
+
+// FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
+// local samples (zero outside the frame).
+FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
+                            const float* taps) {
+  const int64_t half = count / 2;
+  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+    float acc = 0.0f;
+#pragma unroll 4
+    for (uint32_t k = 0; k < count; ++k) {
+      const int64_t src = g + k - half;
+      acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
+    }
+    y[g - t.base] = acc;
+  }
+}
+
+// filter2d outputs [g0, g1): fl_filter2d_range's sums on local samples.
+FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t w,
+                                 const float* k) {
+  const uint32_t n = (uint32_t)t.n;
+  const uint32_t rows = w ? n / w : 0;
+  const uint32_t full = rows * w;
+  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+    const uint32_t i = (uint32_t)g;
+    if (i >= full) {
+      y[g - t.base] = x[g - t.base];
+      continue;
+    }
+    const uint32_t r = i / w, c = i - r * w;
+    float acc = 0.0f;
+#pragma unroll
+    for (uint32_t dr = 0; dr < 3; ++dr) {
+      if (r + dr < 1 || r + dr - 1 >= rows) continue;
+#pragma unroll
+      for (uint32_t dc = 0; dc < 3; ++dc) {
+        if (c + dc < 1 || c + dc - 1 >= w) continue;
+        const int64_t src = (int64_t)(r + dr - 1) * w + (c + dc - 1);
+        acc = fl_mul_add(k[dr * 3 + dc], x[src - t.base], acc);
+      }
+    }
+    y[g - t.base] = acc;
+  }
+}
+
+// This thread's share of the tile: groups of four from 4 * threadIdx.x,
+// every 4 * blockDim.x samples, each in increasing index.
+template <bool STATS, bool THRESHOLD>
+FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float level) {
+  FlPartial p = fl_partial_empty();
+  const uint32_t len = (uint32_t)(t.t1 - t.t0);
+  const float* tile = x + (t.t0 - t.base);
+  for (uint32_t i = 4u * threadIdx.x; i < len; i += 4u * blockDim.x) {
+    const uint32_t end = i + 4 < len ? i + 4 : len;
+    for (uint32_t j = i; j < end; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], (uint32_t)t.t0 + j, level);
+  }
+  return p;
+}
+
+// The block's tile reduced and added into `acc` (the partial of this step
+// over the block's earlier tiles, in tile order).
+template <bool STATS, bool THRESHOLD>
+FL_DEVICE void fl_tiled_reduce(const float* x, const FlTile& t, float level, FlPartial* acc) {
+  const FlPartial p = fl_block_combine(fl_tiled_accumulate<STATS, THRESHOLD>(x, t, level));
+  if (threadIdx.x == 0) fl_combine(*acc, p);
+}
+
+// Samples a frame of `payload_len` bytes unpacks to under step kind `kind`
+// into buffers of `capacity` floats (fl_unpack_range's count).
+FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_t capacity) {
+  uint32_t n = 0, cap = capacity;
+  if (kind == FL_STEP_UNPACK_U8) n = fl_samples_in<FL_FMT_U8>(payload_len);
+  if (kind == FL_STEP_UNPACK_U16) n = fl_samples_in<FL_FMT_U16>(payload_len);
+  if (kind == FL_STEP_UNPACK_U12) n = fl_samples_in<FL_FMT_U12>(payload_len), cap = capacity & ~1u;
+  return n < cap ? n : cap;
+}
+
+// One frame: `fd` the claimed frame (payload_len, payload_dptr; n_samples is
+// written by the last block), `prog` the chain (its buffers and staging
+// fields are not used), `out` the loop's ChainResult, `scratch` a zeroed
+// FlReduceScratch kept between frames, `halo` the samples the filter steps
+// reach in total on either side, `span` floats of each shared buffer (a tile
+// takes at most span - 2 * halo of them, rounded down to 4; a frame with
+// more tiles than blocks gives each block several, in a grid stride),
+// `publish` null or the loop's parameters (the last block publishes the
+// result), `samples` null or room for the frame's samples after the last
+// filter (each block writes its tiles there; for tests against the CPU
+// reference). Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
+// 2 * span * 4 bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
+    fl_fused_tiled(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
+                   uint32_t halo, uint32_t span, const LoopParams* publish, float* samples) {
+  __shared__ FusedStep steps[FL_FUSED_MAX_STEPS];
+  // Each reduction step's partial over this block's tiles.
+  __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
+  __shared__ bool last;
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
+  const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
+  {
+    const uint4* from = (const uint4*)prog->steps;
+    uint4* to = (uint4*)steps;
+    for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += blockDim.x)
+      to[w] = from[w];
+  }
+  if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
+  __syncthreads();
+  const uint8_t* payload = (const uint8_t*)fd->payload_dptr;
+  const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, fd->payload_len, prog->capacity) : 0;
+  // Tiles of a multiple of four samples (every thread's groups start on the
+  // same lanes): one per block when they fit in the buffers, else the most that fit.
+  const uint32_t room = span > 2u * halo ? (span - 2u * halo) & ~3u : 0u;
+  uint32_t tile = ((n + gridDim.x - 1) / gridDim.x + 3u) & ~3u;
+  tile = tile < room ? tile : room;
+  const uint32_t tiles = tile ? (n + tile - 1) / tile : 0;
+  float* b0 = (float*)fl_tiled_smem;
+  float* b1 = b0 + span;
+  for (uint32_t k = blockIdx.x; k < tiles; k += gridDim.x) {
+    FlTile t;
+    t.n = n;
+    t.t0 = (int64_t)k * tile;
+    t.t1 = t.t0 + tile < t.n ? t.t0 + tile : t.n;
+    t.base = t.t0 - (int64_t)halo;
+    // Samples either side of the tile the current buffer still holds correctly.
+    int64_t reach = halo;
+    // The buffer holding the latest samples.
+    uint32_t current = 0;
+    for (uint32_t i = 0; i < step_count; ++i) {
+      const FusedStep& s = steps[i];
+      const float* in = (s.input & 1u) ? b1 : b0;
+      float* o = (s.output & 1u) ? b1 : b0;
+      const bool filter = s.kind == FL_STEP_FIR || s.kind == FL_STEP_FILTER2D;
+      if (s.kind <= FL_STEP_UNPACK_U12) reach = halo;
+      if (filter) reach -= s.kind == FL_STEP_FIR ? (int64_t)(s.count / 2) : (int64_t)s.count + 1;
+      if (filter || s.kind <= FL_STEP_UNPACK_U12) current = s.output & 1u;
+      const int64_t g0 = t.t0 - reach > 0 ? t.t0 - reach : 0;
+      const int64_t g1 = t.t1 + reach < t.n ? t.t1 + reach : t.n;
+      switch (s.kind) {
+        case FL_STEP_UNPACK_U8:
+          fl_tiled_unpack<FL_FMT_U8>(payload, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
+          break;
+        case FL_STEP_UNPACK_U16:
+          fl_tiled_unpack<FL_FMT_U16>(payload, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
+          break;
+        case FL_STEP_UNPACK_U12:
+          fl_tiled_unpack<FL_FMT_U12>(payload, (uint64_t)payload % 4 == 0, o, t, g0, g1, s.a, s.b);
+          break;
+        case FL_STEP_FIR:
+          fl_tiled_fir(in, o, t, g0, g1, s.count <= FL_MAX_FIR_TAPS ? s.count : FL_MAX_FIR_TAPS, s.coeffs);
+          break;
+        case FL_STEP_FILTER2D:
+          fl_tiled_filter2d(in, o, t, g0, g1, s.count, s.coeffs);
+          break;
+        case FL_STEP_STATS:
+          fl_tiled_reduce<true, false>(in, t, 0.0f, &acc[i]);
+          break;
+        case FL_STEP_THRESHOLD:
+          fl_tiled_reduce<false, true>(in, t, s.a, &acc[i]);
+          break;
+        case FL_STEP_STATS_THRESHOLD:
+          fl_tiled_reduce<true, true>(in, t, s.a, &acc[i]);
+          break;
+        default:  // delay and fault_at run once per frame, below
+          break;
+      }
+      // The next step reads what this one wrote.
+      __syncthreads();
+    }
+    if (samples != nullptr) {
+      const float* x = current ? b1 : b0;
+      for (int64_t g = t.t0 + threadIdx.x; g < t.t1; g += blockDim.x) samples[g] = x[g - t.base];
+    }
+    // The next tile's unpack overwrites what the threads above still read.
+    __syncthreads();
+  }
+  bool has_stats = false, has_detect = false;
+  FlPartial mine = fl_partial_empty();
+  for (uint32_t i = 0; i < step_count; ++i) {
+    const FusedStep& s = steps[i];
+    // The last stats and the last threshold of the chain give the result's fields, as on the CPU.
+    if (s.kind == FL_STEP_STATS || s.kind == FL_STEP_STATS_THRESHOLD) {
+      has_stats = true;
+      mine.sum = acc[i].sum, mine.min = acc[i].min, mine.max = acc[i].max;
+    }
+    if (s.kind == FL_STEP_THRESHOLD || s.kind == FL_STEP_STATS_THRESHOLD) {
+      has_detect = true;
+      mine.count = acc[i].count, mine.first = acc[i].first;
+    }
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_DELAY) {
+      const uint64_t start = fl_globaltimer();
+      while (fl_globaltimer() - start < s.delay_ns) __nanosleep(256);
+    }
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_FAULT_AT && fd->ring_seq >= s.count) {
+      volatile uint32_t* bad = (volatile uint32_t*)8ull;
+      *bad = 0xdeadu;
+    }
+  }
+  if (threadIdx.x == 0) {
+    FlPartial* slot = &scratch->partial[blockIdx.x];
+    __stcg(&slot->sum, mine.sum);
+    __stcg(&slot->min, mine.min);
+    __stcg(&slot->max, mine.max);
+    __stcg(&slot->count, mine.count);
+    __stcg(&slot->first, mine.first);
+    __threadfence();  // the slot is visible device-wide before the ticket counts it
+    last = atomicAdd(&scratch->ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every counted slot is visible to this block's reads below
+  FlPartial p = threadIdx.x < gridDim.x ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
+  p = fl_block_combine(p);
+  if (threadIdx.x != 0) return;
+  fd->n_samples = n;
+  if (has_stats) fl_write_result<true, false>(out, p, n);
+  if (has_detect) fl_write_result<false, true>(out, p, n);
+  scratch->ticket = 0;  // ready for the next frame: every block of this one has counted
+  if (publish != nullptr) {
+    __threadfence();  // n_samples and the result before the record that reads them
+    fl_publish_result(*publish);
+  }
+}

@@ -1,0 +1,412 @@
+//! The tiled fused chain: the fused program of [`super::fused`] run by one
+//! kernel per frame across many blocks (`fl_fused_tiled`,
+//! kernels/fused_tiled.cu), for frames whose samples do not fit in one
+//! block's shared memory. The graph runs `handler ; IF { fl_fused_tiled }`
+//! and the kernel's last block publishes the result.
+//!
+//! Each block takes one tile of the frame plus a halo (the samples the
+//! chain's FIR and filter2d steps reach on either side), unpacks it straight
+//! from the slot into shared memory and runs every step there; stats and
+//! threshold are folded in as per-block partials that the last block to
+//! finish combines in block order, so results are identical run to run.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::driver::DeviceBuffer;
+use super::fused::{FusedChain, FusedProgram, step};
+use super::operators::{REDUCE_MAX_BLOCKS, REDUCE_SCRATCH_BYTES, REDUCE_THREADS};
+use crate::fragment::{
+    ComputeContext, Fragment, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory,
+};
+use thiserror::Error;
+
+/// Samples a tile holds at least: two per thread, so that a small frame is
+/// not spread over blocks that each do almost nothing but count in.
+pub const MIN_TILE_SAMPLES: usize = 2 * REDUCE_THREADS as usize;
+
+/// Why a chain cannot run tiled.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NotTiled {
+    #[error(
+        "the chain's filters reach {halo} samples either side of a tile, and a tile at least as long with its halos needs {needed} B of shared memory per block where {limit} B are available; use narrower filter2d rows or fewer filters"
+    )]
+    HaloTooWide { halo: u64, needed: usize, limit: usize },
+    #[error("an empty chain has nothing to tile")]
+    Empty,
+}
+
+/// Samples the chain's filter steps reach in total on either side of an
+/// output: `count / 2` per FIR, `width + 1` per filter2d (a 3x3 window one
+/// row and one sample away). Each block recomputes that many samples of its
+/// neighbours' tiles instead of exchanging them.
+pub fn chain_halo(program: &FusedProgram) -> u64 {
+    program.steps[..program.step_count as usize]
+        .iter()
+        .map(|s| match s.kind {
+            step::FIR => u64::from(s.count / 2),
+            step::FILTER2D => u64::from(s.count) + 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// How a frame is cut into tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TilePlan {
+    /// Blocks of the kernel (at most [`REDUCE_MAX_BLOCKS`]).
+    pub grid: u32,
+    /// Samples either side of a tile a block recomputes.
+    pub halo: u32,
+    /// Floats of each of the block's two shared buffers: a tile of
+    /// ceil(capacity / grid) rounded up to 4 plus twice the halo, or what
+    /// the shared memory holds.
+    pub span: u32,
+}
+
+impl TilePlan {
+    /// Dynamic shared memory of one block.
+    pub fn shared_bytes(&self) -> usize {
+        2 * self.span as usize * std::mem::size_of::<f32>()
+    }
+
+    /// Samples of a tile of a frame of `n` samples, as the kernel cuts it:
+    /// ceil(n / grid) rounded up to 4, at most what a buffer holds beside
+    /// the halo (rounded down to 4).
+    pub fn tile_len(&self, n: usize) -> usize {
+        let room = (self.span as usize).saturating_sub(2 * self.halo as usize) & !3;
+        n.div_ceil(self.grid as usize).next_multiple_of(4).min(room)
+    }
+
+    /// Tile `k` of a frame of `n` samples (block `k % grid` computes it);
+    /// the last one shorter, those past the frame empty.
+    pub fn tile(&self, n: usize, k: usize) -> std::ops::Range<usize> {
+        let len = self.tile_len(n);
+        let start = (k * len).min(n);
+        start..(start + len).min(n)
+    }
+
+    /// Tiles of a frame of `n` samples.
+    pub fn tiles(&self, n: usize) -> usize {
+        match self.tile_len(n) {
+            0 => 0,
+            len => n.div_ceil(len),
+        }
+    }
+}
+
+/// Tiles for frames of at most `capacity` samples and a chain reaching
+/// `halo`: `blocks` blocks (what the GPU runs at once), fewer when their
+/// tiles would hold under [`MIN_TILE_SAMPLES`]; each block's buffers take
+/// its tile and the halo, or as much as `shared_limit` bytes hold (a frame
+/// then has more tiles than blocks). Refused when a tile would be shorter
+/// than the halo (or 4 samples): the blocks would mostly recompute their
+/// neighbours' samples.
+pub fn plan_tiles(
+    capacity: usize,
+    halo: u64,
+    blocks: u32,
+    shared_limit: usize,
+) -> Result<TilePlan, NotTiled> {
+    let by_size = u32::try_from(capacity.div_ceil(MIN_TILE_SAMPLES)).unwrap_or(u32::MAX);
+    let grid = blocks.min(by_size).clamp(1, REDUCE_MAX_BLOCKS);
+    let two_halos = 2 * halo.next_multiple_of(2);
+    let whole = capacity.div_ceil(grid as usize).next_multiple_of(4) as u64 + two_halos;
+    let most = (shared_limit / 8) as u64 & !3;
+    let span = whole.min(most).min(u64::from(u32::MAX) & !3);
+    if span < two_halos + halo.max(4) {
+        return Err(NotTiled::HaloTooWide {
+            halo,
+            needed: usize::try_from((two_halos + halo.max(4)).saturating_mul(8)).unwrap_or(usize::MAX),
+            limit: shared_limit,
+        });
+    }
+    Ok(TilePlan { grid, halo: halo as u32, span: span as u32 })
+}
+
+/// The device side of a [`FusedTiledOp`], made on its first enqueue.
+struct Loaded {
+    program: DeviceBuffer,
+    plan: TilePlan,
+}
+
+/// The whole chain as one `fl_fused_tiled` kernel across many blocks. Port
+/// `scratch` (unconnected): the reduction partials and ticket, zeroed when
+/// allocated and only ever touched by this kernel. With
+/// [`FusedTiledOp::with_samples_port`] also `samples`, where the kernel
+/// writes the chain's final samples (for tests; the loop does not need them).
+pub struct FusedTiledOp {
+    name: String,
+    chain: FusedChain,
+    samples_port: bool,
+    loaded: Option<Loaded>,
+}
+
+impl FusedTiledOp {
+    pub fn new(name: &str, chain: FusedChain) -> Result<Self, NotTiled> {
+        if chain.program.step_count == 0 {
+            return Err(NotTiled::Empty);
+        }
+        Ok(Self { name: name.to_owned(), chain, samples_port: false, loaded: None })
+    }
+
+    /// Declares the output port `samples` and has the kernel write the final samples there.
+    pub fn with_samples_port(mut self) -> Self {
+        self.samples_port = true;
+        self
+    }
+
+    /// The tiling it runs with, once enqueued.
+    pub fn plan(&self) -> Option<TilePlan> {
+        self.loaded.as_ref().map(|l| l.plan)
+    }
+
+    fn problem(&self, problem: String) -> FragmentError {
+        FragmentError::Operator { operator: self.name.clone(), problem }
+    }
+
+    /// Plans the tiles for this GPU, allows the kernel their shared memory
+    /// and copies the program to the device (once).
+    fn load(&mut self, ctx: &ComputeContext<'_>) -> Result<(), FragmentError> {
+        use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+        if self.loaded.is_some() {
+            return Ok(());
+        }
+        let f = ctx.kernel("fl_fused_tiled")?;
+        let cuda = ctx.stream().context();
+        let attr = |a| cuda.attribute(a).map_err(|e| ctx.enqueue_error("reading the device's limits", e));
+        let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let optin = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let static_bytes = f
+            .shared_size_bytes()
+            .map_err(|e| ctx.enqueue_error("reading fl_fused_tiled's shared memory", e))?;
+        let limit = usize::try_from(optin - static_bytes).unwrap_or(0);
+        let halo = chain_halo(&self.chain.program);
+        let capacity = self.chain.program.capacity as usize;
+        // One tile per SM first; a second per SM where two blocks fit at once.
+        let sms = u32::try_from(sms).unwrap_or(1).max(1);
+        let mut plan = plan_tiles(capacity, halo, sms, limit).map_err(|e| self.problem(e.to_string()))?;
+        let resident = f
+            .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, plan.shared_bytes(), None)
+            .map_err(|e| ctx.enqueue_error("reading fl_fused_tiled's occupancy", e))?;
+        if resident >= 2 {
+            plan = plan_tiles(capacity, halo, 2 * sms, limit).map_err(|e| self.problem(e.to_string()))?;
+        }
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            plan.shared_bytes() as i32,
+        )
+        .map_err(|e| ctx.enqueue_error("allowing fl_fused_tiled its shared memory", e))?;
+        let program = *self.chain.program;
+        let buffer = DeviceBuffer::new(cuda, std::mem::size_of::<FusedProgram>(), 0)
+            .map_err(|e| self.problem(e.to_string()))?;
+        // SAFETY: FusedProgram is plain old data (integers and floats, no padding).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&program as *const FusedProgram).cast::<u8>(),
+                std::mem::size_of::<FusedProgram>(),
+            )
+        };
+        buffer.write(0, bytes).map_err(|e| self.problem(e.to_string()))?;
+        tracing::debug!(
+            "tiled fused chain: {} blocks, halo {} samples, {} B of shared memory each",
+            plan.grid,
+            plan.halo,
+            plan.shared_bytes()
+        );
+        self.loaded = Some(Loaded { program: buffer, plan });
+        Ok(())
+    }
+}
+
+impl GpuResidentOperator for FusedTiledOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.output("scratch", PortMemory::Size(REDUCE_SCRATCH_BYTES));
+        if self.samples_port {
+            spec.output("samples", PortMemory::Size(self.chain.buffer_bytes().max(4)));
+        }
+    }
+
+    fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        let scratch = ctx.port("scratch")?;
+        let samples = if self.samples_port { ctx.port("samples")?.dptr } else { 0 };
+        self.load(ctx)?;
+        let Some(loaded) = &self.loaded else { unreachable!("loaded above") };
+        let plan = loaded.plan;
+        let f = ctx.kernel("fl_fused_tiled")?;
+        let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
+        let program = loaded.program.dptr();
+        // The only operator of its fragment: the kernel publishes the result.
+        let publisher = ctx.take_result_publisher().unwrap_or(0);
+        let mut launch = ctx.stream().launch_builder(f);
+        launch
+            .arg(&fd)
+            .arg(&program)
+            .arg(&result)
+            .arg(&scratch.dptr)
+            .arg(&plan.halo)
+            .arg(&plan.span)
+            .arg(&publisher)
+            .arg(&samples);
+        let cfg = LaunchConfig {
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (REDUCE_THREADS, 1, 1),
+            shared_mem_bytes: plan.shared_bytes() as u32,
+        };
+        // SAFETY: (FrameDesc*, const FusedProgram*, ChainResult*, FlReduceScratch*, uint32_t,
+        // uint32_t, const LoopParams*, float*) is fl_fused_tiled's signature; `program` is this
+        // operator's copy of a FusedProgram; `scratch` its zeroed REDUCE_SCRATCH_BYTES port for a
+        // grid of at most REDUCE_MAX_BLOCKS; the kernel was allowed `shared_mem_bytes`, which hold
+        // two buffers of `span` floats, enough for the largest tile of `capacity` samples and its
+        // halo; `samples` is 0 or a port of `capacity` floats; `publisher` 0 or the loop's params.
+        unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error("fl_fused_tiled", e))?;
+        Ok(())
+    }
+}
+
+/// The main fragment that runs `chain` tiled: one [`FusedTiledOp`].
+pub fn tiled_fragment(chain: FusedChain) -> Result<Fragment, FragmentError> {
+    let op = FusedTiledOp::new("fused_tiled", chain)
+        .map_err(|e| FragmentError::Operator { operator: "fused_tiled".into(), problem: e.to_string() })?;
+    let mut fragment = Fragment::new("main");
+    fragment.add_operator(op)?;
+    Ok(fragment)
+}
+
+/// What runs a chain whose samples do not fit in one block's shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LargePath {
+    /// `handler ; IF { fl_fused_tiled }`.
+    Tiled,
+    /// One kernel per operator in the IF body.
+    Graph,
+}
+
+/// One recorded `bench --compare` run: the chain's GPU detect-to-done p50
+/// on each path at one frame size (an H100, ratios from the same run).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub frame_bytes: usize,
+    pub tiled_us: f64,
+    pub graph_us: f64,
+    /// Where the run is recorded.
+    pub source: &'static str,
+}
+
+/// The recorded runs `loop.fused_chain = "auto"` chooses from for large frames.
+pub const MEASURED: &[Measured] = &[];
+
+/// The path `loop.fused_chain = "auto"` takes for frames of `frame_bytes`
+/// that the shared-memory kernel cannot hold, from the run in `table`
+/// nearest in size (by ratio), and a sentence saying why for the log.
+/// Without a recorded run the tiled kernel is taken: it reads the frame on
+/// every SM at once, where the kernel-per-operator graph writes and reads
+/// every intermediate buffer through device memory.
+pub fn choose_large(frame_bytes: usize, table: &[Measured]) -> (LargePath, String) {
+    let distance = |m: &Measured| ((m.frame_bytes.max(1) as f64) / (frame_bytes.max(1) as f64)).ln().abs();
+    let Some(m) = table.iter().min_by(|a, b| distance(a).total_cmp(&distance(b))) else {
+        return (LargePath::Tiled, "no recorded measurement; the tiled kernel by default".to_owned());
+    };
+    let path = if m.tiled_us <= m.graph_us { LargePath::Tiled } else { LargePath::Graph };
+    let why = format!(
+        "measured at {} B frames: tiled fused kernel {:.1} µs, one kernel per operator {:.1} µs ({})",
+        m.frame_bytes, m.tiled_us, m.graph_us, m.source
+    );
+    (path, why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{OpSpec, SampleFormat, default_chain};
+
+    fn image_chain() -> Vec<OpSpec> {
+        vec![
+            OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0, offset: 0.0 },
+            OpSpec::Filter2d { width: 1024, kernel: [0.1; 9] },
+            OpSpec::Fir { taps: vec![0.2; 7] },
+            OpSpec::Stats,
+            OpSpec::Threshold { level: 1.0 },
+        ]
+    }
+
+    #[test]
+    fn the_halo_adds_each_filters_reach() {
+        let c = FusedChain::encode(&default_chain(), 1 << 21).unwrap();
+        assert_eq!(chain_halo(&c.program), 2, "a 5-tap FIR reaches two samples");
+        let c = FusedChain::encode(&image_chain(), 786_432).unwrap();
+        assert_eq!(chain_halo(&c.program), 1025 + 3);
+    }
+
+    /// Every sample of the frame in exactly one tile, in order, each tile
+    /// with its halos inside a buffer.
+    fn assert_covers(plan: &TilePlan, n: usize) {
+        let mut next = 0;
+        for k in 0..plan.tiles(n) {
+            let t = plan.tile(n, k);
+            assert_eq!(t.start, next, "n {n} tile {k}");
+            assert!(!t.is_empty(), "n {n} tile {k} is empty");
+            assert!(t.len() + 2 * plan.halo as usize <= plan.span as usize, "n {n} tile {k}");
+            if t.end < n {
+                assert_eq!(t.len() % 4, 0, "n {n} tile {k}: only the last tile is ragged");
+            }
+            next = t.end;
+        }
+        assert_eq!(next, n, "n {n}: the tiles end at the frame's end");
+    }
+
+    #[test]
+    fn tiles_cover_every_frame_exactly_once_in_order() {
+        let plan = plan_tiles(1 << 20, 2, 132, 200 * 1024).unwrap();
+        assert_eq!(plan.grid, 132);
+        for n in [0usize, 1, 3, 4095, 524_288, (1 << 20) - 1, 1 << 20] {
+            assert_covers(&plan, n);
+            assert!(plan.tiles(n) <= plan.grid as usize, "n {n}: one tile per block when they fit");
+        }
+        // A frame larger than the blocks' buffers hold at once: several tiles per block.
+        let small = plan_tiles(1 << 24, 1028, 132, 64 * 1024).unwrap();
+        for n in [1usize << 24, (1 << 24) - 5, 700_001] {
+            assert_covers(&small, n);
+        }
+        assert!(small.tiles(1 << 24) > 4 * small.grid as usize);
+    }
+
+    #[test]
+    fn plans_follow_the_gpu_the_frame_and_the_shared_memory() {
+        // 2 MiB of u16: 1 Mi samples over 132 SMs, tiles of 7944 and a halo of 2.
+        let p = plan_tiles(1 << 20, 2, 132, 227 * 1024).unwrap();
+        assert_eq!((p.grid, p.halo), (132, 2));
+        assert_eq!(p.span, (1u32 << 20).div_ceil(132).next_multiple_of(4) + 4);
+        assert_eq!(p.shared_bytes(), 8 * p.span as usize);
+        assert_eq!(p.tile_len(1 << 20), 7944);
+        // Small frames get fewer blocks: tiles of at least MIN_TILE_SAMPLES.
+        assert_eq!(plan_tiles(4096, 2, 132, 227 * 1024).unwrap().grid, 2);
+        assert_eq!(plan_tiles(1, 0, 132, 227 * 1024).unwrap().grid, 1);
+        // Too little shared memory for one tile per block: shorter tiles, more of them.
+        let p = plan_tiles(1 << 20, 2, 132, 40 * 1024).unwrap();
+        assert_eq!((p.grid, p.span), (132, 5120));
+        assert_eq!(p.tile_len(1 << 20), 5116);
+        assert_eq!(p.tiles(1 << 20), (1usize << 20).div_ceil(5116));
+        // A halo no tile can carry.
+        let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024).unwrap_err();
+        assert!(matches!(err, NotTiled::HaloTooWide { halo: 100_000, .. }), "{err:?}");
+        assert!(err.to_string().contains("100000 samples"), "{err}");
+        assert!(FusedTiledOp::new("t", FusedChain::encode(&[], 64).unwrap()).is_err());
+    }
+
+    #[test]
+    fn auto_takes_the_faster_path_of_the_nearest_recorded_size() {
+        let m = |frame_bytes, tiled_us, graph_us| Measured { frame_bytes, tiled_us, graph_us, source: "x" };
+        let table = [m(65_536, 30.0, 20.0), m(786_432, 40.0, 90.0), m(2 << 20, 60.0, 170.0)];
+        assert_eq!(choose_large(65_536, &table).0, LargePath::Graph);
+        assert_eq!(choose_large(100_000, &table).0, LargePath::Graph, "nearer 64 KiB than 768 KiB by ratio");
+        assert_eq!(choose_large(300_000, &table).0, LargePath::Tiled, "nearer 768 KiB than 64 KiB by ratio");
+        assert_eq!(choose_large(64 << 20, &table).0, LargePath::Tiled);
+        let (_, why) = choose_large(786_432, &table);
+        assert!(why.contains("786432 B") && why.contains("40.0 µs") && why.contains("90.0 µs"), "{why}");
+        assert_eq!(choose_large(1 << 20, &[]).0, LargePath::Tiled);
+    }
+}
