@@ -41,6 +41,7 @@ import datetime
 import json
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -141,6 +142,10 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
         sampler.join()
         seen["socket"] = udp_socket_drops(port) or seen["socket"]
         seen["threads"] = thread_cpu(recv.pid)
+        # The receiver's whole CPU time (every thread, start-up included) is
+        # the children's rusage gained when it is reaped: the sender was
+        # reaped before, and spead2_recv may have exited already.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             recv_out = recv.communicate(timeout=recv_timeout)[0]
         except subprocess.TimeoutExpired:
@@ -154,20 +159,22 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
         if recv.poll() is None:
             recv.kill()
             recv.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seen["cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3)
     log.raw("sender stdout", send.stdout)
     if send.stderr.strip():
         log.raw("sender stderr", send.stderr[-4000:])
     log.raw("receiver output", recv_out)
     log.write(f"# receiver after the sender: socket (kernel drops, queued bytes) = {seen['socket']}, "
-              f"thread CPU s = {json.dumps(seen['threads'])}")
+              f"thread CPU s = {json.dumps(seen['threads'])}, process CPU s = {seen['cpu_s']}")
     if send.returncode != 0:
         raise RuntimeError(f"sender failed ({send.returncode}): {send.stderr[-2000:]}")
     return send.stdout, recv_out, seen
 
 
 def udp_port_bound(port):
-    out = subprocess.run(["ss", "-Hulnp", f"sport = :{port}"], capture_output=True, text=True).stdout
-    return bool(out.strip())
+    """A UDP socket is bound to `port` (from /proc/net, so `ss` is not needed)."""
+    return udp_socket_drops(port) is not None
 
 
 class Spead2:
@@ -195,6 +202,7 @@ class Spead2:
         h = re.search(r"Received (\d+) heaps", r_out)
         stats["heaps_received"] = int(h.group(1)) if h else stats.get("heaps", 0)
         stats["kernel_drops"] = seen["socket"][0] if seen["socket"] else 0
+        stats["cpu_s"] = seen["cpu_s"]
         return int(m.group(1)), float(m.group(2)), stats
 
     def calibrate(self, size):
@@ -222,6 +230,8 @@ class Spead2:
                     sent_gbps=sent_bytes * 8 / seconds / 1e9, seconds=seconds,
                     rx_pps=packets / seconds, rx_gbps=packets * heap_bytes / heap_packets * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=max(lost_heaps, 0),
+                    cpu_s_per_gbit=st["cpu_s"] / max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9),
+                    rx_thread_cpu_s_per_gbit=None,
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
                     clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)
 
@@ -255,9 +265,10 @@ class Frameloop:
     DROP_KEYS_NOT_LOSS = {"datagrams", "bytes", "packets_accepted", "frames_started", "frames_complete",
                           "frames_incomplete", "frames_timed_out", "gro_segments"}
 
-    def __init__(self, binary, args, log, realtime_priority=0):
+    def __init__(self, binary, args, log, realtime_priority=0, backend=""):
         self.bin, self.args, self.log = binary, args, log
         self.realtime_priority = realtime_priority
+        self.backend = backend
 
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
@@ -265,7 +276,8 @@ class Frameloop:
         resident loop sleeps when no frame waits instead of spinning a core
         (`poll_budget_us = 0`), since sender, receiver and loop share 2 cores."""
         a = self.args
-        text = (f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
+        text = ((f'backend = "{self.backend}"\n' if self.backend else '') +
+                f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
                 f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
@@ -304,6 +316,8 @@ class Frameloop:
                     sent_gbps=sent.get("gbit_per_s", 0.0), seconds=seconds,
                     rx_pps=ingest["datagrams"] / seconds, rx_gbps=ingest["bytes"] * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=incomplete,
+                    cpu_s_per_gbit=seen["cpu_s"] / max(ingest["bytes"] * 8 / 1e9, 1e-9),
+                    rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / max(ingest["bytes"] * 8 / 1e9, 1e-9),
                     loss_pct=100.0 * lost / max(sent["packets"], 1),
                     clean=lost == 0 and kernel_drops == 0 and incomplete == 0
                     and ingest["frames_complete"] >= sent["frames"])
@@ -368,6 +382,7 @@ def main():
     p.add_argument("--spead2-bin", default=os.path.join(HERE, "spead2/build/bin"))
     p.add_argument("--spead2-nogso-bin", default=os.path.join(HERE, "spead2/build/bin-nogso"))
     p.add_argument("--frameloop", default=os.path.join(HERE, "../target/release/frameloop"))
+    p.add_argument("--frameloop-base", help="a second frameloop binary, run by the frameloop-base* tools")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
@@ -397,13 +412,19 @@ def main():
             tools.append(Spead2("spead2", args.spead2_bin, args, log))
         elif name == "spead2-nogso":
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
-        elif name in ("frameloop", "frameloop-rt"):
-            t = Frameloop(os.path.abspath(args.frameloop), args, log,
-                          realtime_priority=args.frameloop_rt_priority if name == "frameloop-rt" else 0)
+        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-host|-cuda)?", name):
+            # -base: the --frameloop-base binary (a before/after pair in one run);
+            # -rt: SCHED_FIFO receiving thread; -host/-cuda: that backend (default: auto).
+            if "-base" in name and not args.frameloop_base:
+                sys.exit(f"tool {name} needs --frameloop-base BINARY")
+            binary = args.frameloop_base if "-base" in name else args.frameloop
+            backend = "cuda" if name.endswith("-cuda") else "host" if name.endswith("-host") else ""
+            t = Frameloop(os.path.abspath(binary), args, log,
+                          realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend)
             t.name = name
             tools.append(t)
         else:
-            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop, frameloop-rt")
+            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop[-base][-rt][-host|-cuda]")
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
@@ -412,17 +433,20 @@ def main():
             rows.append((tool.name, size, best, clean))
 
     header = (f"{'tool':<14}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
-              f"{'rx Gb/s':>9}{'loss %':>8}  vs spead2")
+              f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'rx thr s/Gb':>12}  vs spead2")
     lines = ["", "highest rate without loss (loopback, "
              f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial; loss = datagrams the kernel dropped "
-             "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss):",
+             "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss;\n"
+             "CPU s/Gb = the receiving process's CPU seconds (all threads, start-up included) per Gbit received; "
+             "rx thr s/Gb = frameloop's receiving thread alone):",
              header]
     for name, size, b, clean in rows:
         ref = next((r for n, s, r, _ in rows if n == "spead2" and s == size), None)
         ratio = f"{b['rx_pps'] / ref['rx_pps']:.2f}" if ref and name != "spead2" and ref["rx_pps"] else "-"
         note = "" if clean else "  (no clean trial: least loss shown)"
+        thr = "-" if b.get("rx_thread_cpu_s_per_gbit") is None else f"{b['rx_thread_cpu_s_per_gbit']:.3f}"
         lines.append(f"{name:<14}{size:>11}{b['offered_pps']:>15.0f}{b['offered_gbps']:>14.2f}{b['rx_pps']:>12.0f}"
-                     f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}  {ratio}{note}")
+                     f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}{b['cpu_s_per_gbit']:>10.3f}{thr:>12}  {ratio}{note}")
     table = "\n".join(lines)
     print(table)
     log.write(table)

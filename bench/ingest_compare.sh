@@ -46,7 +46,6 @@ if wants frameloop && [[ -z "${FRAMELOOP:-}" ]]; then
     (cd "$repo" && cargo build --release --bin frameloop)
     FRAMELOOP="${CARGO_TARGET_DIR:-$repo/target}/release/frameloop"
 fi
-command -v ss >/dev/null || { echo "needs ss (Debian: apt-get install iproute2)" >&2; exit 1; }
 
 restore=()
 export SYSCTL_NOTE=""

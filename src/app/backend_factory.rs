@@ -133,7 +133,9 @@ pub(super) fn open_backend(
         _ => {
             debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
             let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
-                Ok(Box::new(HostMemory::new(len).map_err(|source| AppError::RingMemory { len, source })?))
+                Ok(Box::new(
+                    HostMemory::new_populated(len).map_err(|source| AppError::RingMemory { len, source })?,
+                ))
             };
             let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
             let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
