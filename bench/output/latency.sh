@@ -10,6 +10,8 @@
 # Usage: bench/output/latency.sh OUTDIR [FRAMES] [RATE]
 # Env: FRAMELOOP (default target/release/frameloop), PYTHON (python3),
 #      MPS=1 to run everything under the CUDA MPS control daemon,
+#      SLOT_VIEWS=0 to have the PyTorch consumers export each output's
+#      capsule instead of taking their tensors from slot views (the default),
 #      MODEL=1 to attach examples/python/torch_consumer.py (a small model on
 #      each output) as a third consumer.
 set -uo pipefail
@@ -21,6 +23,8 @@ repo="$(cd "$here/../.." && pwd)"
 fl="${FRAMELOOP:-$repo/target/release/frameloop}"
 py="${PYTHON:-python3}"
 config="$repo/bench/configs/output-latency.toml"
+slot_views="--slot-views"
+[ "${SLOT_VIEWS:-1}" = 0 ] && slot_views=""
 mkdir -p "$out" /tmp/fl-out
 rm -f /tmp/fl-out/output.sock
 
@@ -38,10 +42,10 @@ for _ in $(seq 1 120); do [ -S /tmp/fl-out/output.sock ] && break; sleep 0.5; do
 "$fl" consume --socket /tmp/fl-out/output.sock --count "$frames" --spin-us 100000000 > "$out/consume.txt" 2>&1 &
 rust=$!
 "$py" "$here/check_consumer.py" --socket /tmp/fl-out/output.sock --config "$config" \
-  --frame-bytes 8192 --pattern random --count "$frames" > "$out/python.txt" 2>&1 &
+  --frame-bytes 8192 --pattern random --count "$frames" $slot_views > "$out/python.txt" 2>&1 &
 pyc=$!
 "$py" "$here/check_consumer.py" --socket /tmp/fl-out/output.sock --config "$config" \
-  --frame-bytes 8192 --pattern random --count "$frames" --latency-only > "$out/python-latency.txt" 2>&1 &
+  --frame-bytes 8192 --pattern random --count "$frames" --latency-only $slot_views > "$out/python-latency.txt" 2>&1 &
 pyl=$!
 model=""
 if [ "${MODEL:-0}" = 1 ]; then
