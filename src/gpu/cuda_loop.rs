@@ -43,6 +43,7 @@ pub(super) fn plan_chain(
     capacity: usize,
     mode: FusedChainMode,
     unfused: Option<&str>,
+    streaming: bool,
 ) -> Result<(Fragment, Option<FusedChain>), GpuError> {
     if let Some(what) = unfused {
         if mode == FusedChainMode::On {
@@ -56,6 +57,13 @@ pub(super) fn plan_chain(
     }
     let limit = fused_shared_limit(rt)?;
     match plan_fusion(chain, capacity, mode, false, limit) {
+        Ok(_) if streaming => {
+            tracing::info!(
+                "one kernel per operator in the graph's IF body: frames stream into GPU memory while they \
+                 arrive (loop.stream_to_gpu), which the chain fused into the data-ready handler cannot follow"
+            );
+            Ok((chain_fragment(chain, capacity)?, None))
+        }
         Ok(fused) => {
             tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
             Ok((Fragment::new("main"), Some(fused)))
@@ -82,7 +90,9 @@ pub(super) fn plan_chain(
                     Ok((tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?, None))
                 }
                 LargePath::Graph => {
-                    tracing::info!("loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})");
+                    tracing::info!(
+                        "loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})"
+                    );
                     Ok((chain_fragment(chain, capacity)?, None))
                 }
             }
@@ -184,9 +194,6 @@ impl CudaLoop {
                 "[output] is enabled: the output node follows the chain (the fused chain has no place for it)"
                     .to_string(),
             ),
-            (None, None, None) if stream => {
-                Some("frames stream into GPU memory while they arrive (loop.stream_to_gpu)".to_string())
-            }
             (None, None, None) => None,
         };
         let mode = opts.loop_cfg.fused_chain;
@@ -195,6 +202,7 @@ impl CudaLoop {
             fused_mode: mode,
             unfused: unfused.clone(),
             output: output.is_some(),
+            streaming: stream,
             fixed: None,
         };
         let (fragment, fused) = match user_chain {
@@ -213,7 +221,7 @@ impl CudaLoop {
                 );
                 (user.into_fragment(capacity)?, None)
             }
-            None => plan_chain(&rt, chain, capacity, mode, unfused.as_deref())?,
+            None => plan_chain(&rt, chain, capacity, mode, unfused.as_deref(), stream)?,
         };
         if let Some(h) = handler {
             tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);

@@ -298,6 +298,10 @@ pub(super) struct ChainPlanning {
     pub(super) unfused: Option<String>,
     /// [output] is on: its layout follows the chain's shape.
     pub(super) output: bool,
+    /// Frames stream into GPU memory while they arrive (`loop.stream_to_gpu`):
+    /// the chain cannot be fused into the data-ready handler, a tiled kernel
+    /// or one kernel per operator follows the pull.
+    pub(super) streaming: bool,
     /// Why this loop's chain cannot change while it runs (Rust operators), if so.
     pub(super) fixed: Option<String>,
 }
@@ -350,9 +354,15 @@ impl CudaLiveChain {
         let exec = self.exec.upgrade().ok_or_else(|| refused("the resident loop is gone".into()))?;
         let mut exec = exec.lock().unwrap_or_else(PoisonError::into_inner);
         let p = &self.planning;
-        let (workload, fused) =
-            super::cuda_loop::plan_chain(&exec.rt, chain, p.capacity, p.fused_mode, p.unfused.as_deref())
-                .map_err(|e| refused(e.to_string()))?;
+        let (workload, fused) = super::cuda_loop::plan_chain(
+            &exec.rt,
+            chain,
+            p.capacity,
+            p.fused_mode,
+            p.unfused.as_deref(),
+            p.streaming,
+        )
+        .map_err(|e| refused(e.to_string()))?;
         let next = NextChain { workload, fused, chain_flags: super::graph::chain_flags(chain) };
         let report = exec.swap_chain(next, generation, self.mode).map_err(|e| refused(e.to_string()))?;
         tracing::info!(
@@ -389,6 +399,7 @@ mod tests {
             fused_mode: FusedChainMode::Auto,
             unfused: None,
             output,
+            streaming: false,
             fixed: fixed.map(str::to_string),
         }
     }
