@@ -265,8 +265,9 @@ class Frameloop:
     DROP_KEYS_NOT_LOSS = {"datagrams", "bytes", "packets_accepted", "frames_started", "frames_complete",
                           "frames_incomplete", "frames_timed_out", "gro_segments"}
 
-    def __init__(self, binary, args, log, realtime_priority=0, backend=""):
+    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None):
         self.bin, self.args, self.log = binary, args, log
+        self.pacing = pacing
         self.realtime_priority = realtime_priority
         self.backend = backend
 
@@ -297,6 +298,8 @@ class Frameloop:
         recv = [self.bin, "run", "--config", cfg, "--duration", str(a.trial_s + a.frameloop_slack_s), "--json"]
         send = [self.bin, "send", "--to", f"127.0.0.1:{a.port}", "--rate", f"{fps:.3f}", "--frame-bytes",
                 str(a.frame_bytes), "--packet-bytes", str(size), "--duration", str(a.trial_s)]
+        if self.pacing:
+            send += ["--pacing", self.pacing]
         try:
             s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
                                           a.trial_s + a.frameloop_slack_s + 20, a.port)
@@ -383,6 +386,11 @@ def main():
     p.add_argument("--spead2-nogso-bin", default=os.path.join(HERE, "spead2/build/bin-nogso"))
     p.add_argument("--frameloop", default=os.path.join(HERE, "../target/release/frameloop"))
     p.add_argument("--frameloop-base", help="a second frameloop binary, run by the frameloop-base* tools")
+    p.add_argument("--frameloop-pacing", default="sleep",
+                   help="`frameloop send --pacing`: sleep (the default here: like spead2_send, the sender does "
+                        "not spin a core between frames) or spin")
+    p.add_argument("--frameloop-base-pacing", default="",
+                   help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
@@ -420,7 +428,8 @@ def main():
             binary = args.frameloop_base if "-base" in name else args.frameloop
             backend = "cuda" if name.endswith("-cuda") else "host" if name.endswith("-host") else ""
             t = Frameloop(os.path.abspath(binary), args, log,
-                          realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend)
+                          realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend,
+                          pacing=args.frameloop_base_pacing if "-base" in name else args.frameloop_pacing)
             t.name = name
             tools.append(t)
         else:

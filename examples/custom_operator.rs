@@ -153,6 +153,7 @@ fn main() {
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let sent = run_sender(&send, &AtomicBool::new(false), |_| {}).expect("the sender runs");

@@ -174,6 +174,7 @@ fn run_variant(
                     streams,
                     pattern: Pattern::Counter,
                     gso: GsoMode::Auto,
+                    pacing: Default::default(),
                     bind: None,
                 };
                 let stop = &stop;

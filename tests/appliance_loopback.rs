@@ -42,6 +42,7 @@ fn send(to: SocketAddr, t: Traffic) -> SenderStats {
         streams: t.streams,
         pattern: t.pattern,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));

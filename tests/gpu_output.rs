@@ -128,6 +128,7 @@ fn a_consumer_process_reads_every_frame_from_device_memory_and_each_matches_the_
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");

@@ -121,6 +121,7 @@ fn fifty_five_reloads(fused: FusedChainMode) {
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));

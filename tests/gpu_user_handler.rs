@@ -127,6 +127,7 @@ fn every_frame_of_the_emulated_hsb_sensor_is_found_by_the_user_handler() {
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Off,
+        pacing: Default::default(),
         bind: None,
     };
     let sent = run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
@@ -243,6 +244,7 @@ fn the_appliance_runs_a_handler_and_the_hsb_receiver_from_its_config() {
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Off,
+        pacing: Default::default(),
         bind: None,
     };
     run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();

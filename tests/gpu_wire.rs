@@ -53,6 +53,7 @@ fn stream(running: &Running, count: u64, rate: f64) {
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");

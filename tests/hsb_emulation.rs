@@ -208,6 +208,7 @@ fn send_args(to: std::net::SocketAddr, count: u64, frame_bytes: u64) -> SendArgs
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Off,
+        pacing: Default::default(),
         bind: None,
     }
 }

@@ -140,6 +140,7 @@ fn run_send(to: SocketAddr, count: u64) {
         streams: 1,
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");

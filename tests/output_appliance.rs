@@ -221,6 +221,7 @@ fn a_consumer_killed_mid_run_leaves_the_appliance_running_and_detaches() {
         streams: 1,
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));

@@ -100,6 +100,7 @@ fn fifty_five_reloads_under_load_lose_nothing_and_each_result_has_its_generation
         streams: 1,
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));

@@ -61,6 +61,7 @@ fn args(to: SocketAddr) -> SendArgs {
         streams: 1,
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     }
 }

@@ -293,6 +293,7 @@ fn the_appliance_reports_the_sink_counters_in_metrics_and_at_stop() {
         streams: 1,
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
+        pacing: Default::default(),
         bind: None,
     };
     assert_eq!(run_sender(&args, &AtomicBool::new(false), |_| {}).unwrap().frames, 10);

@@ -59,6 +59,7 @@ def main():
     consumer = frameloop.Consumer(args.socket, spin_us=args.spin_us)
     print(f"attached: {consumer.slots} slots, device {consumer.device}", flush=True)
     slot_tensors = [torch.from_dlpack(v) for v in consumer.slot_views()] if args.slot_views else None
+    views = {}
     held_ns, framed_ns, checked, bad, not_in_place, overwritten = [], [], 0, 0, 0, 0
     last = None
     start = time.time()
@@ -70,9 +71,12 @@ def main():
             continue
         framed = time.time_ns()
         if slot_tensors is not None:
-            tensor = slot_tensors[frame.slot]
-            if len(frame) != tensor.shape[0]:
-                tensor = tensor[: len(frame)]
+            # One view per (slot, length), made the first time it is needed:
+            # a frame then costs a dictionary lookup, not a tensor slice.
+            key = (frame.slot, len(frame))
+            tensor = views.get(key)
+            if tensor is None:
+                tensor = views[key] = slot_tensors[key[0]][: key[1]]
         elif args.capsule:
             tensor = torch.utils.dlpack.from_dlpack(frame.__dlpack__())
         else:

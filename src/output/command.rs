@@ -32,10 +32,8 @@ pub fn consume(args: &ConsumeArgs) -> Result<(), OutputError> {
     // The wait between polls sleeps 20 µs; with the default 50 µs timer
     // slack that sleep lasts ~70 µs, which would be most of what `consume`
     // reports as publish-to-seen. 1 µs of slack for this thread.
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only
-    // the calling thread's timer slack; the result is checked.
-    if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong) } != 0 {
-        tracing::debug!("timer slack left as it was: {}", std::io::Error::last_os_error());
+    if let Err(e) = crate::realtime::set_current_thread_timer_slack(1_000) {
+        tracing::debug!("timer slack left as it was: {e}");
     }
     let mut consumer = Consumer::attach(&args.socket)?;
     consumer.set_spin(Duration::from_micros(args.spin_us));

@@ -12,7 +12,7 @@ mod pattern;
 mod socket;
 
 pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
-pub use pacing::{SPIN_NS, Schedule, wait_until};
+pub use pacing::{Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced};
 pub use pattern::Pattern;
 pub use socket::{FrameSent, Transmitter};
 
@@ -110,6 +110,13 @@ pub struct SendArgs {
     /// it cannot; `off` never uses it. Either way sends go in sendmmsg batches.
     #[arg(long, value_enum, default_value_t = GsoMode::Auto)]
     pub gso: GsoMode,
+
+    /// How the sender waits for each frame's time: `spin` (the last 80 µs
+    /// on the clock, frames leave on time, one core busy at high rates) or
+    /// `sleep` (sleeps only, frames may leave tens of microseconds late;
+    /// for throughput runs where the receiver needs the cores).
+    #[arg(long, value_enum, default_value_t = Pacing::Spin)]
+    pub pacing: Pacing,
 
     /// Source address to bind, ADDR:PORT (default: any address, any port, of
     /// the destination's family).
@@ -300,13 +307,18 @@ pub fn run_sender_on(
     let schedule = Schedule::new(monotonic_ns(), args.rate, args.count, duration);
     let mut run = RunTotals::new(&schedule, geometry.packet_count());
 
+    if args.pacing == Pacing::Sleep
+        && let Err(e) = crate::realtime::set_current_thread_timer_slack(1_000)
+    {
+        tracing::debug!("timer slack left as it was: {e}");
+    }
     let mut k = 0u64;
     while !schedule.is_past_end(k) {
         let stream = (k % args.streams as u64) as u32;
         let seq = k / args.streams as u64;
         frame.fill_payload(args.pattern, stream, seq);
         let due = schedule.due_ns(k);
-        let Some(woke) = wait_until(due, stop) else { break };
+        let Some(woke) = wait_until_paced(due, stop, args.pacing) else { break };
         frame.write_headers(stream, seq, realtime_ns());
         let sent = tx.send_frame(&frame, stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);

@@ -52,9 +52,34 @@ impl Schedule {
     }
 }
 
+/// How a sender waits for a frame's due time.
+#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Pacing {
+    /// Sleep until [`SPIN_NS`] before the due time, then spin on the clock:
+    /// each frame leaves within a microsecond or so of its time, at the cost
+    /// of a core kept busy whenever frames are less than [`SPIN_NS`] apart.
+    #[default]
+    Spin,
+    /// Only sleep (with 1 µs timer slack): frames may leave tens of
+    /// microseconds late, in small bursts, but the sender leaves the CPU to
+    /// others between sends. For throughput runs on machines with few cores,
+    /// where a spinning sender takes a core from the receiver.
+    Sleep,
+}
+
 /// Waits until monotonic time `due_ns`, returning the time it woke up, or
 /// `None` if `stop` was raised first.
 pub fn wait_until(due_ns: u64, stop: &AtomicBool) -> Option<u64> {
+    wait_until_paced(due_ns, stop, Pacing::Spin)
+}
+
+/// [`wait_until`] with the given [`Pacing`].
+pub fn wait_until_paced(due_ns: u64, stop: &AtomicBool, pacing: Pacing) -> Option<u64> {
+    let spin_ns = match pacing {
+        Pacing::Spin => SPIN_NS,
+        Pacing::Sleep => 0,
+    };
     loop {
         if stop.load(Ordering::Relaxed) {
             return None;
@@ -64,8 +89,8 @@ pub fn wait_until(due_ns: u64, stop: &AtomicBool) -> Option<u64> {
             return Some(now);
         }
         let left = due_ns - now;
-        if left > SPIN_NS {
-            std::thread::sleep(Duration::from_nanos((left - SPIN_NS).min(MAX_SLEEP_NS)));
+        if left > spin_ns {
+            std::thread::sleep(Duration::from_nanos((left - spin_ns).min(MAX_SLEEP_NS)));
         } else {
             std::hint::spin_loop();
         }
@@ -103,5 +128,8 @@ mod tests {
         assert!(wait_until(due, &stop).unwrap() >= due);
         stop.store(true, Ordering::Relaxed);
         assert_eq!(wait_until(monotonic_ns() + 10_000_000_000, &stop), None);
+        stop.store(false, Ordering::Relaxed);
+        let due = monotonic_ns() + 2_000_000;
+        assert!(wait_until_paced(due, &stop, Pacing::Sleep).unwrap() >= due);
     }
 }
