@@ -61,6 +61,20 @@ pub fn set_current_thread_timer_slack(ns: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sets the calling thread's nice value (0 = default, 19 = lowest). Raising
+/// it needs no privilege; on Linux `setpriority` with a thread id changes
+/// only that thread.
+pub fn set_current_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes plain integers; PRIO_PROCESS with a thread id
+    // affects only that thread; the result is checked.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

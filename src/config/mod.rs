@@ -38,6 +38,13 @@ pub struct LoopConfig {
     /// streaming, `src/gpu/streaming.rs`). `auto` streams slots of at least
     /// [`crate::gpu::streaming::AUTO_MIN_SLOT_BYTES`] and reads smaller ones in place.
     pub stream_to_gpu: StreamToGpu,
+    /// Host backend: the nice value of the thread that runs the chain
+    /// (0..=19). Above 0, the UDP receiver (nice 0) takes the CPU from it as
+    /// soon as datagrams arrive, so processing never makes the kernel drop
+    /// datagrams on a machine with few cores; the loop gets what the
+    /// receiver leaves. 0 gives both the same share. Not used when the loop
+    /// runs under `service.realtime_priority`.
+    pub host_nice: i32,
 }
 
 /// `loop.stream_to_gpu`: whether the CUDA backend streams frames into GPU
@@ -80,6 +87,7 @@ impl Default for LoopConfig {
             sync_with_host: true,
             fused_chain: FusedChainMode::Auto,
             stream_to_gpu: StreamToGpu::Auto,
+            host_nice: 10,
         }
     }
 }
@@ -96,6 +104,16 @@ impl LoopConfig {
             1_000_000,
         );
         check_range(problems, "loop.timeout_ms", self.timeout_ms, 0, 86_400_000);
+        if !(0..=19).contains(&self.host_nice) {
+            problems.push(ConfigProblem::new(
+                "loop.host_nice",
+                format!(
+                    "is {}; it must be from 0 (the receiver's own priority) to 19 (the lowest); \
+                     10 lets the receiver take the CPU from the processing thread whenever datagrams arrive",
+                    self.host_nice
+                ),
+            ));
+        }
         if self.stream_to_gpu == StreamToGpu::On && self.fused_chain == FusedChainMode::On {
             problems.push(ConfigProblem::new(
                 "loop.stream_to_gpu",
@@ -407,6 +425,18 @@ impl<'de> Deserialize<'de> for ChainEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_nice_outside_0_to_19_names_the_key() {
+        for bad in [-1, 20] {
+            let err = parse(&format!("[loop]\nhost_nice = {bad}\n")).unwrap_err();
+            let p =
+                err.problems().iter().find(|p| p.key == "loop.host_nice").expect("a loop.host_nice problem");
+            assert!(p.message.contains("from 0"), "{}", p.message);
+        }
+        assert_eq!(parse("[loop]\nhost_nice = 19\n").unwrap().loop_.host_nice, 19);
+        assert_eq!(Config::default().loop_.host_nice, 10);
+    }
 
     #[test]
     fn empty_file_is_the_default_config() {

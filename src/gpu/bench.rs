@@ -493,6 +493,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         sync_with_host: true,
         fused_chain: FusedChainMode::Off,
         stream_to_gpu: crate::config::StreamToGpu::Off,
+        ..LoopConfig::default()
     };
     let sleep = |us| LoopConfig {
         poll_budget_us: 0,

@@ -35,6 +35,9 @@ pub struct HostLoop {
     /// Core and SCHED_FIFO priority for the loop thread (`service.loop_cpu`,
     /// `service.realtime_priority`), applied when the thread starts.
     placement: (Option<usize>, Option<u8>),
+    /// `loop.host_nice`: the loop thread's nice value when it has no
+    /// SCHED_FIFO priority.
+    nice: i32,
     /// The reload path's handle on the chain; taken once.
     live_chain: Option<HostLiveChain>,
 }
@@ -92,6 +95,7 @@ impl HostLoop {
         let results = results.writer().ok_or(HostError::ResultWriterTaken)?;
         let control = LoopControl::new();
         let chain_names = Arc::new(Mutex::new(names_of(&chain)));
+        let nice = config.host_nice;
         let core = LoopCore::new(reader, results, cpu_chain, config, trigger, Arc::clone(&control));
         let live_chain = HostLiveChain {
             switch: Arc::clone(core.chain_switch()),
@@ -104,6 +108,7 @@ impl HostLoop {
             thread: None,
             chain_names,
             placement: (None, None),
+            nice,
             live_chain: Some(live_chain),
         })
     }
@@ -214,9 +219,18 @@ impl ResidentLoop for HostLoop {
         })?;
         self.control.rearm();
         let (cpu, priority) = self.placement;
+        let nice = self.nice;
         let (placed_tx, placed_rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new().name("frameloop-host-loop".into()).spawn(move || {
             let placed = crate::service::threads::place_current_thread("resident loop", cpu, priority);
+            if priority.is_none()
+                && nice > 0
+                && let Err(e) = crate::realtime::set_current_thread_nice(nice)
+            {
+                tracing::warn!(
+                    "loop.host_nice = {nice} refused ({e}); the loop thread runs at the receiver's priority"
+                );
+            }
             let ok = placed.is_ok();
             let _ = placed_tx.send(placed.map_err(|e| e.to_string()));
             if ok { run_loop(core) } else { (core, LoopEnd::TornDown) }
