@@ -1,12 +1,16 @@
 //! Fuzz target: any bytes as a sequence of native datagrams (a 2-byte
 //! big-endian length before each) fed through `Reassembler::on_datagram_at`
-//! into a small host-memory frame ring, as the UDP receiver feeds it.
+//! into a small host-memory frame ring, as the UDP receiver feeds it; each
+//! datagram also through `native::parse_split` (the one-copy receive path's
+//! parse of a header whose payload lies elsewhere), which must agree with
+//! `native::parse`.
 //! Seeds: `fuzz/seeds/native_reassembly`.
 #![no_main]
 
 use frameloop::ingest::{Reassembler, ReassemblyConfig};
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
+use frameloop::wire::native;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 
@@ -34,6 +38,16 @@ fuzz_target!(|data: &[u8]| {
         rest = &rest[(2 + len).min(rest.len())..];
         // Time moves on by the datagram's first byte (ms), so timeouts happen.
         now += datagram.first().copied().unwrap_or(0) as u64 / 32 * MS;
+        if datagram.len() >= native::HEADER_LEN {
+            let (head, payload) = datagram.split_at(native::HEADER_LEN);
+            let split = native::parse_split(head, payload.len());
+            let plain_header = u16::from_le_bytes([head[6], head[7]]) as usize == native::HEADER_LEN;
+            match native::parse(datagram) {
+                _ if !plain_header => assert!(split.is_err(), "an extended header parsed split"),
+                Ok((h, _)) => assert_eq!(split, Ok(h), "split parse disagrees"),
+                Err(e) => assert_eq!(split.map_err(|e| e.kind()), Err(e.kind()), "split parse disagrees"),
+            }
+        }
         reassembler.on_datagram_at(datagram, now, now);
         fed += 1;
         while let Some(slot) = reader.claim() {

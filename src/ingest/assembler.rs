@@ -2,6 +2,7 @@
 //! ([`Reassembler`]) or RFC 4175 RTP video ([`RtpAssembler`]). Both are pure
 //! state machines (no I/O, no clock reads) with the same three entry points.
 
+use super::landing::LandingPlan;
 use super::reassembly::Reassembler;
 use crate::rtp::RtpAssembler;
 
@@ -16,6 +17,25 @@ pub trait FrameAssembler: Send {
         let _ = now_ns;
         self.on_datagram(datagram, rx_ns)
     }
+    /// One-copy receive: plans where the datagrams of up to `groups`
+    /// receive buffers are expected to go ([`Reassembler::plan_landing`]);
+    /// `None` (the default) when this assembler does not predict.
+    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
+        let _ = groups;
+        None
+    }
+    /// The plan [`FrameAssembler::plan_landing`] returned last, if any.
+    fn landing(&mut self) -> Option<&mut LandingPlan> {
+        None
+    }
+    /// Handles the datagram whose header is `head` and whose payload landed
+    /// at target `k` of the last plan ([`Reassembler::on_landed_at`]).
+    fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        let _ = (k, head, rx_ns, now_ns);
+        debug_assert!(false, "a datagram landed for an assembler that planned nothing");
+    }
+    /// Forgets the last plan.
+    fn end_landing(&mut self) {}
     /// Publishes what is complete or stale at `now_ns`.
     fn on_tick(&mut self, now_ns: u64);
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
@@ -42,7 +62,34 @@ macro_rules! assembler_by_inherent_methods {
     )+};
 }
 
-assembler_by_inherent_methods!(Reassembler, RtpAssembler);
+assembler_by_inherent_methods!(RtpAssembler);
+
+impl FrameAssembler for Reassembler {
+    fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        Reassembler::on_datagram(self, datagram, rx_ns)
+    }
+    fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        Reassembler::on_datagram_at(self, datagram, rx_ns, now_ns)
+    }
+    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
+        Some(Reassembler::plan_landing(self, groups))
+    }
+    fn landing(&mut self) -> Option<&mut LandingPlan> {
+        Some(self.landing_mut())
+    }
+    fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        Reassembler::on_landed_at(self, k, head, rx_ns, now_ns)
+    }
+    fn end_landing(&mut self) {
+        Reassembler::end_landing(self)
+    }
+    fn on_tick(&mut self, now_ns: u64) {
+        Reassembler::on_tick(self, now_ns)
+    }
+    fn flush(&mut self, now_ns: u64) {
+        Reassembler::flush(self, now_ns)
+    }
+}
 
 impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
@@ -50,6 +97,18 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         (**self).on_datagram_at(datagram, rx_ns, now_ns)
+    }
+    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
+        (**self).plan_landing(groups)
+    }
+    fn landing(&mut self) -> Option<&mut LandingPlan> {
+        (**self).landing()
+    }
+    fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        (**self).on_landed_at(k, head, rx_ns, now_ns)
+    }
+    fn end_landing(&mut self) {
+        (**self).end_landing()
     }
     fn on_tick(&mut self, now_ns: u64) {
         (**self).on_tick(now_ns)

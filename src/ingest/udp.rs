@@ -23,9 +23,11 @@ use super::assembler::FrameAssembler;
 use super::batch::{BufferInfo, RecvBatch, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
+use super::landing::{Landed, MessageLayout};
 use super::reassembly::Reassembler;
 use super::tap::DatagramTap;
 use crate::clock;
+use crate::wire::native::HEADER_LEN;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -157,6 +159,13 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     poll_budget: Duration,
     /// `SCHED_FIFO` priority for the thread that calls [`UdpReceiver::run`]; 0 = unchanged.
     realtime_priority: u8,
+    /// `ingest.receive_into_slots`: ask the assembler for landing targets.
+    one_copy: bool,
+    /// Receive buffers to plan targets for: twice the last batch's count and
+    /// a little more, so a quiet socket costs little planning.
+    groups_wanted: usize,
+    /// Where each message of the current one-copy batch fell.
+    layouts: Vec<MessageLayout>,
 }
 
 // The appliance moves the receiver onto its own thread.
@@ -243,6 +252,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             poll_timeout: Duration::from_millis(timeout_ms),
             poll_budget: Duration::from_micros(cfg.poll_budget_us.into()),
             realtime_priority: cfg.realtime_priority,
+            one_copy: cfg.receive_into_slots,
+            groups_wanted: MIN_GROUPS,
+            layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
         })
     }
 
@@ -321,7 +333,27 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let fd = self.socket.as_raw_fd();
         let mut drained = Drained { buffers: 0, empty: false };
         for _ in 0..BATCHES_PER_WAKE {
+            if self.one_copy && self.tap.is_none() {
+                let groups = self.groups_wanted;
+                if let Some(plan) = self.assembler.plan_landing(groups)
+                    && plan.groups() > 0
+                {
+                    let n = self.batch.recv_landing(fd, plan).map_err(IngestError::Recv)?;
+                    drained.buffers += n;
+                    self.groups_wanted = (2 * n + MIN_GROUPS).min(self.batch.buffers());
+                    if n > 0 {
+                        self.deliver_landed(n, clock::realtime_ns());
+                    }
+                    self.assembler.end_landing();
+                    if n < self.batch.buffers() {
+                        drained.empty = true;
+                        break;
+                    }
+                    continue;
+                }
+            }
             let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
+            self.groups_wanted = (2 * n + MIN_GROUPS).min(self.batch.buffers());
             drained.buffers += n;
             let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
             for i in 0..n {
@@ -344,6 +376,92 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         Ok(drained)
     }
 }
+
+impl<A: FrameAssembler> UdpReceiver<A> {
+    /// Hands the `n` messages of a one-copy receive to the assembler: first
+    /// records where every message's datagrams fell (gathering the ones
+    /// that did not line up) before anything is written to a slot, then
+    /// delivers them in order, landed payloads in place.
+    fn deliver_landed(&mut self, n: usize, batch_ns: u64) {
+        let Some(plan) = self.assembler.landing() else { return };
+        self.layouts.clear();
+        for i in 0..n {
+            let (_, info) = self.batch.message(i, batch_ns);
+            let layout = self.batch.landed(i, plan, info.gro_segment);
+            match layout {
+                MessageLayout::Aligned { landed, last_payload, .. } => {
+                    let group = self.batch.group(i);
+                    for j in 0..landed {
+                        let k = group.start + j;
+                        let len = if j + 1 == landed { last_payload } else { plan.target(k).len };
+                        plan.set_arrived(k, len);
+                    }
+                }
+                MessageLayout::Gather => {
+                    self.batch.gather(i, plan);
+                }
+            }
+            self.layouts.push(layout);
+        }
+        for i in 0..n {
+            let (_, info) = self.batch.message(i, batch_ns);
+            match self.layouts[i] {
+                MessageLayout::Aligned { landed, tail, .. } => {
+                    let group = self.batch.group(i);
+                    let allowed = self.allow.allows(info.source.map(|s| s.ip()));
+                    for k in group.start..group.start + landed {
+                        if allowed {
+                            let head = self.batch.head(k);
+                            self.assembler.on_landed_at(k, head, info.rx_ns, info.batch_ns.max(info.rx_ns));
+                        } else {
+                            let payload = match self.assembler.landing().map(|p| p.take(k)) {
+                                Some(Landed::InSlot(len)) => len,
+                                _ => 0,
+                            };
+                            self.counters.datagram(HEADER_LEN + payload);
+                            IngestCounters::bump(&self.counters.source_not_allowed);
+                        }
+                    }
+                    // GRO segments of the whole buffer; `deliver` counts the
+                    // tail's own when it holds more than one.
+                    let tail_count =
+                        datagrams(self.batch.tail(i, tail), info.gro_segment).count() * usize::from(tail > 0);
+                    if landed + tail_count > 1 {
+                        let uncounted = landed + if tail_count == 1 { 1 } else { 0 };
+                        IngestCounters::add(&self.counters.gro_segments, uncounted as u64);
+                    }
+                    if tail > 0 {
+                        let buf = self.batch.tail(i, tail);
+                        deliver(
+                            &mut self.assembler,
+                            &self.counters,
+                            &self.allow,
+                            None,
+                            self.local_addr,
+                            buf,
+                            info,
+                        );
+                    }
+                }
+                MessageLayout::Gather => {
+                    let buf = self.batch.gathered(i);
+                    deliver(
+                        &mut self.assembler,
+                        &self.counters,
+                        &self.allow,
+                        None,
+                        self.local_addr,
+                        buf,
+                        info,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Fewest receive buffers a one-copy plan covers.
+const MIN_GROUPS: usize = 4;
 
 /// What one [`UdpReceiver::drain`] read.
 struct Drained {

@@ -157,6 +157,60 @@ pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
     Ok((h, payload))
 }
 
+/// Parses a datagram whose first [`HEADER_LEN`] bytes are `head` and whose
+/// payload (`available` bytes, starting right after them) lies elsewhere, as
+/// the one-copy receive path leaves it. Accepts and rejects exactly what
+/// [`parse`] does for the datagram `head ++ payload`, and returns the header;
+/// the payload is the first `payload_len` of the `available` bytes.
+pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseError> {
+    let len = head.len().saturating_add(available);
+    if head.len() < HEADER_LEN {
+        return Err(ParseError::ShortHeader { len });
+    }
+    let magic = [head[0], head[1], head[2], head[3]];
+    if magic != MAGIC {
+        return Err(ParseError::BadMagic { found: magic });
+    }
+    if head[4] != VERSION {
+        return Err(ParseError::BadVersion { found: head[4] });
+    }
+    let header_len = u16_at(head, 6);
+    if (header_len as usize) < HEADER_LEN || header_len as usize > len {
+        return Err(ParseError::BadHeaderLen { found: header_len, len });
+    }
+    if header_len as usize != head.len() {
+        // An extended header runs into what was taken for the payload: only
+        // the contiguous datagram can be parsed.
+        return Err(ParseError::BadHeaderLen { found: header_len, len });
+    }
+    let h = NativeHeader {
+        flags: head[5],
+        stream_id: u32_at(head, 8),
+        packet_index: u32_at(head, 12),
+        frame_seq: u64_at(head, 16),
+        packet_count: u32_at(head, 24),
+        payload_offset: u32_at(head, 28),
+        frame_len: u32_at(head, 32),
+        payload_len: u32_at(head, 36),
+        sender_ts_ns: u64_at(head, 40),
+    };
+    if h.payload_len as usize > available {
+        return Err(ParseError::Truncated { announced: h.payload_len, available });
+    }
+    if h.packet_index >= h.packet_count {
+        return Err(ParseError::BadPacketIndex { index: h.packet_index, count: h.packet_count });
+    }
+    let end = h.payload_offset as u64 + h.payload_len as u64;
+    if end > h.frame_len as u64 {
+        return Err(ParseError::PayloadOutsideFrame {
+            offset: h.payload_offset,
+            len: h.payload_len,
+            frame_len: h.frame_len,
+        });
+    }
+    Ok(h)
+}
+
 /// Writes a version-1 header into `out[..HEADER_LEN]`.
 ///
 /// # Panics
@@ -374,6 +428,30 @@ mod tests {
                 proptest::prop_assert_eq!(payload.len(), h.payload_len as usize);
                 proptest::prop_assert!(header_len as usize + payload.len() <= bytes.len());
                 proptest::prop_assert!(h.packet_index < h.packet_count);
+            }
+        }
+
+        /// The split parse of the one-copy path agrees with the contiguous
+        /// parse on every datagram with a plain 48-byte header, and refuses
+        /// every other header length.
+        #[test]
+        fn split_parse_agrees_with_parse(
+            mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), HEADER_LEN..400),
+            header_len in proptest::prop_oneof![proptest::strategy::Just(HEADER_LEN as u16), 0u16..450],
+            small in 0u32..400,
+            which in 0usize..4,
+        ) {
+            bytes[..4].copy_from_slice(&MAGIC);
+            bytes[4] = VERSION;
+            bytes[6..8].copy_from_slice(&header_len.to_le_bytes());
+            // Make the size fields small now and then, so valid headers occur.
+            let at = [24, 28, 32, 36][which];
+            bytes[at..at + 4].copy_from_slice(&small.to_le_bytes());
+            let split = parse_split(&bytes[..HEADER_LEN], bytes.len() - HEADER_LEN);
+            match parse(&bytes) {
+                _ if header_len as usize != HEADER_LEN => proptest::prop_assert!(split.is_err()),
+                Ok((h, _)) => proptest::prop_assert_eq!(split, Ok(h)),
+                Err(e) => proptest::prop_assert_eq!(split.map_err(|e| e.kind()), Err(e.kind())),
             }
         }
     }
