@@ -263,11 +263,12 @@ class Frameloop:
     # Totals, not drops; every other ingest counter is a datagram or frame
     # dropped at ingest and counts as loss.
     DROP_KEYS_NOT_LOSS = {"datagrams", "bytes", "packets_accepted", "frames_started", "frames_complete",
-                          "frames_incomplete", "frames_timed_out", "gro_segments"}
+                          "frames_incomplete", "frames_timed_out", "gro_segments", "placed_by_kernel"}
 
-    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None):
+    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None, copy=False):
         self.bin, self.args, self.log = binary, args, log
         self.pacing = pacing
+        self.copy = copy
         self.realtime_priority = realtime_priority
         self.backend = backend
 
@@ -281,6 +282,7 @@ class Frameloop:
                 f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
                 f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
+                ('receive_into_slots = false\n' if self.copy else '') +
                 f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
@@ -420,20 +422,22 @@ def main():
             tools.append(Spead2("spead2", args.spead2_bin, args, log))
         elif name == "spead2-nogso":
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
-        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-host|-cuda)?", name):
+        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-host|-cuda)?", name):
             # -base: the --frameloop-base binary (a before/after pair in one run);
-            # -rt: SCHED_FIFO receiving thread; -host/-cuda: that backend (default: auto).
+            # -rt: SCHED_FIFO receiving thread; -copy: ingest.receive_into_slots = false
+            # (every payload copied from the receive buffer); -host/-cuda: that backend (default: auto).
             if "-base" in name and not args.frameloop_base:
                 sys.exit(f"tool {name} needs --frameloop-base BINARY")
             binary = args.frameloop_base if "-base" in name else args.frameloop
             backend = "cuda" if name.endswith("-cuda") else "host" if name.endswith("-host") else ""
             t = Frameloop(os.path.abspath(binary), args, log,
                           realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend,
-                          pacing=args.frameloop_base_pacing if "-base" in name else args.frameloop_pacing)
+                          pacing=args.frameloop_base_pacing if "-base" in name else args.frameloop_pacing,
+                          copy="-copy" in name)
             t.name = name
             tools.append(t)
         else:
-            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop[-base][-rt][-host|-cuda]")
+            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop[-base][-rt][-copy][-host|-cuda]")
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):

@@ -130,6 +130,13 @@ fn stream_and_check(chain: Vec<OpSpec>, t: Traffic) -> Report {
         (ingest.frames_started, ingest.frames_complete, ingest.frames_incomplete),
         (t.count, t.count, 0)
     );
+    // ingest.receive_into_slots is on by default: in-order traffic lands in place.
+    assert!(
+        ingest.placed_by_kernel * 2 > ingest.packets_accepted,
+        "one-copy receive placed only {} of {} payloads: {ingest:?}",
+        ingest.placed_by_kernel,
+        ingest.packets_accepted
+    );
     assert_eq!(report.loop_stats.frames_processed, t.count);
     assert_eq!(report.loop_stats.frames_skipped, 0);
     let frames = &report.latency.frames;

@@ -60,6 +60,18 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         self.inner.on_datagram_at(datagram, rx_ns, now_ns);
     }
+    fn plan_landing(&mut self, groups: usize) -> Option<&mut crate::ingest::landing::LandingPlan> {
+        self.inner.plan_landing(groups)
+    }
+    fn landing(&mut self) -> Option<&mut crate::ingest::landing::LandingPlan> {
+        self.inner.landing()
+    }
+    fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        self.inner.on_landed_at(k, head, rx_ns, now_ns)
+    }
+    fn end_landing(&mut self) {
+        self.inner.end_landing()
+    }
     fn on_tick(&mut self, now_ns: u64) {
         self.loops.fetch_add(1, Ordering::Relaxed);
         if let Some(stall) = self.stall.as_mut() {
