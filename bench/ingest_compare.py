@@ -282,7 +282,7 @@ class Frameloop:
                 f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
                 f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
-                ('receive_into_slots = false\n' if self.copy else '') +
+                ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
@@ -301,7 +301,9 @@ class Frameloop:
         send = [self.bin, "send", "--to", f"127.0.0.1:{a.port}", "--rate", f"{fps:.3f}", "--frame-bytes",
                 str(a.frame_bytes), "--packet-bytes", str(size), "--duration", str(a.trial_s)]
         if self.pacing:
-            send += ["--pacing", self.pacing]
+            # A build with --pacing also has --pattern static: the sender
+            # writes the payload once, as spead2_send sends the same heap.
+            send += ["--pacing", self.pacing, "--pattern", "static"]
         try:
             s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
                                           a.trial_s + a.frameloop_slack_s + 20, a.port)
@@ -424,7 +426,7 @@ def main():
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
         elif re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-host|-cuda)?", name):
             # -base: the --frameloop-base binary (a before/after pair in one run);
-            # -rt: SCHED_FIFO receiving thread; -copy: ingest.receive_into_slots = false
+            # -rt: SCHED_FIFO receiving thread; -copy: ingest.receive_into_slots = "off"
             # (every payload copied from the receive buffer); -host/-cuda: that backend (default: auto).
             if "-base" in name and not args.frameloop_base:
                 sys.exit(f"tool {name} needs --frameloop-base BINARY")

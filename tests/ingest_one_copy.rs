@@ -5,7 +5,7 @@
 //! gives byte-identical frames, flags and counters.
 
 use frameloop::ingest::{
-    IngestCounters, IngestSnapshot, Reassembler, ReassemblyConfig, UdpConfig, UdpReceiver,
+    IngestCounters, IngestSnapshot, Reassembler, ReassemblyConfig, ReceiveIntoSlots, UdpConfig, UdpReceiver,
 };
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader, SlotHeader};
@@ -33,7 +33,7 @@ impl Receiver {
         let cfg = UdpConfig {
             bind: "127.0.0.1:0".into(),
             recv_buffer_bytes: 4 << 20,
-            receive_into_slots: one_copy,
+            receive_into_slots: if one_copy { ReceiveIntoSlots::On } else { ReceiveIntoSlots::Off },
             // Only arrival order decides what is published incomplete.
             reassembly: ReassemblyConfig { frame_timeout_ms: 60_000, ..ReassemblyConfig::default() },
             ..UdpConfig::default()

@@ -60,8 +60,12 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         self.inner.on_datagram_at(datagram, rx_ns, now_ns);
     }
-    fn plan_landing(&mut self, groups: usize) -> Option<&mut crate::ingest::landing::LandingPlan> {
-        self.inner.plan_landing(groups)
+    fn plan_landing(
+        &mut self,
+        groups: usize,
+        min_payload: usize,
+    ) -> Option<&mut crate::ingest::landing::LandingPlan> {
+        self.inner.plan_landing(groups, min_payload)
     }
     fn landing(&mut self) -> Option<&mut crate::ingest::landing::LandingPlan> {
         self.inner.landing()

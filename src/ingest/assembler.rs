@@ -17,11 +17,12 @@ pub trait FrameAssembler: Send {
         let _ = now_ns;
         self.on_datagram(datagram, rx_ns)
     }
-    /// One-copy receive: plans where the datagrams of up to `groups`
-    /// receive buffers are expected to go ([`Reassembler::plan_landing`]);
+    /// One-copy receive: plans where the datagrams (of at least
+    /// `min_payload` payload bytes) of up to `groups` receive buffers are
+    /// expected to go ([`Reassembler::plan_landing`]);
     /// `None` (the default) when this assembler does not predict.
-    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
-        let _ = groups;
+    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
+        let _ = (groups, min_payload);
         None
     }
     /// The plan [`FrameAssembler::plan_landing`] returned last, if any.
@@ -71,8 +72,8 @@ impl FrameAssembler for Reassembler {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         Reassembler::on_datagram_at(self, datagram, rx_ns, now_ns)
     }
-    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
-        Some(Reassembler::plan_landing(self, groups))
+    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
+        Some(Reassembler::plan_landing(self, groups, min_payload))
     }
     fn landing(&mut self) -> Option<&mut LandingPlan> {
         Some(self.landing_mut())
@@ -98,8 +99,8 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         (**self).on_datagram_at(datagram, rx_ns, now_ns)
     }
-    fn plan_landing(&mut self, groups: usize) -> Option<&mut LandingPlan> {
-        (**self).plan_landing(groups)
+    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
+        (**self).plan_landing(groups, min_payload)
     }
     fn landing(&mut self) -> Option<&mut LandingPlan> {
         (**self).landing()

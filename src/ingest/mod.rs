@@ -35,7 +35,7 @@ pub mod transport;
 pub mod udp;
 
 pub use assembler::FrameAssembler;
-pub use config::UdpConfig;
+pub use config::{ReceiveIntoSlots, UdpConfig};
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
 pub use reassembly::{Reassembler, ReassemblyConfig};
 pub use route::{Route, StreamRouter};

@@ -371,9 +371,13 @@ impl Reassembler {
     /// records what landed ([`LandingPlan::set_arrived`]) and hands each
     /// landed datagram to [`Reassembler::on_landed_at`]; the next plan (or
     /// [`Reassembler::end_landing`]) forgets the targets.
-    pub fn plan_landing(&mut self, groups: usize) -> &mut LandingPlan {
+    /// Plans nothing when the stream's packets carry fewer than
+    /// `min_payload` bytes.
+    pub fn plan_landing(&mut self, groups: usize, min_payload: usize) -> &mut LandingPlan {
         self.landing.clear();
-        if let Some(c) = self.cursor {
+        if let Some(c) = self.cursor
+            && c.stride as usize >= min_payload
+        {
             self.plan_from(c, groups);
         }
         &mut self.landing

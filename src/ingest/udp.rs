@@ -159,8 +159,9 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     poll_budget: Duration,
     /// `SCHED_FIFO` priority for the thread that calls [`UdpReceiver::run`]; 0 = unchanged.
     realtime_priority: u8,
-    /// `ingest.receive_into_slots`: ask the assembler for landing targets.
-    one_copy: bool,
+    /// `ingest.receive_into_slots`: the smallest datagram payload to ask the
+    /// assembler for landing targets for; `None`: never.
+    one_copy: Option<usize>,
     /// Receive buffers to plan targets for: twice the last batch's count and
     /// a little more, so a quiet socket costs little planning.
     groups_wanted: usize,
@@ -252,7 +253,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             poll_timeout: Duration::from_millis(timeout_ms),
             poll_budget: Duration::from_micros(cfg.poll_budget_us.into()),
             realtime_priority: cfg.realtime_priority,
-            one_copy: cfg.receive_into_slots,
+            one_copy: cfg.receive_into_slots.min_payload(),
             groups_wanted: MIN_GROUPS,
             layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
         })
@@ -333,9 +334,11 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let fd = self.socket.as_raw_fd();
         let mut drained = Drained { buffers: 0, empty: false };
         for _ in 0..BATCHES_PER_WAKE {
-            if self.one_copy && self.tap.is_none() {
+            if let Some(min_payload) = self.one_copy
+                && self.tap.is_none()
+            {
                 let groups = self.groups_wanted;
-                if let Some(plan) = self.assembler.plan_landing(groups)
+                if let Some(plan) = self.assembler.plan_landing(groups, min_payload)
                     && plan.groups() > 0
                 {
                     let n = self.batch.recv_landing(fd, plan).map_err(IngestError::Recv)?;

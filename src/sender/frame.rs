@@ -86,6 +86,8 @@ pub struct FrameBuffer {
     headers: Vec<[u8; HEADER_LEN]>,
     /// The frame payload; `len() == geometry.frame_bytes()`.
     payload: Vec<u8>,
+    /// The payload holds the `static` pattern already.
+    static_filled: bool,
 }
 
 impl FrameBuffer {
@@ -94,6 +96,7 @@ impl FrameBuffer {
             geometry,
             headers: vec![[0u8; HEADER_LEN]; geometry.packet_count() as usize],
             payload: vec![0u8; geometry.frame_bytes() as usize],
+            static_filled: false,
         }
     }
 
@@ -103,7 +106,11 @@ impl FrameBuffer {
 
     /// Writes the payload of frame (`stream`, `seq`).
     pub fn fill_payload(&mut self, pattern: Pattern, stream: u32, seq: u64) {
+        if pattern == Pattern::Static && self.static_filled {
+            return;
+        }
         pattern.fill(stream, seq, 0, &mut self.payload);
+        self.static_filled = pattern == Pattern::Static;
     }
 
     /// Writes every packet header of frame (`stream`, `seq`) with timestamp `ts_ns`.

@@ -18,6 +18,10 @@ pub enum Pattern {
     Counter,
     /// Pseudo-random words seeded by stream and frame sequence (splitmix64).
     Random,
+    /// Every frame of every stream carries frame 0 of stream 0's `counter`
+    /// payload, written once: a load generator that spends nothing per frame
+    /// on content (for throughput runs where no receiver checks the bytes).
+    Static,
 }
 
 const WORD: usize = 8;
@@ -34,6 +38,7 @@ impl Pattern {
     pub fn word(self, stream: u32, seq: u64, word: u64) -> u64 {
         match self {
             Pattern::Counter => (word & 0xffff_ffff) | (stream as u64 & 0xffff) << 32 | (seq & 0xffff) << 48,
+            Pattern::Static => Pattern::Counter.word(0, 0, word),
             Pattern::Random => {
                 let seed = splitmix64(seq ^ (stream as u64).rotate_left(40));
                 splitmix64(seed.wrapping_add(word.wrapping_mul(0xD1B5_4A32_D192_ED03)))
@@ -79,6 +84,13 @@ impl Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn static_frames_are_all_frame_zero_of_stream_zero() {
+        for (stream, seq) in [(0, 0), (3, 77), (9, 1 << 40)] {
+            assert_eq!(Pattern::Static.frame(stream, seq, 100), Pattern::Counter.frame(0, 0, 100));
+        }
+    }
 
     #[test]
     fn fill_agrees_with_byte_at_any_alignment() {
