@@ -285,6 +285,7 @@ class Frameloop:
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = 256\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
+                + (a.frameloop_loop_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_loop_extra else "") +
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
         f = tempfile.NamedTemporaryFile("w", prefix="frameloop-ingest-", suffix=".toml", delete=False)
         f.write(text)
@@ -405,6 +406,8 @@ def main():
     p.add_argument("--frameloop-ingest-extra", default="",
                    help="keys added to frameloop's [ingest] table, one per line (\\n between lines), "
                         "e.g. 'realtime_priority = 10\\n'")
+    p.add_argument("--frameloop-loop-extra", default="",
+                   help="keys added to frameloop's [loop] table, one per line (\\n between lines), e.g. 'host_nice = 19'")
     p.add_argument("--frameloop-config-extra", default="", help="TOML appended to frameloop's config")
     p.add_argument("--out", help="results file (raw output and command lines)")
     args = p.parse_args()
