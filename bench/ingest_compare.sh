@@ -13,7 +13,11 @@
 #     stats), and a resident loop that sleeps rather than spins when idle
 #     ([loop] poll_budget_us = 0). Frames the loop skips are not loss.
 #     `frameloop-rt` is the same with ingest.realtime_priority (SCHED_FIFO
-#     receiving thread; needs root).
+#     receiving thread; needs root); `frameloop-copy` with
+#     ingest.receive_into_slots = "off"; `-host`/`-cuda` pick the backend.
+#     frameloop's sender runs with `--pacing sleep --pattern static` (it
+#     neither spins a core between frames nor rewrites the payload, as
+#     spead2_send does not).
 #   - Loss = datagrams the kernel dropped on the receiving socket
 #     (/proc/net/udp `drops`, sampled while the receiver runs) or that the
 #     receiver did not count (sent packets vs spead2 `packets` / frameloop
