@@ -12,7 +12,7 @@ mod pattern;
 mod socket;
 
 pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
-pub use pacing::{Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced};
+pub use pacing::{MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced};
 pub use pattern::Pattern;
 pub use socket::{FrameSent, Transmitter};
 
@@ -225,6 +225,9 @@ pub struct SenderStats {
     pub max_schedule_lag_ns: u64,
     /// Mean of that delay, ns.
     pub mean_schedule_lag_ns: u64,
+    /// `--pacing sleep`: times the sender fell more than
+    /// [`MAX_CATCH_UP_NS`] behind and moved its schedule instead of catching up.
+    pub schedule_rebases: u64,
 }
 
 impl SendArgs {
@@ -304,7 +307,7 @@ pub fn run_sender_on(
     let mut tx = Transmitter::new(socket, args.gso, geometry.packet_bytes())?;
     let mut frame = FrameBuffer::new(geometry);
     let duration = args.duration.map(Duration::from_secs_f64);
-    let schedule = Schedule::new(monotonic_ns(), args.rate, args.count, duration);
+    let mut schedule = Schedule::new(monotonic_ns(), args.rate, args.count, duration);
     let mut run = RunTotals::new(&schedule, geometry.packet_count());
 
     if args.pacing == Pacing::Sleep
@@ -319,6 +322,13 @@ pub fn run_sender_on(
         frame.fill_payload(args.pattern, stream, seq);
         let due = schedule.due_ns(k);
         let Some(woke) = wait_until_paced(due, stop, args.pacing) else { break };
+        let due = if args.pacing == Pacing::Sleep && woke - due > MAX_CATCH_UP_NS {
+            schedule.rebase(k, woke);
+            run.stats.schedule_rebases += 1;
+            woke
+        } else {
+            due
+        };
         frame.write_headers(stream, seq, realtime_ns());
         let sent = tx.send_frame(&frame, stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);

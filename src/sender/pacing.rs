@@ -46,6 +46,15 @@ impl Schedule {
         self.start_ns.saturating_add((k as f64 * self.period_ns).round() as u64)
     }
 
+    /// Moves the schedule so that frame `k` is due at `now_ns` (and every
+    /// later frame a period after the one before), keeping the end of a
+    /// run bounded by time where it was: the frames a late sender would
+    /// otherwise send back to back to catch up are not sent.
+    pub fn rebase(&mut self, k: u64, now_ns: u64) {
+        let offset = (k as f64 * self.period_ns).round() as u64;
+        self.start_ns = now_ns.saturating_sub(offset);
+    }
+
     /// Whether frame `k` is past the end of the run.
     pub fn is_past_end(&self, k: u64) -> bool {
         self.count.is_some_and(|c| k >= c) || self.end_ns.is_some_and(|end| self.due_ns(k) >= end)
@@ -62,11 +71,17 @@ pub enum Pacing {
     #[default]
     Spin,
     /// Only sleep (with 1 µs timer slack): frames may leave tens of
-    /// microseconds late, in small bursts, but the sender leaves the CPU to
-    /// others between sends. For throughput runs on machines with few cores,
-    /// where a spinning sender takes a core from the receiver.
+    /// microseconds late, but the sender leaves the CPU to others between
+    /// sends. A sender more than [`MAX_CATCH_UP_NS`] late does not catch up
+    /// in a burst: it drops the deficit and goes on at the rate from there
+    /// (counted in `schedule_rebases`), as a rate limiter with a bounded
+    /// burst does. For throughput runs on machines with few cores, where a
+    /// spinning sender takes a core from the receiver.
     Sleep,
 }
+
+/// How late a [`Pacing::Sleep`] sender may fall before it gives up catching up.
+pub const MAX_CATCH_UP_NS: u64 = 250_000;
 
 /// Waits until monotonic time `due_ns`, returning the time it woke up, or
 /// `None` if `stop` was raised first.
@@ -108,6 +123,16 @@ mod tests {
         assert_eq!(s.due_ns(1), 1_000 + 333_333_333);
         assert_eq!(s.due_ns(3), 1_000 + 1_000_000_000);
         assert_eq!(s.due_ns(3_000_000), 1_000 + 1_000_000_000_000_000);
+    }
+
+    #[test]
+    fn a_rebased_schedule_continues_at_the_rate_from_now_and_ends_where_it_did() {
+        let mut s = Schedule::new(0, 1000.0, None, Some(Duration::from_secs(1)));
+        s.rebase(10, 500_000_000);
+        assert_eq!(s.due_ns(10), 500_000_000);
+        assert_eq!(s.due_ns(11), 501_000_000);
+        assert!(!s.is_past_end(509));
+        assert!(s.is_past_end(510), "the end stays at 1 s: frame 510 would be due then");
     }
 
     #[test]
