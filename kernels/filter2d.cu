@@ -9,8 +9,11 @@ struct Filter2dParams {
 
 // Block: FL_OP_THREADS threads; grid: any size (grid-stride).
 extern "C" __global__ void __launch_bounds__(FL_OP_THREADS)
-    fl_filter2d(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, Filter2dParams p) {
+    fl_filter2d(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, Filter2dParams p,
+                uint32_t param_step) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_filter2d_range(fd, x, y, capacity, p.width, p.kernel, fl_grid_thread(), fl_grid_threads());
+  // The kernel of the frame's parameter bank (fl_live_step), else the argument's.
+  const FusedStep* live = fl_live_step(fd, param_step);
+  fl_filter2d_range(fd, x, y, capacity, p.width, live ? live->coeffs : p.kernel, fl_grid_thread(), fl_grid_threads());
 }
