@@ -246,6 +246,7 @@ impl CudaLoop {
             running: chain.to_vec(),
             applied: 0,
             mode: SwapMode::Update,
+            use_banks: true,
         };
         Ok(Self { exec, output, live: Some(live) })
     }

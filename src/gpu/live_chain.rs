@@ -447,12 +447,20 @@ pub struct CudaLiveChain {
     pub(super) running: Vec<OpSpec>,
     pub(super) applied: u32,
     pub(super) mode: SwapMode,
+    /// Values-only changes go to the parameter banks (where the loop has them).
+    pub(super) use_banks: bool,
 }
 
 impl CudaLiveChain {
     /// How later swaps rebuild the graph ([`SwapMode::Update`] by default).
     pub fn set_mode(&mut self, mode: SwapMode) {
         self.mode = mode;
+    }
+
+    /// Whether values-only changes go to the parameter banks (the default)
+    /// or rebuild the graph like shape changes (to compare the two).
+    pub fn set_banks(&mut self, use_banks: bool) {
+        self.use_banks = use_banks;
     }
 
     /// Swaps `chain` in under `generation` and says how; what
@@ -466,7 +474,8 @@ impl CudaLiveChain {
         let exec = self.exec.upgrade().ok_or_else(|| refused("the resident loop is gone".into()))?;
         let mut exec = exec.lock().unwrap_or_else(PoisonError::into_inner);
         let p = &self.planning;
-        if let Some(layout) = p.layout.filter(|_| exec.has_banks() && values_only(&self.running, chain)) {
+        let banked = self.use_banks && exec.has_banks() && values_only(&self.running, chain);
+        if let Some(layout) = p.layout.filter(|_| banked) {
             let switched = param_banks::image(layout, chain, None, p.capacity)
                 .and_then(|image| exec.switch_params(&image, generation));
             match switched {
