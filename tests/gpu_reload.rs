@@ -231,6 +231,16 @@ fn loop_chain_of(g: u32) -> Vec<OpSpec> {
     chain
 }
 
+/// Whether two chains differ in values only (operators, tap counts and
+/// delays' presence the same).
+fn same_shape(a: &[OpSpec], b: &[OpSpec]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (OpSpec::Fir { taps: t }, OpSpec::Fir { taps: u }) => t.len() == u.len(),
+            _ => std::mem::discriminant(x) == std::mem::discriminant(y),
+        })
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation() {
@@ -286,7 +296,8 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
                         "{report:?}"
                     );
                     // Values only: the parameter banks take it, the graph keeps running.
-                    assert_eq!(report.banked, !g.is_multiple_of(3), "generation {g}: {report:?}");
+                    let values_only = same_shape(&loop_chain_of(g - 1), &loop_chain_of(g));
+                    assert_eq!(report.banked, values_only, "generation {g}: {report:?}");
                     in_place += usize::from(report.in_place);
                 }
                 // Frames published back to back: some are claimed only after
