@@ -1,11 +1,14 @@
 //! Live reload on the CUDA backend, measured under a steady stream of frames
-//! published into the mapped frame ring at a fixed rate: for parameter and
-//! shape changes, swapped by an in-place graph update (`cuGraphExecUpdate`)
-//! and by a full rebuild and re-instantiation, interleaved in one run,
+//! published into the mapped frame ring at a fixed rate: for parameter
+//! changes written to the loop's parameter banks (the graph keeps running),
+//! and for parameter and shape changes swapped by an in-place graph update
+//! (`cuGraphExecUpdate`) and by a full rebuild and re-instantiation, all
+//! interleaved in one run,
 //! - the time from the reload call to the first result of the new generation
 //!   seen by the host;
 //! - the host-side switch gap (tear-down request to relaunch: no frame
-//!   processed meanwhile) and what was prepared while the old graph ran;
+//!   processed meanwhile; zero for a bank switch) and what was prepared while
+//!   the old graph ran (for a bank switch: the bank write and publication);
 //! - the processing gap on the GPU clock (`done_ns` of the first result of
 //!   the new generation less that of the last of the old), against the
 //!   interval between two consecutive results measured in the same run.
@@ -54,11 +57,32 @@ enum Kind {
     Shape,
 }
 
+/// How a change is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+enum Path {
+    /// The other parameter bank, published to the running graph.
+    Banks,
+    /// Stop, in-place graph update, relaunch.
+    Update,
+    /// Stop, rebuild and re-instantiation, relaunch.
+    Reinstantiate,
+}
+
+impl Path {
+    fn mode(self) -> SwapMode {
+        match self {
+            Path::Reinstantiate => SwapMode::Reinstantiate,
+            _ => SwapMode::Update,
+        }
+    }
+}
+
 /// One swap as measured.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Swap {
     kind: Kind,
-    mode: SwapMode,
+    path: Path,
+    banked: bool,
     in_place: bool,
     reload_to_first_result_us: f64,
     switch_gap_us: f64,
@@ -93,7 +117,8 @@ fn percentiles(mut v: Vec<f64>) -> Percentiles {
 #[derive(Debug, serde::Serialize)]
 struct Group {
     kind: Kind,
-    mode: SwapMode,
+    path: Path,
+    banked: usize,
     in_place: usize,
     reload_to_first_result_us: Percentiles,
     switch_gap_us: Percentiles,
@@ -114,6 +139,10 @@ struct Section {
     groups: Vec<Group>,
     /// Update over re-instantiation, p50 of the switch gap, per kind.
     switch_gap_ratio_update_over_reinstantiate: BTreeMap<String, f64>,
+    /// Parameter changes, p50 of reload -> first new result and of the GPU
+    /// processing gap: banks over update and over re-instantiation.
+    banks_over_update: BTreeMap<String, f64>,
+    banks_over_reinstantiate: BTreeMap<String, f64>,
     swaps: Vec<Swap>,
 }
 
@@ -133,13 +162,14 @@ fn run(rt: &Arc<GpuRuntime>, fused: FusedChainMode, rate: f64, reps: u32) -> Res
     lp.launch().map_err(|x| e(&x))?;
 
     // Every generation's chain, known before it runs, for the result check.
-    let plan: Vec<(Kind, SwapMode)> = (0..reps)
+    let plan: Vec<(Kind, Path)> = (0..reps)
         .flat_map(|_| {
             [
-                (Kind::Parameters, SwapMode::Update),
-                (Kind::Parameters, SwapMode::Reinstantiate),
-                (Kind::Shape, SwapMode::Update),
-                (Kind::Shape, SwapMode::Reinstantiate),
+                (Kind::Parameters, Path::Banks),
+                (Kind::Parameters, Path::Update),
+                (Kind::Parameters, Path::Reinstantiate),
+                (Kind::Shape, Path::Update),
+                (Kind::Shape, Path::Reinstantiate),
             ]
         })
         .collect();
@@ -226,10 +256,11 @@ fn run(rt: &Arc<GpuRuntime>, fused: FusedChainMode, rate: f64, reps: u32) -> Res
     // Generation 0 runs a while first.
     std::thread::sleep(Duration::from_millis(200));
     let mut swaps = Vec::new();
-    for (i, (kind, mode)) in plan.iter().enumerate() {
+    for (i, (kind, path)) in plan.iter().enumerate() {
         let g = i as u32 + 1;
         std::thread::sleep(Duration::from_millis(20));
-        live.set_mode(*mode);
+        live.set_mode(path.mode());
+        live.set_banks(*path == Path::Banks);
         let t0 = Instant::now();
         let report = live.swap(&chains[g as usize], g).map_err(|x| e(&x))?;
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -242,9 +273,13 @@ fn run(rt: &Arc<GpuRuntime>, fused: FusedChainMode, rate: f64, reps: u32) -> Res
             }
             std::hint::spin_loop();
         };
+        if report.banked != (*path == Path::Banks) {
+            return Err(format!("generation {g}: {path:?} applied as {report:?}"));
+        }
         swaps.push(Swap {
             kind: *kind,
-            mode: *mode,
+            path: *path,
+            banked: report.banked,
             in_place: report.in_place,
             reload_to_first_result_us: seen.at.duration_since(t0).as_secs_f64() * 1e6,
             switch_gap_us: report.gap.as_secs_f64() * 1e6,
@@ -268,23 +303,43 @@ fn run(rt: &Arc<GpuRuntime>, fused: FusedChainMode, rate: f64, reps: u32) -> Res
     let mut ratio = BTreeMap::new();
     for kind in [Kind::Parameters, Kind::Shape] {
         let mut p50 = BTreeMap::new();
-        for mode in [SwapMode::Update, SwapMode::Reinstantiate] {
-            let of: Vec<&Swap> = swaps.iter().filter(|s| s.kind == kind && s.mode == mode).collect();
+        let paths: &[Path] = match kind {
+            Kind::Parameters => &[Path::Banks, Path::Update, Path::Reinstantiate],
+            Kind::Shape => &[Path::Update, Path::Reinstantiate],
+        };
+        for &path in paths {
+            let of: Vec<&Swap> = swaps.iter().filter(|s| s.kind == kind && s.path == path).collect();
             let col = |f: fn(&Swap) -> f64| percentiles(of.iter().map(|s| f(s)).collect());
             let g = Group {
                 kind,
-                mode,
+                path,
+                banked: of.iter().filter(|s| s.banked).count(),
                 in_place: of.iter().filter(|s| s.in_place).count(),
                 reload_to_first_result_us: col(|s| s.reload_to_first_result_us),
                 switch_gap_us: col(|s| s.switch_gap_us),
                 prepare_us: col(|s| s.prepare_us),
                 gpu_processing_gap_us: col(|s| s.gpu_processing_gap_us),
             };
-            p50.insert(mode == SwapMode::Update, g.switch_gap_us.p50);
+            if path != Path::Banks {
+                p50.insert(path == Path::Update, g.switch_gap_us.p50);
+            }
             groups.push(g);
         }
         ratio.insert(format!("{kind:?}"), p50[&true] / p50[&false]);
     }
+    let params =
+        |path: Path| groups.iter().find(|g| g.kind == Kind::Parameters && g.path == path).expect("planned");
+    let versus = |other: Path| {
+        let (b, o) = (params(Path::Banks), params(other));
+        BTreeMap::from([
+            (
+                "reload_to_first_result_p50".to_string(),
+                b.reload_to_first_result_us.p50 / o.reload_to_first_result_us.p50,
+            ),
+            ("gpu_processing_gap_p50".to_string(), b.gpu_processing_gap_us.p50 / o.gpu_processing_gap_us.p50),
+        ])
+    };
+    let (banks_over_update, banks_over_reinstantiate) = (versus(Path::Update), versus(Path::Reinstantiate));
     Ok(Section {
         fused_chain: fused,
         frames_per_second: rate,
@@ -294,6 +349,8 @@ fn run(rt: &Arc<GpuRuntime>, fused: FusedChainMode, rate: f64, reps: u32) -> Res
         result_interval_us: percentiles(intervals),
         groups,
         switch_gap_ratio_update_over_reinstantiate: ratio,
+        banks_over_update,
+        banks_over_reinstantiate,
         swaps,
     })
 }
@@ -308,14 +365,14 @@ fn table(s: &Section) -> String {
         s.mismatches,
         s.result_interval_us.p50
     );
-    t += "kind        mode           in place  reload->first result p50/p90/max µs   switch gap p50/p90/max µs   \
+    t += "kind        path           in place  reload->first result p50/p90/max µs   switch gap p50/p90/max µs   \
           prepared p50 µs   GPU processing gap p50/max µs\n";
     for g in &s.groups {
         let p = |p: &Percentiles| format!("{:.0}/{:.0}/{:.0}", p.p50, p.p90, p.max);
         t += &format!(
             "{:<11} {:<14} {:>2}/{:<2}     {:<36} {:<27} {:<17.0} {:.0}/{:.0}\n",
             format!("{:?}", g.kind),
-            format!("{:?}", g.mode),
+            format!("{:?}", g.path),
             g.in_place,
             g.switch_gap_us.n,
             p(&g.reload_to_first_result_us),
@@ -328,6 +385,10 @@ fn table(s: &Section) -> String {
     t += &format!(
         "switch gap, update / re-instantiation (p50): {:?}\n",
         s.switch_gap_ratio_update_over_reinstantiate
+    );
+    t += &format!(
+        "parameter changes, banks / update (p50): {:?}\nparameter changes, banks / re-instantiation (p50): {:?}\n",
+        s.banks_over_update, s.banks_over_reinstantiate
     );
     t
 }

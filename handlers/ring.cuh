@@ -104,7 +104,9 @@ struct alignas(64) FrameDesc {
   uint32_t n_samples;    // written by the unpack kernel
   uint64_t detect_ns;    // %globaltimer when the handler claimed the slot
   uint64_t skipped;      // frames skipped to reach this one (policy latest)
-  uint64_t _reserved[2];
+  uint64_t params_dptr;  // the parameter bank this frame runs with (device memory), 0 without banks
+  uint32_t param_generation;  // the parameter generation of that bank
+  uint32_t _reserved;
 };
 
 // Reduction values of one frame. The handler resets it when it claims a frame
@@ -180,6 +182,18 @@ struct alignas(64) DeviceLoopState {
   uint64_t counters_ns;  // %globaltimer when the handler last published the counters
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed after each publish (and by
                                        // a prologue), published in ResultRecord::user
+  uint64_t param_select;  // the ParamControl::select value the handler last took (and acknowledged)
+  uint64_t _pad1[7];
+};
+
+// The live parameter banks (src/gpu/param_banks.rs): two copies of the
+// chain's tunable values in device memory; the host rewrites the bank no
+// frame uses, then publishes it here. Mapped host memory, one line each.
+#define FL_SELECT_BANK(sel) ((uint32_t)((sel) >> 32) & 1u)
+#define FL_SELECT_GENERATION(sel) ((uint32_t)(sel))
+struct alignas(64) ParamControl {
+  FlLine select;  // host -> GPU: (bank << 32) | generation, taken when the handler claims a frame
+  FlLine ack;     // GPU -> host: the select value the handler took last (no frame uses the other bank)
 };
 
 // The fused chain (kernels/fused.cu): the built-in operators of a chain as
@@ -245,6 +259,10 @@ struct LoopParams {
   const FusedProgram* program; // the fused chain the handler runs itself (device memory), or null
   uint32_t param_generation;   // parameter generation of the chain this graph runs (ResultRecord::param_generation)
   uint32_t _reserved_generation;
+  ParamControl* param_ctl;     // the parameter banks' control block (mapped), or null: no banks
+  const uint8_t* banks;        // bank 0 (device memory); bank 1 follows at banks + bank_bytes
+  uint32_t bank_bytes;
+  uint32_t _reserved_banks;
 };
 
 static_assert(sizeof(RingHeader) == 256, "RingHeader");
@@ -255,7 +273,8 @@ static_assert(sizeof(FrameDesc) == 64, "FrameDesc");
 static_assert(sizeof(ChainResult) == 32, "ChainResult");
 static_assert(sizeof(LoopControl) == 12 * 64, "LoopControl");
 static_assert(sizeof(FusedStep) == 288, "FusedStep");
-static_assert(sizeof(LoopParams) == 136, "LoopParams");
+static_assert(sizeof(LoopParams) == 160, "LoopParams");
+static_assert(sizeof(ParamControl) == 128, "ParamControl");
 
 // Device address of the slot holding ring sequence `seq` (>= 1).
 FL_DEVICE uint64_t fl_slot_dptr(const LoopParams& p, uint64_t seq) {
@@ -295,7 +314,7 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
   r.skipped_before = d.skipped;
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
-  r.param_generation = p.param_generation;
+  r.param_generation = p.param_ctl != nullptr ? d.param_generation : p.param_generation;
   r._reserved1 = 0u;
   r.done_ns = fl_globaltimer();
   return r;

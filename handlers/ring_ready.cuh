@@ -43,6 +43,21 @@ FL_DEVICE void fl_publish_counters(const LoopParams& p, DeviceLoopState* st, uin
   st->counters_ns = now;
 }
 
+// Takes the parameter selection `sel` (a ParamControl::select value loaded
+// relaxed) for the frames claimed from now on, and acknowledges it when it
+// is new: the host rewrites a bank only once the handler acknowledged the
+// other, and it is called only between two frames (none runs with the old
+// bank any more). One thread.
+FL_DEVICE void fl_take_params(const LoopParams& p, uint64_t sel) {
+  DeviceLoopState* st = p.st;
+  if (sel == st->param_select) return;
+  // The bank was written before the host stored `sel`: order the frame's
+  // reads of it after the load above (acquire by fence, paid on a change only).
+  fl_fence_release_sys();
+  st->param_select = sel;
+  fl_store_relaxed_sys(&p.param_ctl->ack.v, sel);
+}
+
 // Polls the frame ring for up to poll_budget_ns (one thread). Returns the
 // verdict; on FL_VERDICT_READY `*head` is the head sequence seen. With no
 // frame it sleeps sleep_ns (Holoscan style) if asked.
@@ -79,6 +94,9 @@ FL_DEVICE uint32_t fl_poll(const LoopParams& p, uint64_t t0, uint64_t* head_out)
     if (p.poll_interval_ns != 0) __nanosleep((unsigned)p.poll_interval_ns);
   }
   if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) fl_sleep_interruptible(p, p.sleep_ns);
+  // No frame runs between iterations: take a new parameter set now, so that
+  // the host may rewrite the other bank while no frame arrives.
+  if (verdict == FL_VERDICT_NONE && p.param_ctl != nullptr) fl_take_params(p, fl_load_relaxed_sys(&p.param_ctl->select.v));
   st->verdict = verdict;
   *head_out = head;
   return verdict;
@@ -108,6 +126,8 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot
   uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
 #pragma unroll
   for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
+  // The parameter selection, in flight with the header loads (no extra round trip).
+  const uint64_t sel = p.param_ctl != nullptr ? fl_load_relaxed_sys(&p.param_ctl->select.v) : 0ull;
   uint4* dst = (uint4*)slot;
 #pragma unroll
   for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
@@ -119,6 +139,14 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot
   d->n_samples = 0;
   d->skipped = seq - last - 1;
   d->detect_ns = fl_globaltimer();
+  if (p.param_ctl != nullptr) {
+    fl_take_params(p, sel);
+    d->params_dptr = (uint64_t)p.banks + (uint64_t)FL_SELECT_BANK(sel) * p.bank_bytes;
+    d->param_generation = FL_SELECT_GENERATION(sel);
+  } else {
+    d->params_dptr = 0;
+    d->param_generation = p.param_generation;
+  }
   fl_reset_chain_result(c);
   st->last_claimed = seq;
   st->last_frame_ns = d->detect_ns;

@@ -135,13 +135,15 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     buf.b0 = (float*)(smem + stage_bytes);
     buf.b1 = buf.b0 + buf.capacity;
   }
-  {
-    // The steps into shared memory, once per launch.
-    const uint4* from = (const uint4*)prog->steps;
-    uint4* to = (uint4*)steps;
-    for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += FL_FUSED_THREADS)
-      to[w] = from[w];
-  }
+  DeviceLoopState* st = p.st;
+  // The steps into shared memory, once per launch and again when a frame
+  // brings a new parameter bank (their tunable values live in the banks,
+  // src/gpu/param_banks.rs; without banks, in the program).
+  const FusedStep* loaded =
+      p.banks != nullptr ? (const FusedStep*)(p.banks + (uint64_t)FL_SELECT_BANK(st->param_select) * p.bank_bytes)
+                         : prog->steps;
+  fl_copy_words((const uint4*)loaded, (uint4*)steps, step_count * (uint32_t)(sizeof(FusedStep) / 16), threadIdx.x,
+                FL_FUSED_THREADS);
   __syncthreads();
   {
     // The dummy payload: the staging area, else buffer 1 (unpack writes buffer 0).
@@ -149,7 +151,6 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     fl_warm_up(steps, step_count, buf, stage_bytes != 0 ? smem : (const uint8_t*)buf.b1,
                room < FL_WARM_UP_BYTES ? room : FL_WARM_UP_BYTES, taps, tile);
   }
-  DeviceLoopState* st = p.st;
   // Thread 0 numbers the results; the loop state keeps the count between launches.
   uint64_t result_seq = threadIdx.x == 0 ? st->result_seq : 0;
   // Frames one after another while they keep coming within the poll budget:
@@ -181,6 +182,13 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     // The claim (FrameDesc, ChainResult reset, slot header) and the staged
     // payload are visible to every thread after this.
     __syncthreads();
+    if (desc.params_dptr != 0 && desc.params_dptr != (uint64_t)loaded) {
+      // A new parameter set (same steps, other values): every thread reloads its share.
+      loaded = (const FusedStep*)desc.params_dptr;
+      fl_copy_words((const uint4*)loaded, (uint4*)steps, step_count * (uint32_t)(sizeof(FusedStep) / 16),
+                    threadIdx.x, FL_FUSED_THREADS);
+      __syncthreads();
+    }
     for (uint32_t i = 0; i < step_count; ++i) fl_run_step(steps[i], buf, &desc, &chain, taps, tile);
     if (threadIdx.x == 0) {
       // From shared memory and a register: no global read on the way out.

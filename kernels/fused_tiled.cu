@@ -167,7 +167,8 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
   fl_let_dependents_launch();
   const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
   {
-    const uint4* from = (const uint4*)prog->steps;
+    // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
+    const uint4* from = fd->params_dptr != 0 ? (const uint4*)fd->params_dptr : (const uint4*)prog->steps;
     uint4* to = (uint4*)steps;
     for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += blockDim.x)
       to[w] = from[w];

@@ -51,3 +51,16 @@ FL_DEVICE void fl_copy_words(const uint4* src, uint4* dst, uint32_t words, uint3
     }
   }
 }
+
+// A graph kernel's `param_step` when its values are its arguments only.
+#define FL_NO_PARAM_STEP 0xffffffffu
+
+// The live values of chain operator `param_step` in the frame's parameter
+// bank (src/gpu/param_banks.rs: one FusedStep per operator of the chain), or
+// null when the loop has no banks or the operator takes none: the kernel then
+// keeps its arguments. Read after fl_wait_for_prior_kernels (the handler
+// writes the FrameDesc).
+FL_DEVICE const FusedStep* fl_live_step(const FrameDesc* fd, uint32_t param_step) {
+  if (param_step == FL_NO_PARAM_STEP || fd->params_dptr == 0) return nullptr;
+  return (const FusedStep*)fd->params_dptr + param_step;
+}

@@ -8,6 +8,9 @@
 //! loop level, swaps by in-place graph update and by re-instantiation keep
 //! every frame published at a steady pace, on fresh random frames of sizes
 //! that are not multiples of the block size, over poisoned result records.
+//! At the loop level under 10,000 frames/s, 50 parameter changes go to the
+//! parameter banks without a relaunch (the loop's relaunch counter stays) and
+//! 5 shape changes relaunch, for the fused chain and the graph path.
 //! Needs a GPU: `cargo test --test gpu_reload -- --include-ignored --test-threads=1`.
 
 mod appliance_support;
@@ -229,6 +232,16 @@ fn loop_chain_of(g: u32) -> Vec<OpSpec> {
     chain
 }
 
+/// Whether two chains differ in values only (operators, tap counts and
+/// delays' presence the same).
+fn same_shape(a: &[OpSpec], b: &[OpSpec]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (OpSpec::Fir { taps: t }, OpSpec::Fir { taps: u }) => t.len() == u.len(),
+            _ => std::mem::discriminant(x) == std::mem::discriminant(y),
+        })
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation() {
@@ -279,7 +292,13 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
                 if g > 0 {
                     let report = live.swap(&loop_chain_of(g), g).expect("the swap succeeds");
                     assert_eq!(report.generation, g);
-                    assert!(!(mode == SwapMode::Reinstantiate && report.in_place), "{report:?}");
+                    assert!(
+                        !(mode == SwapMode::Reinstantiate && report.in_place && !report.banked),
+                        "{report:?}"
+                    );
+                    // Values only: the parameter banks take it, the graph keeps running.
+                    let values_only = same_shape(&loop_chain_of(g - 1), &loop_chain_of(g));
+                    assert_eq!(report.banked, values_only, "generation {g}: {report:?}");
                     in_place += usize::from(report.in_place);
                 }
                 // Frames published back to back: some are claimed only after
@@ -331,4 +350,144 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
             eprintln!("{fused:?} {mode:?}: {frame} frames, {SWAPS} swaps, {in_place} in place");
         }
     }
+}
+
+/// The loop under frames published at 10,000/s into the mapped ring: 55
+/// changes of `chain_of` (every 11th a shape change). Each values-only one
+/// goes to the parameter banks (no relaunch: the counter stays; no switch
+/// gap), each shape change relaunches once; no frame is lost and every
+/// result equals the CPU chain of the generation it carries.
+fn bank_switches_at_10k(fused: FusedChainMode, frame_bytes: usize) {
+    use frameloop::backend::ResidentLoop;
+    use frameloop::config::LoopConfig;
+    use frameloop::gpu::CudaLoop;
+    use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
+    use frameloop::gpu::executor::GpuRuntime;
+    use frameloop::gpu::nvrtc::CacheDir;
+    use frameloop::ops::CpuChain;
+    use frameloop::ring::layout::RESULTS_OFFSET;
+    use frameloop::ring::{OverrunPolicy, ResultReader};
+
+    // Room for every frame of the run (about 8,000), within 1 GiB of ring.
+    let slots = ((1usize << 30) / frame_bytes).min(1 << 16).next_power_of_two() / 2;
+    let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
+    let rings = MappedRings::new(&rt, slots, frame_bytes, slots, OverrunPolicy::Every).unwrap();
+    let mem = rings.results.memory();
+    // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
+    unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
+    let cfg = LoopConfig { fused_chain: fused, ..LoopConfig::default() };
+    let mut lp = CudaLoop::new(
+        Arc::clone(&rt),
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        &chain_of(0),
+        cfg,
+    )
+    .unwrap();
+    assert!(lp.executor().has_banks(), "{fused:?}: the loop keeps its values in parameter banks");
+    let mut live = lp.take_cuda_live_chain().expect("a live chain");
+    lp.launch().unwrap();
+    let seed = 0xb4c5 ^ frameloop::clock::realtime_ns();
+    let len_of = move |i: u64| frame_bytes - 2 * (i as usize % 7) - usize::from(i % 5 == 3) * 333;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writer = rings.frames.writer().unwrap();
+    let publisher = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let period = Duration::from_micros(100);
+            let start = Instant::now();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                while Instant::now() < start + period * i as u32 {
+                    std::hint::spin_loop();
+                }
+                publish(&mut writer, seed, i, len_of(i)).expect("room in the ring");
+                i += 1;
+            }
+            i
+        })
+    };
+    let mut reader = ResultReader::new(Arc::clone(&rings.results));
+    let mut out = Vec::new();
+    let total = PARAM_RELOADS + SHAPE_RELOADS;
+    std::thread::sleep(Duration::from_millis(50));
+    for g in 1..=total {
+        let before = lp.executor().relaunches();
+        let report = live.swap(&chain_of(g), g).expect("the change is taken");
+        let after = lp.executor().relaunches();
+        if is_shape_change(g) {
+            assert!(!report.banked, "generation {g}: {report:?}");
+            assert_eq!(after, before + 1, "generation {g}: a shape change relaunches once");
+        } else {
+            assert!(report.banked, "generation {g}: {report:?}");
+            assert_eq!(report.gap, Duration::ZERO);
+            assert_eq!(after, before, "generation {g}: no relaunch for values");
+        }
+        // Let frames run with it before the next change (5 ms: ~50 frames).
+        let until = Instant::now() + Duration::from_millis(5);
+        while Instant::now() < until {
+            reader.drain(&mut out);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::Relaxed);
+    let frames = publisher.join().expect("the publisher does not panic");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (out.len() as u64) < frames {
+        reader.drain(&mut out);
+        assert!(Instant::now() < deadline, "{fused:?}: {} of {frames} results", out.len());
+    }
+    let stats = lp.tear_down().unwrap();
+    assert_eq!(stats.frames_processed, frames, "{fused:?}");
+    assert_eq!(lp.executor().relaunches(), u64::from(SHAPE_RELOADS), "{fused:?}: relaunches");
+    assert_eq!(lp.executor().bank_switches(), u64::from(PARAM_RELOADS), "{fused:?}: bank switches");
+    assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=frames).collect::<Vec<_>>());
+    assert!(out.windows(2).all(|p| p[0].param_generation <= p[1].param_generation));
+    let generations: BTreeSet<u32> = out.iter().map(|r| r.param_generation).collect();
+    assert_eq!(generations, (0..=total).collect(), "{fused:?}: every generation ran");
+    let mut cpus: Vec<CpuChain> =
+        (0..=total).map(|g| CpuChain::new(&chain_of(g), frame_bytes).unwrap()).collect();
+    let mut payload = vec![0u8; frame_bytes];
+    for r in &out {
+        let (i, g) = (r.frame_seq, r.param_generation);
+        let len = len_of(i);
+        fill_frame(seed, i, &mut payload[..len]);
+        assert!(g <= total, "{fused:?} frame {i}: generation {g} (a poisoned record?)");
+        let want = cpus[g as usize].run(&payload[..len]);
+        let id = format!("{fused:?} frame {i} generation {g}");
+        assert_eq!(r.output_len as usize, want.output_len, "{id}: output_len");
+        let s = want.stats.expect("the chain has stats");
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
+        assert!(close(r.sum, s.sum) && close(r.mean, s.mean), "{id}: sum {} vs {}", r.sum, s.sum);
+        assert_eq!((r.min, r.max), (s.min, s.max), "{id}: min/max");
+        assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "{id}: detect");
+    }
+    eprintln!(
+        "{fused:?} {frame_bytes} B ({:?}): {frames} frames, {PARAM_RELOADS} bank switches, {SHAPE_RELOADS} relaunches",
+        lp.executor().stage_names()
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn fused_chain_takes_fifty_parameter_changes_in_its_banks_without_a_relaunch() {
+    let _serial = one_at_a_time();
+    bank_switches_at_10k(FusedChainMode::Auto, FRAME_BYTES);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn graph_path_takes_fifty_parameter_changes_in_its_banks_without_a_relaunch() {
+    let _serial = one_at_a_time();
+    bank_switches_at_10k(FusedChainMode::Off, FRAME_BYTES);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn large_frames_take_fifty_parameter_changes_in_their_banks_without_a_relaunch() {
+    // 64 KiB frames: their sample buffers do not fit the shared-memory fused
+    // kernel; "auto" runs them tiled or one kernel per operator, as measured
+    // for the GPU.
+    let _serial = one_at_a_time();
+    bank_switches_at_10k(FusedChainMode::Auto, 64 * 1024 + 6);
 }

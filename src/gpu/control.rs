@@ -81,6 +81,20 @@ pub struct DeviceLoopState {
     /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user);
     /// zeroed after each publish (and by a stand-alone user prologue).
     pub user: [u32; USER_RESULT_WORDS],
+    /// The [`ParamControl::select`] value the handler last took (and acknowledged).
+    pub param_select: u64,
+    pub _pad1: [u64; 7],
+}
+
+/// The live parameter banks' control block (mapped host memory; see
+/// [`super::param_banks`]). The host writes `select`, the handler `ack`.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub struct ParamControl {
+    /// `(bank << 32) | generation`: the bank frames claimed from now on run with.
+    pub select: Line,
+    /// The `select` value the handler took last: no frame runs with the other bank.
+    pub ack: Line,
 }
 
 /// Parameters of the handler, controller and end-marker kernels (passed by value).
@@ -115,12 +129,20 @@ pub struct LoopParams {
     /// it publishes carries it (`ResultRecord::param_generation`).
     pub param_generation: u32,
     pub _reserved_generation: u32,
+    /// Device address of the [`ParamControl`] (mapped), or 0: the loop has
+    /// no parameter banks and every frame runs with `param_generation`.
+    pub param_ctl: u64,
+    /// Device address of bank 0; bank 1 follows `bank_bytes` later.
+    pub banks: u64,
+    pub bank_bytes: u32,
+    pub _reserved_banks: u32,
 }
 
 const _: () = {
     assert!(std::mem::size_of::<LoopControl>() == 12 * 64);
     assert!(std::mem::size_of::<DeviceLoopState>().is_multiple_of(64));
-    assert!(std::mem::size_of::<LoopParams>() == 136);
+    assert!(std::mem::size_of::<LoopParams>() == 160);
+    assert!(std::mem::size_of::<ParamControl>() == 128);
 };
 
 /// Byte offsets of the device-side structures inside [`DeviceLoopState`].
@@ -144,6 +166,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ("sizeof(LoopControl)".into(), size_of::<LoopControl>()),
         ("sizeof(DeviceLoopState)".into(), size_of::<DeviceLoopState>()),
         ("sizeof(LoopParams)".into(), size_of::<LoopParams>()),
+        ("sizeof(ParamControl)".into(), size_of::<ParamControl>()),
         ("sizeof(FusedStep)".into(), size_of::<FusedStep>()),
         ("sizeof(FusedProgram)".into(), size_of::<FusedProgram>()),
         ("FL_FUSED_MAX_STEPS".into(), FUSED_MAX_STEPS),
@@ -178,11 +201,12 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(SlotHeader: ring_seq, frame_seq, stream_id, flags, payload_len, packets_expected, packets_received, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, received_mark);
     offsets!(ResultRingHeader: magic, capacity, head_seq);
     offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before, user, param_generation);
-    offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped);
+    offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped, params_dptr, param_generation);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
-    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user);
-    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program, param_generation);
+    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user, param_select);
+    offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program, param_generation, param_ctl, banks, bank_bytes);
+    offsets!(ParamControl: select, ack);
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
     offsets!(FusedProgram: step_count, capacity, stage_bytes, shared_buffers, buffers, steps);
     v

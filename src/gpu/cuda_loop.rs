@@ -12,6 +12,7 @@ use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
 use super::operators::REDUCE_MAX_BLOCKS;
 use super::output_publish::DeviceOutput;
+use super::param_banks::{self, ParamLayout};
 use super::runtime::GpuRuntime;
 use super::user_handler::UserHandlerSource;
 use crate::backend::{BackendError, ClockEstimate, LiveChain, LoopStats, ResidentLoop};
@@ -44,7 +45,7 @@ pub(super) fn plan_chain(
     mode: FusedChainMode,
     unfused: Option<&str>,
     streaming: bool,
-) -> Result<(Fragment, Option<FusedChain>), GpuError> {
+) -> Result<(Fragment, Option<FusedChain>, ParamLayout), GpuError> {
     if let Some(what) = unfused {
         if mode == FusedChainMode::On {
             return Err(GpuError::Setup(format!(
@@ -53,7 +54,7 @@ pub(super) fn plan_chain(
             )));
         }
         tracing::info!("one kernel per operator in the graph's IF body: {what}");
-        return Ok((chain_fragment(chain, capacity)?, None));
+        return Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator));
     }
     let limit = fused_shared_limit(rt)?;
     match plan_fusion(chain, capacity, mode, false, limit) {
@@ -62,11 +63,11 @@ pub(super) fn plan_chain(
                 "one kernel per operator in the graph's IF body: frames stream into GPU memory while they \
                  arrive (loop.stream_to_gpu), which the chain fused into the data-ready handler cannot follow"
             );
-            Ok((chain_fragment(chain, capacity)?, None))
+            Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
         }
         Ok(fused) => {
             tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
-            Ok((Fragment::new("main"), Some(fused)))
+            Ok((Fragment::new("main"), Some(fused), ParamLayout::Steps))
         }
         Err(why) if mode == FusedChainMode::On => Err(GpuError::Setup(format!(
             "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
@@ -87,19 +88,23 @@ pub(super) fn plan_chain(
                         "loop.fused_chain = \"auto\": one tiled kernel per frame runs the chain {} ({why}; {measured})",
                         encoded.describe()
                     );
-                    Ok((tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?, None))
+                    Ok((
+                        tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?,
+                        None,
+                        ParamLayout::Steps,
+                    ))
                 }
                 LargePath::Graph => {
                     tracing::info!(
                         "loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})"
                     );
-                    Ok((chain_fragment(chain, capacity)?, None))
+                    Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
                 }
             }
         }
         Err(why) => {
             tracing::info!("one kernel per operator in the graph's IF body: {why}");
-            Ok((chain_fragment(chain, capacity)?, None))
+            Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
         }
     }
 }
@@ -204,8 +209,9 @@ impl CudaLoop {
             output: output.is_some(),
             streaming: stream,
             fixed: None,
+            layout: None,
         };
-        let (fragment, fused) = match user_chain {
+        let (fragment, fused, layout) = match user_chain {
             Some(user) => {
                 if mode == FusedChainMode::On {
                     return Err(GpuError::Setup(format!(
@@ -219,10 +225,21 @@ impl CudaLoop {
                     "one kernel per operator in the graph's IF body: the Rust operators {}",
                     user.operators()
                 );
-                (user.into_fragment(capacity)?, None)
+                (user.into_fragment(capacity)?, None, None)
             }
-            None => plan_chain(&rt, chain, capacity, mode, unfused.as_deref(), stream)?,
+            None => {
+                let (fragment, fused, layout) =
+                    plan_chain(&rt, chain, capacity, mode, unfused.as_deref(), stream)?;
+                (fragment, fused, Some(layout))
+            }
         };
+        // The built-in operators' values in parameter banks, where the
+        // built-in handler claims the frames (not with a [handler], nor
+        // while frames stream in).
+        if let Some(layout) = layout.filter(|_| handler.is_none() && !stream) {
+            opts.param_banks = Some(param_banks::image(layout, chain, fused.as_ref(), capacity)?);
+            planning.layout = Some(layout);
+        }
         if let Some(h) = handler {
             tracing::info!("the data-ready handler is {} from {}", h.entry, h.file);
             opts.user_handler = Some(h);
@@ -236,6 +253,7 @@ impl CudaLoop {
             running: chain.to_vec(),
             applied: 0,
             mode: SwapMode::Update,
+            use_banks: true,
         };
         Ok(Self { exec, output, live: Some(live) })
     }

@@ -14,6 +14,7 @@ use super::driver::{self, DeviceBuffer, Graph, GraphExec};
 use super::fused::FusedChain;
 use super::graph::{BoundPlan, BuiltinHandler, FusedBuffers, plan_fragment};
 use super::mapped::MappedMemory;
+use super::param_banks::{ParamBanks, ParamSelect, select_word};
 use super::user_handler::{UserHandler, UserHandlerOperator, UserHandlerSource};
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
@@ -85,6 +86,12 @@ pub struct ExecutorOptions {
     /// streaming, [`super::streaming`]): resident style, built-in handler,
     /// one kernel per operator, not host-driven.
     pub stream: bool,
+    /// Keep the chain's tunable values in parameter banks that the kernels
+    /// read on every frame ([`super::param_banks`]), starting with this
+    /// image; later parameter-only changes switch banks without stopping
+    /// the graph. Resident style with the built-in handler, no streaming;
+    /// otherwise ignored (the values stay kernel arguments).
+    pub param_banks: Option<Vec<super::fused::FusedStep>>,
 }
 
 impl ExecutorOptions {
@@ -102,6 +109,7 @@ impl ExecutorOptions {
             user_handler: None,
             output: None,
             stream: false,
+            param_banks: None,
         }
     }
 }
@@ -215,6 +223,13 @@ pub struct ExecutorCore {
     /// idle, which a resident graph never does, so they are freed at the
     /// loop's next stop.
     pub(super) retired: Vec<Box<dyn std::any::Any + Send>>,
+    /// The parameter banks' control block, when the loop has banks.
+    pub(super) param_select: Option<ParamSelect>,
+    /// The current chain's parameter banks (with `param_select`).
+    pub(super) banks: Option<ParamBanks>,
+    /// Relaunches after a live chain swap, and parameter bank switches.
+    pub(super) relaunches: u64,
+    pub(super) bank_switches: u64,
 }
 
 impl ExecutorCore {
@@ -313,6 +328,16 @@ impl ExecutorCore {
         } else {
             None
         };
+        let banked = match &opts.param_banks {
+            Some(image) if opts.style == LaunchStyle::Resident && !custom_handler && stream.is_none() => {
+                let banks = ParamBanks::new(&ctx, image.len())?;
+                banks.write(0, image)?;
+                let select = ParamSelect::new(&ctx)?;
+                select.reset(select_word(0, 0));
+                Some((select, banks))
+            }
+            _ => None,
+        };
         let cfg = &opts.loop_cfg;
         let poll_budget_ns = cfg.poll_budget_us.saturating_mul(1000);
         let params = LoopParams {
@@ -342,7 +367,12 @@ impl ExecutorCore {
             program: fused.as_ref().map_or(0, |f| f.program.dptr()),
             param_generation: 0,
             _reserved_generation: 0,
+            param_ctl: banked.as_ref().map_or(0, |(s, _)| s.dptr()),
+            banks: banked.as_ref().map_or(0, |(_, b)| b.dptr()),
+            bank_bytes: banked.as_ref().map_or(0, |(_, b)| b.bank_bytes() as u32),
+            _reserved_banks: 0,
         };
+        let (param_select, banks) = banked.unzip();
         let handler = match (&builtin_handler, workload.data_ready_handler()) {
             (Some(h), _) | (None, Some(h)) => plan_fragment(&ctx, h)?,
             (None, None) => unreachable!("a handler is registered or built in"),
@@ -387,6 +417,10 @@ impl ExecutorCore {
             finished: None,
             wedged: AtomicBool::new(false),
             retired: Vec::new(),
+            param_select,
+            banks,
+            relaunches: 0,
+            bank_switches: 0,
             opts,
         };
         let mut programmatic = ex.opts.programmatic_edges;
@@ -440,9 +474,15 @@ impl ExecutorCore {
         }
         c.state.store(STATE_RUNNING);
         let consumed = self.frame_ring.consumed();
+        // No frame runs: the handler starts with the selection as it stands.
+        let param_select = self.param_select.as_ref().map_or(0, |s| {
+            s.reset(s.select());
+            s.select()
+        });
         let st = DeviceLoopState {
             last_claimed: consumed,
             result_seq: self.result_writer.ring().head(),
+            param_select,
             ..Default::default()
         };
         // SAFETY: DeviceLoopState is plain old data (integers, floats, padding zeroed by Default).

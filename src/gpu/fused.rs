@@ -53,6 +53,11 @@ pub struct FusedStep {
 }
 
 impl FusedStep {
+    /// A step of no kind and no values.
+    pub fn empty() -> Self {
+        Self::new(0)
+    }
+
     fn new(kind: u32) -> Self {
         Self { kind, input: 0, output: 0, count: 0, a: 0.0, b: 0.0, delay_ns: 0, coeffs: [0.0; FUSED_COEFFS] }
     }

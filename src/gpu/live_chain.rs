@@ -2,7 +2,9 @@
 //! two frames (its WHILE loop exits; frames wait in the ring), takes the new
 //! chain by an in-place update of the executable graph (`cuGraphExecUpdate`)
 //! or a new instantiation, and is relaunched under the new parameter
-//! generation, which every result it publishes carries.
+//! generation, which every result it publishes carries. A change of the
+//! built-in operators' values only goes to the loop's parameter banks
+//! instead ([`super::param_banks`]): no stop, no relaunch.
 
 use super::GpuError;
 use super::control::{DeviceLoopState, LoopParams, STATE_RUNNING};
@@ -10,6 +12,7 @@ use super::driver::{self, Graph};
 use super::executor::{ExecutorCore, LaunchStyle, ResidentExecutor};
 use super::fused::FusedChain;
 use super::graph::{BuiltinHandler, FusedBuffers, plan_fragment};
+use super::param_banks::{self, BankSwitch, ParamBanks, ParamLayout, bank_of, select_word};
 use crate::backend::LiveChain;
 use crate::config::{Config, FusedChainMode};
 use crate::fragment::Fragment;
@@ -26,6 +29,8 @@ pub struct NextChain {
     pub fused: Option<FusedChain>,
     /// `RESULT_HAS_*` flags of the chain.
     pub chain_flags: u32,
+    /// The chain's parameter bank image, for a loop with banks.
+    pub param_image: Option<Vec<super::fused::FusedStep>>,
 }
 
 /// How a swap rebuilds the graph.
@@ -44,6 +49,9 @@ pub enum SwapMode {
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct SwapReport {
     pub generation: u32,
+    /// The values went to the parameter banks: the graph kept running
+    /// (`gap` is zero; `prepare` is the bank write and publication).
+    pub banked: bool,
     /// The executable graph was updated in place (no new instantiation).
     pub in_place: bool,
     /// Preparing while the old graph still ran (memory, plans, capture).
@@ -61,6 +69,7 @@ struct Previous {
     workload_plan: Option<super::graph::BoundPlan>,
     fused: Option<FusedBuffers>,
     fused_chain: Option<FusedChain>,
+    banks: Option<ParamBanks>,
     builtin_handler: Option<Fragment>,
     handler: Option<super::graph::BoundPlan>,
     params: LoopParams,
@@ -127,6 +136,10 @@ impl ExecutorCore {
         // new graph runs: cuMemFree waits for the device to go idle).
         drop(previous);
         self.retired.clear();
+        // The new chain's values are in bank 0 of its banks.
+        if let Some(select) = &self.param_select {
+            select.reset(select_word(generation, 0));
+        }
         let mut in_place = false;
         if let (Some(graph), Some(exec)) = (captured, self.exec.as_mut()) {
             match exec.update(&graph)? {
@@ -149,7 +162,64 @@ impl ExecutorCore {
             self.relaunch()?;
         }
         let gap = gap_start.elapsed();
-        Ok(SwapReport { generation, in_place, prepare, gap })
+        Ok(SwapReport { generation, banked: false, in_place, prepare, gap })
+    }
+
+    /// Whether the loop keeps its chain's values in parameter banks.
+    pub fn has_banks(&self) -> bool {
+        self.param_select.is_some() && self.banks.is_some()
+    }
+
+    /// Relaunches after live chain swaps since the loop was built.
+    pub fn relaunches(&self) -> u64 {
+        self.relaunches
+    }
+
+    /// Parameter bank switches since the loop was built.
+    pub fn bank_switches(&self) -> u64 {
+        self.bank_switches
+    }
+
+    /// Puts the values of `image` (the running chain's shape, other values)
+    /// in force under `generation` without stopping the graph: waits until
+    /// the handler took the last published bank (at most `BANK_WAIT`), writes
+    /// the other one and publishes it. Frames claimed from then on run with
+    /// it, and their results carry `generation`.
+    pub fn switch_params(
+        &mut self,
+        image: &[super::fused::FusedStep],
+        generation: u32,
+    ) -> Result<BankSwitch, GpuError> {
+        let (Some(select), Some(banks)) = (&self.param_select, &self.banks) else {
+            return Err(GpuError::Setup("the loop has no parameter banks".into()));
+        };
+        if !banks.fits(image) {
+            return Err(GpuError::Setup(format!(
+                "{} parameter steps for banks of {} B: the chain's shape changed",
+                image.len(),
+                banks.bank_bytes()
+            )));
+        }
+        let start = Instant::now();
+        let bank = match self.launched {
+            true => select.wait_writable(BANK_WAIT).ok_or_else(|| {
+                GpuError::Setup(format!(
+                    "the loop has not taken parameter generation {} within {BANK_WAIT:?}",
+                    param_banks::generation_of(select.select())
+                ))
+            })?,
+            false => 1 - bank_of(select.select()),
+        };
+        let waited = start.elapsed();
+        banks.write(bank, image)?;
+        let word = select_word(generation, bank);
+        match self.launched {
+            true => select.publish(word),
+            false => select.reset(word),
+        }
+        self.params.param_generation = generation;
+        self.bank_switches += 1;
+        Ok(BankSwitch { generation, bank, waited, total: start.elapsed() })
     }
 
     /// Captures the resident graph, with programmatic edges if the options
@@ -174,11 +244,26 @@ impl ExecutorCore {
             Some(chain) => Some(FusedBuffers::upload(&self.rt, chain, self.frame_ring.payload_capacity())?),
             None => None,
         };
+        let banks = match (&self.param_select, &next.param_image) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(self.retire_on_error(
+                    GpuError::Setup("a loop with parameter banks needs the new chain's bank image".into()),
+                    Box::new(fused),
+                ));
+            }
+            (Some(_), Some(image)) => {
+                match ParamBanks::new(&ctx, image.len()).and_then(|b| b.write(0, image).map(|_| b)) {
+                    Ok(b) => Some(b),
+                    Err(e) => return Err(self.retire_on_error(e, Box::new(fused))),
+                }
+            }
+        };
         let workload_plan = match next.workload.is_empty() {
             true => None,
             false => match plan_fragment(&ctx, &next.workload) {
                 Ok(plan) => Some(plan),
-                Err(e) => return Err(self.retire_on_error(e, Box::new((fused, next.workload)))),
+                Err(e) => return Err(self.retire_on_error(e, Box::new((fused, banks, next.workload)))),
             },
         };
         // A [handler] keeps its fragment and plan; the built-in one follows the chain.
@@ -197,7 +282,7 @@ impl ExecutorCore {
             match planned {
                 Ok(plan) => Some((h, plan)),
                 Err(e) => {
-                    let allocated = Box::new((fused, next.workload, workload_plan, h));
+                    let allocated = Box::new((fused, banks, next.workload, workload_plan, h));
                     return Err(self.retire_on_error(e, allocated));
                 }
             }
@@ -216,6 +301,9 @@ impl ExecutorCore {
         params.chain_flags = next.chain_flags;
         params.program = fused.as_ref().map_or(0, |f| f.program.dptr());
         params.param_generation = generation;
+        if let Some(b) = &banks {
+            (params.banks, params.bank_bytes) = (b.dptr(), b.bank_bytes() as u32);
+        }
         let (builtin_handler, handler) = match handler {
             Some((h, plan)) => {
                 (self.builtin_handler.replace(h), Some(std::mem::replace(&mut self.handler, plan)))
@@ -227,6 +315,10 @@ impl ExecutorCore {
             workload_plan: std::mem::replace(&mut self.workload_plan, workload_plan),
             fused: std::mem::replace(&mut self.fused, fused),
             fused_chain: std::mem::replace(&mut self.opts.fused, next.fused),
+            banks: match banks {
+                Some(b) => self.banks.replace(b),
+                None => None,
+            },
             builtin_handler,
             handler,
             params: std::mem::replace(&mut self.params, params),
@@ -250,6 +342,9 @@ impl ExecutorCore {
         retire(Box::new(std::mem::replace(&mut self.workload_plan, previous.workload_plan)));
         retire(Box::new(std::mem::replace(&mut self.fused, previous.fused)));
         self.opts.fused = previous.fused_chain;
+        if let Some(b) = previous.banks {
+            retire(Box::new(self.banks.replace(b)));
+        }
         if let Some(plan) = previous.handler {
             retire(Box::new(std::mem::replace(&mut self.builtin_handler, previous.builtin_handler)));
             retire(Box::new(std::mem::replace(&mut self.handler, plan)));
@@ -268,6 +363,11 @@ impl ExecutorCore {
         c.tear_down.store(0);
         c.state.store(STATE_RUNNING);
         self.state.write(std::mem::offset_of!(DeviceLoopState, last_frame_ns), &0u64.to_ne_bytes())?;
+        if let Some(select) = &self.param_select {
+            let word = select.select();
+            self.state.write(std::mem::offset_of!(DeviceLoopState, param_select), &word.to_ne_bytes())?;
+        }
+        self.relaunches += 1;
         // SAFETY: LoopParams is plain old data (integers only, no padding).
         let params = unsafe {
             std::slice::from_raw_parts(
@@ -287,6 +387,10 @@ impl ExecutorCore {
     }
 }
 
+/// How long a bank switch waits for the handler to take the previous one (it
+/// does between any two frames and at the end of every idle poll).
+const BANK_WAIT: Duration = Duration::from_secs(1);
+
 /// How a loop's chain is turned into a workload; what [`CudaLiveChain`]
 /// needs to plan each new chain the way the loop planned its first.
 #[derive(Debug, Clone)]
@@ -304,6 +408,9 @@ pub(super) struct ChainPlanning {
     pub(super) streaming: bool,
     /// Why this loop's chain cannot change while it runs (Rust operators), if so.
     pub(super) fixed: Option<String>,
+    /// How the running chain's values lie in the loop's parameter banks, if
+    /// it has banks.
+    pub(super) layout: Option<ParamLayout>,
 }
 
 /// Why a live change from `running` to `next` is refused, or `None` when the
@@ -326,6 +433,15 @@ pub(super) fn refusal(planning: &ChainPlanning, running: &[OpSpec], next: &[OpSp
     None
 }
 
+/// Whether the change from `running` to `next` is one of values only that
+/// the parameter banks carry ([`param_banks::bank_carries`]) and that the
+/// reload diff classifies as parameters (no shape key).
+pub(super) fn values_only(running: &[OpSpec], next: &[OpSpec]) -> bool {
+    let as_config = |chain: &[OpSpec]| Config { chain: chain.to_vec(), ..Config::default() };
+    param_banks::bank_carries(running, next)
+        && classify(&as_config(running), &as_config(next)).of(ChangeClass::Shape).next().is_none()
+}
+
 /// The CUDA loop's [`LiveChain`]: plans each new chain on the caller's
 /// thread, then swaps it into the executor ([`ExecutorCore::swap_chain`]).
 /// It holds the executor weakly: once the loop is dropped, a change is refused.
@@ -335,12 +451,20 @@ pub struct CudaLiveChain {
     pub(super) running: Vec<OpSpec>,
     pub(super) applied: u32,
     pub(super) mode: SwapMode,
+    /// Values-only changes go to the parameter banks (where the loop has them).
+    pub(super) use_banks: bool,
 }
 
 impl CudaLiveChain {
     /// How later swaps rebuild the graph ([`SwapMode::Update`] by default).
     pub fn set_mode(&mut self, mode: SwapMode) {
         self.mode = mode;
+    }
+
+    /// Whether values-only changes go to the parameter banks (the default)
+    /// or rebuild the graph like shape changes (to compare the two).
+    pub fn set_banks(&mut self, use_banks: bool) {
+        self.use_banks = use_banks;
     }
 
     /// Swaps `chain` in under `generation` and says how; what
@@ -354,7 +478,32 @@ impl CudaLiveChain {
         let exec = self.exec.upgrade().ok_or_else(|| refused("the resident loop is gone".into()))?;
         let mut exec = exec.lock().unwrap_or_else(PoisonError::into_inner);
         let p = &self.planning;
-        let (workload, fused) = super::cuda_loop::plan_chain(
+        let banked = self.use_banks && exec.has_banks() && values_only(&self.running, chain);
+        if let Some(layout) = p.layout.filter(|_| banked) {
+            let switched = param_banks::image(layout, chain, None, p.capacity)
+                .and_then(|image| exec.switch_params(&image, generation));
+            match switched {
+                Ok(s) => {
+                    tracing::info!(
+                        "cuda loop: generation {generation} running (parameter bank {}, written and published in \
+                         {:.0} µs; the graph kept running)",
+                        s.bank,
+                        s.total.as_secs_f64() * 1e6
+                    );
+                    self.running = chain.to_vec();
+                    self.applied = generation;
+                    return Ok(SwapReport {
+                        generation,
+                        banked: true,
+                        in_place: true,
+                        prepare: s.total,
+                        gap: Duration::ZERO,
+                    });
+                }
+                Err(e) => tracing::warn!("parameter bank switch refused ({e}); rebuilding the graph instead"),
+            }
+        }
+        let (workload, fused, layout) = super::cuda_loop::plan_chain(
             &exec.rt,
             chain,
             p.capacity,
@@ -363,8 +512,18 @@ impl CudaLiveChain {
             p.streaming,
         )
         .map_err(|e| refused(e.to_string()))?;
-        let next = NextChain { workload, fused, chain_flags: super::graph::chain_flags(chain) };
+        let param_image = match exec.has_banks() {
+            true => Some(
+                param_banks::image(layout, chain, fused.as_ref(), p.capacity)
+                    .map_err(|e| refused(e.to_string()))?,
+            ),
+            false => None,
+        };
+        let next = NextChain { workload, fused, chain_flags: super::graph::chain_flags(chain), param_image };
         let report = exec.swap_chain(next, generation, self.mode).map_err(|e| refused(e.to_string()))?;
+        if exec.has_banks() {
+            self.planning.layout = Some(layout);
+        }
         tracing::info!(
             "cuda loop: generation {generation} running ({}; {:.0} µs without processing, {:.0} µs prepared \
              while the old chain ran)",
@@ -401,7 +560,23 @@ mod tests {
             output,
             streaming: false,
             fixed: fixed.map(str::to_string),
+            layout: None,
         }
+    }
+
+    #[test]
+    fn only_value_changes_take_the_bank_path() {
+        let running = default_chain();
+        let mut level = default_chain();
+        level[3] = OpSpec::Threshold { level: 1.5 };
+        assert!(values_only(&running, &level));
+        assert!(values_only(&running, &running));
+        let mut taps = default_chain();
+        taps[1] = OpSpec::Fir { taps: vec![1.0; 3] };
+        assert!(!values_only(&running, &taps));
+        let mut added = default_chain();
+        added.insert(2, OpSpec::Delay { us: 3 });
+        assert!(!values_only(&running, &added));
     }
 
     #[test]

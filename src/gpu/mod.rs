@@ -31,6 +31,7 @@ pub mod mapped;
 pub mod nvrtc;
 pub mod operators;
 mod output_publish;
+pub mod param_banks;
 mod runtime;
 pub mod sources;
 pub mod streaming;

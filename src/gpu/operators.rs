@@ -21,6 +21,9 @@ use crate::ops::{MAX_FIR_TAPS, OpSpec, SampleFormat, validate_chain};
 
 /// Threads per block of the elementwise kernels (`FL_OP_THREADS`).
 pub const OP_THREADS: u32 = 256;
+/// A graph kernel's `param_step` when its arguments are its only values (`FL_NO_PARAM_STEP`).
+pub const NO_PARAM_STEP: u32 = u32::MAX;
+
 /// Threads per block of the reductions (`FL_REDUCE_THREADS`).
 pub const REDUCE_THREADS: u32 = 1024;
 /// Samples a block of a grid reduction takes at least (`FL_REDUCE_BLOCK_SAMPLES`).
@@ -69,12 +72,22 @@ pub struct UnpackOp {
     max_samples: usize,
     /// Declares an input port `in` for a [`StagePayloadOp`] in front of it.
     staged: bool,
+    /// Where the frame's parameter bank holds scale and offset ([`NO_PARAM_STEP`]: none).
+    param_step: u32,
 }
 
 impl UnpackOp {
     pub fn new(name: &str, format: SampleFormat, scale: f32, offset: f32, max_frame_bytes: usize) -> Self {
         let max_samples = format.samples_in(max_frame_bytes);
-        Self { name: name.to_owned(), format, scale, offset, max_samples, staged: false }
+        Self {
+            name: name.to_owned(),
+            format,
+            scale,
+            offset,
+            max_samples,
+            staged: false,
+            param_step: NO_PARAM_STEP,
+        }
     }
 
     /// An unpack behind a [`StagePayloadOp`]: it also declares the input
@@ -118,9 +131,9 @@ impl GpuResidentOperator for UnpackOp {
         let f = ctx.kernel(kernel)?;
         let (fd, y) = (ctx.frame_desc(), out.dptr);
         let mut launch = ctx.stream().launch_builder(f);
-        launch.arg(&fd).arg(&y).arg(&capacity).arg(&self.scale).arg(&self.offset);
+        launch.arg(&fd).arg(&y).arg(&capacity).arg(&self.scale).arg(&self.offset).arg(&self.param_step);
         let cfg = config(grid_for(capacity, OP_THREADS * per_thread), OP_THREADS);
-        // SAFETY: (FrameDesc*, float*, uint32_t, float, float) is fl_unpack_*'s signature; the
+        // SAFETY: (FrameDesc*, float*, uint32_t, float, float, uint32_t) is fl_unpack_*'s signature; the
         // kernel writes at most `capacity` floats of `out` and reads at most payload_len bytes.
         unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error(kernel, e))?;
         Ok(())
@@ -159,6 +172,8 @@ pub struct FilterOp<P> {
     kernel: &'static str,
     params: P,
     max_samples: usize,
+    /// Where the frame's parameter bank holds the taps or kernel ([`NO_PARAM_STEP`]: none).
+    param_step: u32,
 }
 
 /// `fir`: centred, zero-padded FIR.
@@ -177,7 +192,7 @@ impl FilterOp<FirParams> {
         }
         let mut params = FirParams { count: taps.len() as u32, taps: [0.0; MAX_FIR_TAPS] };
         params.taps[..taps.len()].copy_from_slice(taps);
-        Ok(Self { name: name.to_owned(), kernel: "fl_fir", params, max_samples })
+        Ok(Self { name: name.to_owned(), kernel: "fl_fir", params, max_samples, param_step: NO_PARAM_STEP })
     }
 }
 
@@ -195,7 +210,13 @@ impl FilterOp<Filter2dParams> {
             });
         }
         let params = Filter2dParams { width, kernel };
-        Ok(Self { name: name.to_owned(), kernel: "fl_filter2d", params, max_samples })
+        Ok(Self {
+            name: name.to_owned(),
+            kernel: "fl_filter2d",
+            params,
+            max_samples,
+            param_step: NO_PARAM_STEP,
+        })
     }
 }
 
@@ -215,8 +236,8 @@ impl<P: DeviceRepr + Send> GpuResidentOperator for FilterOp<P> {
         let f = ctx.kernel(self.kernel)?;
         let fd = ctx.frame_desc();
         let mut launch = ctx.stream().launch_builder(f);
-        launch.arg(&fd).arg(&x.dptr).arg(&y.dptr).arg(&capacity).arg(&self.params);
-        // SAFETY: (const FrameDesc*, const float*, float*, uint32_t, P) is the signature of
+        launch.arg(&fd).arg(&x.dptr).arg(&y.dptr).arg(&capacity).arg(&self.params).arg(&self.param_step);
+        // SAFETY: (const FrameDesc*, const float*, float*, uint32_t, P, uint32_t) is the signature of
         // fl_fir (P = FirParams) and fl_filter2d (P = Filter2dParams), the only kernels the
         // constructors name; each touches at most `capacity` floats of either buffer.
         unsafe { launch.launch(config(grid_for(capacity, OP_THREADS), OP_THREADS)) }
@@ -254,11 +275,13 @@ pub struct ReduceOp {
     name: String,
     reduction: Reduction,
     max_samples: usize,
+    /// Where the frame's parameter bank holds the level ([`NO_PARAM_STEP`]: none).
+    param_step: u32,
 }
 
 impl ReduceOp {
     pub fn new(name: &str, reduction: Reduction, max_samples: usize) -> Self {
-        Self { name: name.to_owned(), reduction, max_samples }
+        Self { name: name.to_owned(), reduction, max_samples, param_step: NO_PARAM_STEP }
     }
 
     /// Whether frames can be large enough for more than one block (and the
@@ -329,8 +352,11 @@ impl GpuResidentOperator for ReduceOp {
             launch.arg(level);
         }
         launch.arg(&scratch).arg(&publisher);
+        if level.is_some() {
+            launch.arg(&self.param_step);
+        }
         // SAFETY: (const FrameDesc*, const float*, uint32_t, ChainResult*[, float],
-        // FlReduceScratch*, const LoopParams*) is the signature of fl_stats / fl_threshold /
+        // FlReduceScratch*, const LoopParams*[, uint32_t]) is the signature of fl_stats / fl_threshold /
         // fl_stats_threshold; `scratch` is this operator's zeroed REDUCE_SCRATCH_BYTES port,
         // or 0 with a grid of one block (which never touches it); the grid is at most
         // REDUCE_MAX_BLOCKS, the slots the scratch holds; `publisher` is 0 or the
@@ -388,11 +414,13 @@ pub struct DelayOp {
     name: String,
     delay_ns: u64,
     port_bytes: usize,
+    /// Where the frame's parameter bank holds the delay ([`NO_PARAM_STEP`]: none).
+    param_step: u32,
 }
 
 impl DelayOp {
     pub fn new(name: &str, delay_ns: u64, port_bytes: usize) -> Self {
-        Self { name: name.to_owned(), delay_ns, port_bytes }
+        Self { name: name.to_owned(), delay_ns, port_bytes, param_step: NO_PARAM_STEP }
     }
 }
 
@@ -408,9 +436,11 @@ impl GpuResidentOperator for DelayOp {
 
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
         let f = ctx.kernel("fl_delay")?;
+        let fd = ctx.frame_desc();
         let mut launch = ctx.stream().launch_builder(f);
-        launch.arg(&self.delay_ns);
-        // SAFETY: fl_delay takes one uint64_t and touches no memory.
+        launch.arg(&self.delay_ns).arg(&fd).arg(&self.param_step);
+        // SAFETY: (uint64_t, const FrameDesc*, uint32_t) is fl_delay's signature; it reads
+        // the FrameDesc (and the parameter bank it names) and writes no memory.
         unsafe { launch.launch(config(1, 1)) }.map_err(|e| ctx.enqueue_error("fl_delay", e))?;
         Ok(())
     }
@@ -505,6 +535,9 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
         PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
     };
     let mut user_kernels = super::user_kernel::UserKernels::new();
+    // Operator i's values in the parameter bank: one FusedStep per operator
+    // of the chain (super::param_banks::per_operator_image).
+    let step = |i: usize| u32::try_from(i).unwrap_or(NO_PARAM_STEP);
     let mut i = 0;
     while i < chain.len() {
         let name = |op: &str| format!("{op}[{i}]");
@@ -516,31 +549,25 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
                     PayloadPath::ZeroCopy => UnpackOp::new(name, f, s, o, max_frame_bytes),
                     PayloadPath::OneCopy => UnpackOp::after_stage(name, f, s, o, max_frame_bytes),
                 };
-                (fragment.add_operator(op)?, 1)
+                (fragment.add_operator(UnpackOp { param_step: step(i), ..op })?, 1)
             }
-            OpSpec::Fir { taps } => (fragment.add_operator(FirOp::fir(&name("fir"), taps, max_samples)?)?, 1),
-            OpSpec::Filter2d { width, kernel } => (
-                fragment.add_operator(Filter2dOp::filter2d(
-                    &name("filter2d"),
-                    *width,
-                    *kernel,
-                    max_samples,
-                )?)?,
-                1,
-            ),
+            OpSpec::Fir { taps } => {
+                let op = FirOp::fir(&name("fir"), taps, max_samples)?;
+                (fragment.add_operator(FirOp { param_step: step(i), ..op })?, 1)
+            }
+            OpSpec::Filter2d { width, kernel } => {
+                let op = Filter2dOp::filter2d(&name("filter2d"), *width, *kernel, max_samples)?;
+                (fragment.add_operator(Filter2dOp { param_step: step(i), ..op })?, 1)
+            }
             OpSpec::Fft(spec) => {
                 let op = super::fft::FftOp::new(&name("fft"), spec, max_samples)?;
                 max_samples = op.max_output_samples();
                 (fragment.add_operator(op)?, 1)
             }
-            OpSpec::Delay { us } => (
-                fragment.add_operator(DelayOp::new(
-                    &name("delay"),
-                    *us as u64 * 1000,
-                    sample_bytes(max_samples),
-                ))?,
-                1,
-            ),
+            OpSpec::Delay { us } => {
+                let op = DelayOp::new(&name("delay"), *us as u64 * 1000, sample_bytes(max_samples));
+                (fragment.add_operator(DelayOp { param_step: step(i), ..op })?, 1)
+            }
             OpSpec::Kernel(k) => {
                 let name = format!("chain[{i}] kernel \"{}\"", k.entry);
                 let op = user_kernels.next(&name, k, max_samples)?;
@@ -564,7 +591,12 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
                     Reduction::Threshold { .. } => "threshold",
                     Reduction::StatsThreshold { .. } => "stats+threshold",
                 };
-                (fragment.add_operator(ReduceOp::new(&name(label), reduction, max_samples))?, consumed)
+                // The level is the threshold's, wherever it stands in the pair.
+                let level_at = if matches!(chain[i], OpSpec::Threshold { .. }) { i } else { i + 1 };
+                let param_step =
+                    if matches!(reduction, Reduction::Stats) { NO_PARAM_STEP } else { step(level_at) };
+                let op = ReduceOp::new(&name(label), reduction, max_samples);
+                (fragment.add_operator(ReduceOp { param_step, ..op })?, consumed)
             }
         };
         if let Some(prev) = previous {

@@ -201,7 +201,12 @@ pub struct FrameDesc {
     pub detect_ns: u64,
     /// Published frames skipped to reach this one (policy `latest`).
     pub skipped: u64,
-    pub _reserved: [u64; 2],
+    /// Device address of the parameter bank the frame runs with
+    /// (`gpu::param_banks`), 0 when the loop has no banks.
+    pub params_dptr: u64,
+    /// The parameter generation of that bank.
+    pub param_generation: u32,
+    pub _reserved: u32,
 }
 
 /// Device-resident reduction values of one frame, written by the stats and
