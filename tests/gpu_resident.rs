@@ -6,7 +6,7 @@
 //! data-ready and the latest policy work on both paths.
 
 use frameloop::backend::{BackendError, ResidentLoop};
-use frameloop::config::{FusedChainMode, LoopConfig};
+use frameloop::config::{FusedChainMode, LoopConfig, StreamToGpu};
 use frameloop::fragment::Fragment;
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
@@ -141,7 +141,10 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
 
 /// Under `auto`, frames too large for the handler's shared memory run as
 /// one tiled kernel per frame (its last block publishes the result), and
-/// every result equals the CPU chain's.
+/// every result equals the CPU chain's. The frames are published whole, as
+/// by a receiver that reports no progress, so the loop does not stream
+/// (`loop.stream_to_gpu = "off"`, what the appliance sets for such receivers;
+/// under "auto" a 768 KiB slot would stream and run one kernel per operator).
 #[test]
 #[ignore = "needs a GPU"]
 fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
@@ -165,7 +168,7 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
             Arc::clone(&rings.frames),
             Arc::clone(&rings.results),
             &chain,
-            LoopConfig::default(),
+            LoopConfig { stream_to_gpu: StreamToGpu::Off, ..LoopConfig::default() },
         )
         .unwrap();
         assert_eq!(lp.executor().stage_names(), ["fused_tiled"], "{chain:?}");
