@@ -26,12 +26,12 @@ pub const MIN_TILE_SAMPLES: usize = 2 * REDUCE_THREADS as usize;
 
 /// A tile holds at least this many times the chain's halo. Each block reads
 /// its halos from the slot again, and the slot lives in mapped host memory:
-/// re-read bytes cross PCIe again at the link rate (on an H100, 132 blocks
-/// with 3 KiB of halo each read a 768 KiB frame in 37 µs against 20 µs
-/// without; bench/results/gpu-h100-2026-11-25/large-fused/zc_read.txt). At
-/// 16 the halos add about 1/8 of the frame, and a 1024-wide image still
-/// gets 32 blocks, more than enough to keep the link busy (66 blocks read at
-/// the same rate as 132 there).
+/// re-read bytes cross PCIe again (on an H100, 132 blocks read a 768 KiB
+/// frame in 19.8 µs, 27.9 µs when each re-reads a 1538-byte halo on either
+/// side, 32 such blocks in 21.5 µs, and 16 to 132 blocks without halos all
+/// at the same rate; bench/results/gpu-h100-2026-11-25/large-fused/zc_read2.txt).
+/// At 16 the halos add about 1/8 of the frame, and a 1024-wide 12-bit image
+/// of 768 KiB gets 32 blocks.
 pub const HALO_TILE_RATIO: u64 = 16;
 
 /// Why a chain cannot run tiled.
