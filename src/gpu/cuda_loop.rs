@@ -82,7 +82,9 @@ pub(super) fn plan_chain(
                     Ok((tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?, None))
                 }
                 LargePath::Graph => {
-                    tracing::info!("loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})");
+                    tracing::info!(
+                        "loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})"
+                    );
                     Ok((chain_fragment(chain, capacity)?, None))
                 }
             }
