@@ -748,4 +748,28 @@ mod tests {
         let err = load_compare_chain(&dir.join("no-such.toml")).unwrap_err().to_string();
         assert!(err.contains("--compare-chain") && err.contains("no-such.toml"), "{err}");
     }
+
+    #[test]
+    fn large_frame_targets_are_ratios_against_the_runs_floors() {
+        let floors = Floors {
+            host_to_device_bytes_per_s: 50e9,
+            frame_copy_us: 3.0,
+            device_bytes_per_s: 4e12,
+            round_trip_p50_us: 4.0,
+        };
+        // 20 µs over the link, 2 µs of device traffic: floors of 6 µs (GPU) and 24 µs (end to end).
+        let bytes = ChainBytes { host_to_device: 1_000_000, device: 8_000_000 };
+        let mut res = percentiles("auto", vec![31_000; 10], None);
+        res.gpu_detect_to_done_p50_us = Some(17.9);
+        let t = large_frame_targets(&floors, bytes, &res);
+        assert_eq!(t.len(), 2);
+        assert!(t[0].met && t[0].measured.contains("17.90 vs 6.00 µs (2.98x)"), "{:?}", t[0]);
+        assert!(t[1].met && t[1].measured.contains("31.00 vs 24.00 µs (1.29x)"), "{:?}", t[1]);
+        let mut slow = percentiles("auto", vec![32_000; 10], None);
+        slow.gpu_detect_to_done_p50_us = Some(18.1);
+        assert!(large_frame_targets(&floors, bytes, &slow).iter().all(|t| !t.met));
+        // No GPU time recorded: only the end-to-end ratio.
+        slow.gpu_detect_to_done_p50_us = None;
+        assert_eq!(large_frame_targets(&floors, bytes, &slow).len(), 1);
+    }
 }
