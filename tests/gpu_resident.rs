@@ -6,13 +6,14 @@
 //! data-ready and the latest policy work on both paths.
 
 use frameloop::backend::{BackendError, ResidentLoop};
-use frameloop::config::{FusedChainMode, LoopConfig};
+use frameloop::config::{FusedChainMode, LoopConfig, StreamToGpu};
 use frameloop::fragment::Fragment;
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::fused::FusedChain;
+use frameloop::gpu::fused_tiled::{LargePath, MEASURED, choose_large};
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
@@ -140,14 +141,22 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
 }
 
 /// Under `auto`, frames too large for the handler's shared memory run as
-/// one tiled kernel per frame (its last block publishes the result), and
-/// every result equals the CPU chain's.
+/// one tiled kernel per frame where the recorded runs found it faster
+/// (frames of 2 MiB and 6 bytes: the 2 MiB run of `gpu::fused_tiled::MEASURED`),
+/// its last block publishing the result, and every result equals the CPU
+/// chain's; 768 KiB image frames, where one kernel per operator was faster,
+/// run that way. The frames are published whole, as
+/// by a receiver that reports no progress, so the loop does not stream
+/// (`loop.stream_to_gpu = "off"`, what the appliance sets for such receivers;
+/// under "auto" such a slot would stream and run one kernel per operator).
 #[test]
 #[ignore = "needs a GPU"]
 fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
     let rt = runtime();
     let seed = 0x711e ^ frameloop::clock::realtime_ns();
-    let frame_bytes = 786_432;
+    let frame_bytes = (2 << 20) + 6;
+    let (path, why) = choose_large(frame_bytes, MEASURED);
+    assert_eq!(path, LargePath::Tiled, "{why}");
     for chain in [
         default_chain(),
         vec![
@@ -165,7 +174,7 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
             Arc::clone(&rings.frames),
             Arc::clone(&rings.results),
             &chain,
-            LoopConfig::default(),
+            LoopConfig { stream_to_gpu: StreamToGpu::Off, ..LoopConfig::default() },
         )
         .unwrap();
         assert_eq!(lp.executor().stage_names(), ["fused_tiled"], "{chain:?}");
@@ -184,6 +193,19 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
         check_against_cpu_sized(&chain, seed, &out, &lens, frame_bytes);
         assert_eq!(rings.frames.consumed(), n as u64, "every slot handed back");
     }
+    // 768 KiB image frames ran faster as one kernel per operator: auto takes that.
+    let image = [
+        OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0, offset: 0.0 },
+        OpSpec::Filter2d { width: 1024, kernel: [0.1; 9] },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 1.0 },
+    ];
+    let rings = MappedRings::new(&rt, 4, 786_432, 16, OverrunPolicy::Every).unwrap();
+    let cfg = LoopConfig { stream_to_gpu: StreamToGpu::Off, ..LoopConfig::default() };
+    let lp =
+        CudaLoop::new(Arc::clone(&rt), Arc::clone(&rings.frames), Arc::clone(&rings.results), &image, cfg)
+            .unwrap();
+    assert_eq!(lp.executor().stage_names(), ["unpack[0]", "filter2d[1]", "stats+threshold[2]"]);
 }
 
 /// A chain `on` cannot fuse is refused at start-up with the reason and the fix.

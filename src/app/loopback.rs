@@ -98,6 +98,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
             .as_deref()
             .map(crate::gpu::bench::load_compare_chain)
             .transpose()?,
+        paths_only: args.paths_only,
         ..Default::default()
     };
     // The measuring thread publishes frames and spins on results, like the

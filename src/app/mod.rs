@@ -277,6 +277,12 @@ pub struct BenchArgs {
     /// written as user kernels (bench/configs/user-default-chain.toml).
     #[arg(long, value_name = "CONFIG")]
     pub compare_chain: Option<PathBuf>,
+    /// With --compare: only the floors and the modes that compare the
+    /// chain's paths (what loop.fused_chain = "auto" runs, one kernel per
+    /// operator, the tiled fused kernel, a graph launch per frame), for
+    /// sweeps over frame sizes.
+    #[arg(long, requires = "compare")]
+    pub paths_only: bool,
 }
 
 /// Arguments of `frameloop run`.

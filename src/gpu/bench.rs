@@ -52,6 +52,10 @@ pub struct CompareOptions {
     /// A second chain run as the extra mode "resident poll, compare chain"
     /// (see [`load_compare_chain`]), its user kernel sources resolved.
     pub compare_chain: Option<Vec<OpSpec>>,
+    /// Run only the modes that compare the paths of the chain (what auto
+    /// picks, one kernel per operator in the IF body, the tiled fused kernel,
+    /// a graph launch per frame) and the floors: a sweep over frame sizes.
+    pub paths_only: bool,
 }
 
 impl Default for CompareOptions {
@@ -69,6 +73,7 @@ impl Default for CompareOptions {
             idle_ms: 200,
             cache: CacheDir::Default,
             compare_chain: None,
+            paths_only: false,
         }
     }
 }
@@ -479,6 +484,12 @@ fn operator_names(chain: &[OpSpec], frame_bytes: usize) -> Result<Vec<String>, G
 /// The mode that runs the chain as one tiled kernel in the IF body.
 const TILED_MODE: &str = "resident poll, tiled fused kernel";
 
+/// One kernel per operator in the resident graph's IF body.
+const IF_BODY_MODE: &str = "resident poll, graph IF body";
+
+/// A graph launched by the host for every frame.
+const GRAPH_LAUNCH_MODE: &str = "graph-launch-per-frame";
+
 /// The mode that runs [`CompareOptions::compare_chain`].
 const COMPARE_CHAIN_MODE: &str = "resident poll, compare chain";
 
@@ -529,14 +540,14 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     };
     let mut modes = vec![
         default_mode,
-        resident("resident poll, graph IF body"),
+        resident(IF_BODY_MODE),
         ModeSpec { tiled: true, ..resident(TILED_MODE) },
         ModeSpec { payload: PayloadPath::OneCopy, ..resident("resident poll, one copy (stage kernel)") },
         ModeSpec { programmatic_edges: false, ..resident("resident poll, plain edges") },
         ModeSpec { publish_from_last_kernel: false, ..resident("resident poll, end-marker node") },
         spec("resident sleep 100 µs (Holoscan)", LaunchStyle::Resident, &sleep(100), false),
         spec("resident sleep 500 µs (Holoscan)", LaunchStyle::Resident, &sleep(500), false),
-        spec("graph-launch-per-frame", LaunchStyle::GraphPerFrame, &poll, false),
+        spec(GRAPH_LAUNCH_MODE, LaunchStyle::GraphPerFrame, &poll, false),
         spec("stream-launch-per-frame", LaunchStyle::StreamPerFrame, &poll, false),
         ModeSpec {
             fused: true,
@@ -555,12 +566,19 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     if o.compare_chain.is_some() {
         modes.push(ModeSpec { compare_chain: true, ..resident(COMPARE_CHAIN_MODE) });
     }
+    if o.paths_only {
+        modes.retain(|m| {
+            m.name.starts_with("resident poll budget")
+                || [IF_BODY_MODE, TILED_MODE, GRAPH_LAUNCH_MODE, COMPARE_CHAIN_MODE].contains(&m.name)
+        });
+    }
     let mut results = vec![run_floor(&rt, o)?];
     for m in &modes {
         results.push(run_mode(&rt, o, m)?);
     }
-    let by = |name: &str| results.iter().find(|r| r.mode.starts_with(name)).cloned().expect("mode ran");
-    let floors = super::floors::measure(&rt.ctx, o.frame_bytes, by("floor").p50_us)?;
+    let by = |name: &str| results.iter().find(|r| r.mode.starts_with(name)).cloned();
+    let floor = by("floor").expect("the floor ran first");
+    let floors = super::floors::measure(&rt.ctx, o.frame_bytes, floor.p50_us)?;
     let bytes = chain_bytes(&o.chain, o.frame_bytes);
     // results[0] is the round-trip floor, then one result per mode; the empty workloads move no bytes.
     let floor_multiples = modes
@@ -569,16 +587,8 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         .filter(|(m, _)| !m.empty && !m.compare_chain)
         .map(|(_, r)| floors.multiple(&r.mode, r.p50_us, r.gpu_detect_to_done_p50_us, bytes))
         .collect();
-    let (res, graph, s500, empty, floor) = (
-        by("resident poll budget"),
-        by("graph-launch"),
-        by("resident sleep 500"),
-        by("resident EMPTY workload, fused"),
-        by("floor"),
-    );
-    let (if_body, empty_if_body) =
-        (by("resident poll, graph IF body"), by("resident EMPTY workload, graph IF body"));
-    let targets = vec![
+    let res = by("resident poll budget").expect("the default mode always runs");
+    let mut targets = vec![
         TargetCheck {
             target: "resident p50 <= 10 µs".into(),
             measured: format!("{:.2} µs", res.p50_us),
@@ -589,7 +599,9 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             measured: format!("{:.2} µs", res.p999_us),
             met: res.p999_us <= 15.0,
         },
-        TargetCheck {
+    ];
+    if let Some(graph) = by(GRAPH_LAUNCH_MODE) {
+        targets.push(TargetCheck {
             target: "resident p99.9 <= 0.8 x graph-launch-per-frame p99.9".into(),
             measured: format!(
                 "{:.2} vs {:.2} µs ({:.2}x)",
@@ -598,13 +610,17 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
                 res.p999_us / graph.p999_us
             ),
             met: res.p999_us <= 0.8 * graph.p999_us,
-        },
-        TargetCheck {
+        });
+    }
+    if let Some(s500) = by("resident sleep 500") {
+        targets.push(TargetCheck {
             target: "resident p50 >= 30x lower than sleep 500 µs p50".into(),
             measured: format!("{:.1}x", s500.p50_us / res.p50_us),
             met: s500.p50_us >= 30.0 * res.p50_us,
-        },
-        TargetCheck {
+        });
+    }
+    if let Some(empty) = by("resident EMPTY workload, fused") {
+        targets.push(TargetCheck {
             target: "empty resident p50 within 2.5x of the floor".into(),
             measured: format!(
                 "{:.2}x ({:.2} vs {:.2} µs)",
@@ -613,32 +629,45 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
                 floor.p50_us
             ),
             met: empty.p50_us <= 2.5 * floor.p50_us,
-        },
-    ];
-    let (copy, plain, marker) =
-        (by("resident poll, one copy"), by("resident poll, plain edges"), by("resident poll, end-marker"));
+        });
+    }
+    // The large-frame targets, for frames the handler's shared memory cannot hold.
+    if matches!(auto, Err(NotFused::LargeFrames { .. })) {
+        targets.extend(large_frame_targets(&floors, bytes, &res));
+    }
     let versus = |what: &str, base: &ModeResult, other: &ModeResult| {
         format!(
             "{what}: p50 {:.2} vs {:.2} µs, p99.9 {:.2} vs {:.2} µs ({} vs {})",
             base.p50_us, other.p50_us, base.p999_us, other.p999_us, base.mode, other.mode
         )
     };
-    let tiled = by(TILED_MODE);
-    let mut comparisons = vec![
-        versus("chain fused into the handler against one kernel per operator in the IF body", &res, &if_body),
-        versus("one tiled kernel against one kernel per operator, both in the IF body", &tiled, &if_body),
-        versus("empty workload, fused handler against handler -> IF -> end marker", &empty, &empty_if_body),
-        versus("zero-copy reads of the slot against one copy into device memory", &if_body, &copy),
-        versus("programmatic edges against plain edges", &if_body, &plain),
-        versus("result published by the last kernel against an end-marker node", &if_body, &marker),
+    let pairs = [
+        (
+            "chain fused into the handler against one kernel per operator in the IF body",
+            "resident poll budget",
+            IF_BODY_MODE,
+        ),
+        ("one tiled kernel against one kernel per operator, both in the IF body", TILED_MODE, IF_BODY_MODE),
+        (
+            "empty workload, fused handler against handler -> IF -> end marker",
+            "resident EMPTY workload, fused",
+            "resident EMPTY workload, graph IF body",
+        ),
+        (
+            "zero-copy reads of the slot against one copy into device memory",
+            IF_BODY_MODE,
+            "resident poll, one copy",
+        ),
+        ("programmatic edges against plain edges", IF_BODY_MODE, "resident poll, plain edges"),
+        (
+            "result published by the last kernel against an end-marker node",
+            IF_BODY_MODE,
+            "resident poll, end-marker",
+        ),
+        ("the chain against the compare chain, both in the graph IF body", IF_BODY_MODE, COMPARE_CHAIN_MODE),
     ];
-    if let Some(other) = results.iter().find(|r| r.mode == COMPARE_CHAIN_MODE) {
-        comparisons.push(versus(
-            "the chain against the compare chain, both in the graph IF body",
-            &if_body,
-            other,
-        ));
-    }
+    let mut comparisons: Vec<String> =
+        pairs.iter().filter_map(|(what, a, b)| Some(versus(what, &by(a)?, &by(b)?))).collect();
     if let Err(why) = auto {
         comparisons.insert(
             0,
@@ -663,6 +692,34 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         chain_bytes: bytes,
         floor_multiples,
     })
+}
+
+/// The large-frame targets of `res` (the mode `loop.fused_chain = "auto"`
+/// runs) against this run's floors: GPU time within 3x of the chain's
+/// device-memory traffic at the device rate plus one round trip, and publish
+/// to result within 1.3x of the payload at the host-to-device rate plus one
+/// round trip.
+fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult) -> Vec<TargetCheck> {
+    let mut targets = Vec::new();
+    let device = floors.device_round_trip_floor_us(bytes);
+    if let Some(gpu) = res.gpu_detect_to_done_p50_us.filter(|_| device > 0.0) {
+        targets.push(TargetCheck {
+            target:
+                "large frames: auto's gpu p50 <= 3 x (chain's device bytes at device bandwidth + round trip)"
+                    .into(),
+            measured: format!("{gpu:.2} vs {device:.2} µs ({:.2}x)", gpu / device),
+            met: gpu <= 3.0 * device,
+        });
+    }
+    let link = floors.link_round_trip_floor_us(bytes);
+    if link > 0.0 {
+        targets.push(TargetCheck {
+            target: "large frames: auto's p50 <= 1.3 x (frame at host→device bandwidth + round trip)".into(),
+            measured: format!("{:.2} vs {link:.2} µs ({:.2}x)", res.p50_us, res.p50_us / link),
+            met: res.p50_us <= 1.3 * link,
+        });
+    }
+    targets
 }
 
 #[cfg(test)]
@@ -691,5 +748,29 @@ mod tests {
         );
         let err = load_compare_chain(&dir.join("no-such.toml")).unwrap_err().to_string();
         assert!(err.contains("--compare-chain") && err.contains("no-such.toml"), "{err}");
+    }
+
+    #[test]
+    fn large_frame_targets_are_ratios_against_the_runs_floors() {
+        let floors = Floors {
+            host_to_device_bytes_per_s: 50e9,
+            frame_copy_us: 3.0,
+            device_bytes_per_s: 4e12,
+            round_trip_p50_us: 4.0,
+        };
+        // 20 µs over the link, 2 µs of device traffic: floors of 6 µs (GPU) and 24 µs (end to end).
+        let bytes = ChainBytes { host_to_device: 1_000_000, device: 8_000_000 };
+        let mut res = percentiles("auto", vec![31_000; 10], None);
+        res.gpu_detect_to_done_p50_us = Some(17.9);
+        let t = large_frame_targets(&floors, bytes, &res);
+        assert_eq!(t.len(), 2);
+        assert!(t[0].met && t[0].measured.contains("17.90 vs 6.00 µs (2.98x)"), "{:?}", t[0]);
+        assert!(t[1].met && t[1].measured.contains("31.00 vs 24.00 µs (1.29x)"), "{:?}", t[1]);
+        let mut slow = percentiles("auto", vec![32_000; 10], None);
+        slow.gpu_detect_to_done_p50_us = Some(18.1);
+        assert!(large_frame_targets(&floors, bytes, &slow).iter().all(|t| !t.met));
+        // No GPU time recorded: only the end-to-end ratio.
+        slow.gpu_detect_to_done_p50_us = None;
+        assert_eq!(large_frame_targets(&floors, bytes, &slow).len(), 1);
     }
 }

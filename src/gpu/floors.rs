@@ -112,6 +112,20 @@ impl Floors {
         self.gpu_floor_us(bytes) + self.round_trip_p50_us
     }
 
+    /// The chain's device-memory traffic at the device rate plus one round
+    /// trip, µs: what the GPU time of a chain whose frame were already in
+    /// device memory would need (the large-frame target allows 3x of it).
+    pub fn device_round_trip_floor_us(&self, bytes: ChainBytes) -> f64 {
+        bytes.device as f64 / self.device_bytes_per_s * 1e6 + self.round_trip_p50_us
+    }
+
+    /// The payload at the host-to-device rate plus one round trip, µs: what
+    /// publish to result needs at least when the frame crosses the link after
+    /// it is published (the large-frame target allows 1.3x of it).
+    pub fn link_round_trip_floor_us(&self, bytes: ChainBytes) -> f64 {
+        bytes.host_to_device as f64 / self.host_to_device_bytes_per_s * 1e6 + self.round_trip_p50_us
+    }
+
     /// `mode`'s p50 times as multiples of the floors of `bytes`.
     pub fn multiple(
         &self,
@@ -288,6 +302,9 @@ mod tests {
         // 20 µs over the link, 2 µs in device memory.
         assert!((f.gpu_floor_us(bytes) - 22.0).abs() < 1e-9);
         assert!((f.end_to_end_floor_us(bytes) - 26.0).abs() < 1e-9);
+        // The large-frame targets' floors: device traffic or the link, each plus the 4 µs round trip.
+        assert!((f.device_round_trip_floor_us(bytes) - 6.0).abs() < 1e-9);
+        assert!((f.link_round_trip_floor_us(bytes) - 24.0).abs() < 1e-9);
         let m = f.multiple("resident", 52.0, Some(44.0), bytes);
         assert!((m.gpu_p50.unwrap() - 2.0).abs() < 1e-9);
         assert!((m.p50 - 2.0).abs() < 1e-9);

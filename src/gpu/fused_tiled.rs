@@ -24,6 +24,16 @@ use thiserror::Error;
 /// not spread over blocks that each do almost nothing but count in.
 pub const MIN_TILE_SAMPLES: usize = 2 * REDUCE_THREADS as usize;
 
+/// A tile holds at least this many times the chain's halo. Each block reads
+/// its halos from the slot again, and the slot lives in mapped host memory:
+/// re-read bytes cross PCIe again (on an H100, 132 blocks read a 768 KiB
+/// frame in 19.8 µs, 27.9 µs when each re-reads a 1538-byte halo on either
+/// side, 32 such blocks in 21.5 µs, and 16 to 132 blocks without halos all
+/// at the same rate; bench/results/gpu-h100-2026-11-25/large-fused/zc_read2.txt).
+/// At 16 the halos add about 1/8 of the frame, and a 1024-wide 12-bit image
+/// of 768 KiB gets 32 blocks.
+pub const HALO_TILE_RATIO: u64 = 16;
+
 /// Why a chain cannot run tiled.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum NotTiled {
@@ -96,7 +106,8 @@ impl TilePlan {
 
 /// Tiles for frames of at most `capacity` samples and a chain reaching
 /// `halo`: `blocks` blocks (what the GPU runs at once), fewer when their
-/// tiles would hold under [`MIN_TILE_SAMPLES`]; each block's buffers take
+/// tiles would hold under [`MIN_TILE_SAMPLES`], and at most
+/// `ceil(capacity / (HALO_TILE_RATIO * halo))`; each block's buffers take
 /// its tile and the halo, or as much as `shared_limit` bytes hold (a frame
 /// then has more tiles than blocks). Refused when a tile would be shorter
 /// than the halo (or 4 samples): the blocks would mostly recompute their
@@ -108,7 +119,11 @@ pub fn plan_tiles(
     shared_limit: usize,
 ) -> Result<TilePlan, NotTiled> {
     let by_size = u32::try_from(capacity.div_ceil(MIN_TILE_SAMPLES)).unwrap_or(u32::MAX);
-    let grid = blocks.min(by_size).clamp(1, REDUCE_MAX_BLOCKS);
+    let by_halo = match halo {
+        0 => u32::MAX,
+        h => u32::try_from((capacity as u64).div_ceil(HALO_TILE_RATIO.saturating_mul(h))).unwrap_or(u32::MAX),
+    };
+    let grid = blocks.min(by_size).min(by_halo).clamp(1, REDUCE_MAX_BLOCKS);
     let two_halos = 2 * halo.next_multiple_of(2);
     let whole = capacity.div_ceil(grid as usize).next_multiple_of(4) as u64 + two_halos;
     let most = (shared_limit / 8) as u64 & !3;
@@ -286,18 +301,48 @@ pub enum LargePath {
 }
 
 /// One recorded `bench --compare` run: the chain's GPU detect-to-done p50
-/// on each path at one frame size (an H100, ratios from the same run).
+/// on each path at one frame size (an H100, both paths in the same run).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measured {
     pub frame_bytes: usize,
+    /// The chain that ran: "default" (unpack u16 → 5-tap FIR → stats +
+    /// threshold) or "image" (bench/configs/image-u12.toml: unpack u12 →
+    /// 1024-wide filter2d → stats + threshold).
+    pub chain: &'static str,
+    /// "resident poll, tiled fused kernel".
     pub tiled_us: f64,
+    /// "resident poll, graph IF body" (one kernel per operator).
     pub graph_us: f64,
     /// Where the run is recorded.
     pub source: &'static str,
 }
 
-/// The recorded runs `loop.fused_chain = "auto"` chooses from for large frames.
-pub const MEASURED: &[Measured] = &[];
+const LARGE_FUSED: &str = "bench/results/gpu-h100-2026-11-25/large-fused/";
+
+const fn run(
+    frame_bytes: usize,
+    chain: &'static str,
+    tiled_us: f64,
+    graph_us: f64,
+    file: &'static str,
+) -> Measured {
+    Measured { frame_bytes, chain, tiled_us, graph_us, source: file }
+}
+
+/// The recorded runs `loop.fused_chain = "auto"` chooses from for large
+/// frames, ascending by size (all in [`LARGE_FUSED`], docs/gpu.md has the
+/// table). Sizes where both chains ran agree on the faster path, so the
+/// choice is keyed by frame size alone.
+pub const MEASURED: &[Measured] = &[
+    run(65_536, "default", 18.40, 16.58, "sweep/default-65536.txt"),
+    run(262_144, "default", 29.06, 26.14, "sweep/default-262144.txt"),
+    run(786_432, "image", 67.04, 59.17, "compare-768k-image.txt"),
+    run(1_048_576, "default", 67.20, 60.86, "sweep/default-1048576.txt"),
+    run(2_097_152, "default", 82.66, 88.26, "compare-2mib.txt"),
+    run(3_145_728, "image", 107.71, 118.21, "sweep/image-3145728.txt"),
+    run(4_194_304, "default", 113.22, 134.98, "sweep/default-4194304.txt"),
+    run(8_388_608, "default", 212.51, 198.62, "sweep/default-8388608.txt"),
+];
 
 /// The path `loop.fused_chain = "auto"` takes for frames of `frame_bytes`
 /// that the shared-memory kernel cannot hold, from the run in `table`
@@ -312,8 +357,9 @@ pub fn choose_large(frame_bytes: usize, table: &[Measured]) -> (LargePath, Strin
     };
     let path = if m.tiled_us <= m.graph_us { LargePath::Tiled } else { LargePath::Graph };
     let why = format!(
-        "measured at {} B frames: tiled fused kernel {:.1} µs, one kernel per operator {:.1} µs ({})",
-        m.frame_bytes, m.tiled_us, m.graph_us, m.source
+        "measured at {} B frames ({} chain): tiled fused kernel {:.1} µs, one kernel per operator {:.1} µs \
+         GPU time p50 ({LARGE_FUSED}{})",
+        m.frame_bytes, m.chain, m.tiled_us, m.graph_us, m.source
     );
     (path, why)
 }
@@ -390,6 +436,14 @@ mod tests {
         assert_eq!((p.grid, p.span), (132, 5120));
         assert_eq!(p.tile_len(1 << 20), 5116);
         assert_eq!(p.tiles(1 << 20), (1usize << 20).div_ceil(5116));
+        // A wide halo (a 1024-wide filter2d): fewer, longer tiles, so that
+        // the halos each block reads again add at most 1/8 of the frame.
+        let p = plan_tiles(524_288, 1025, 132, 227 * 1024).unwrap();
+        assert_eq!(p.grid, 32);
+        assert_eq!(p.tile_len(524_288), 16_384, "about 16 halos");
+        assert!(2 * 1025 * (p.grid as usize - 1) * 8 < 524_288, "{p:?}: halos under 1/8 with a block fewer");
+        assert_covers(&p, 524_288);
+        assert_eq!(plan_tiles(3 << 20, 1025, 132, 227 * 1024).unwrap().grid, 132);
         // A halo no tile can carry.
         let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024).unwrap_err();
         assert!(matches!(err, NotTiled::HaloTooWide { halo: 100_000, .. }), "{err:?}");
@@ -399,7 +453,13 @@ mod tests {
 
     #[test]
     fn auto_takes_the_faster_path_of_the_nearest_recorded_size() {
-        let m = |frame_bytes, tiled_us, graph_us| Measured { frame_bytes, tiled_us, graph_us, source: "x" };
+        let m = |frame_bytes, tiled_us, graph_us| Measured {
+            frame_bytes,
+            chain: "c",
+            tiled_us,
+            graph_us,
+            source: "x",
+        };
         let table = [m(65_536, 30.0, 20.0), m(786_432, 40.0, 90.0), m(2 << 20, 60.0, 170.0)];
         assert_eq!(choose_large(65_536, &table).0, LargePath::Graph);
         assert_eq!(choose_large(100_000, &table).0, LargePath::Graph, "nearer 64 KiB than 768 KiB by ratio");
@@ -408,5 +468,30 @@ mod tests {
         let (_, why) = choose_large(786_432, &table);
         assert!(why.contains("786432 B") && why.contains("40.0 µs") && why.contains("90.0 µs"), "{why}");
         assert_eq!(choose_large(1 << 20, &[]).0, LargePath::Tiled);
+    }
+
+    /// The recorded table: ascending sizes, each run's file committed, and
+    /// the choices it gives at the sizes users have.
+    #[test]
+    fn auto_chooses_from_the_recorded_runs() {
+        assert!(MEASURED.windows(2).all(|w| w[0].frame_bytes < w[1].frame_bytes));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for m in MEASURED {
+            let text = std::fs::read_to_string(root.join(LARGE_FUSED).join(m.source))
+                .unwrap_or_else(|e| panic!("{}: {e}", m.source));
+            assert!(text.contains(&format!("| {} B frames |", m.frame_bytes)), "{}", m.source);
+            assert!(text.contains(&format!("{:.2}", m.tiled_us)), "{}: tiled {}", m.source, m.tiled_us);
+            assert!(text.contains(&format!("{:.2}", m.graph_us)), "{}: graph {}", m.source, m.graph_us);
+        }
+        // The 768 KiB image and 1 MiB frames ran faster as one kernel per
+        // operator, 2 to 4 MiB as the tiled kernel.
+        let (path, why) = choose_large(786_432, MEASURED);
+        assert_eq!(path, LargePath::Graph, "{why}");
+        assert!(why.contains("compare-768k-image.txt") && why.contains("67.0 µs"), "{why}");
+        assert_eq!(choose_large(1 << 20, MEASURED).0, LargePath::Graph);
+        assert_eq!(choose_large(2 << 20, MEASURED).0, LargePath::Tiled);
+        assert_eq!(choose_large(3 << 20, MEASURED).0, LargePath::Tiled);
+        assert_eq!(choose_large(4 << 20, MEASURED).0, LargePath::Tiled);
+        assert_eq!(choose_large(100_000, MEASURED).0, LargePath::Graph);
     }
 }
