@@ -20,7 +20,8 @@ use appliance_support::{
 };
 use frameloop::app::{Appliance, StartOptions};
 use frameloop::config::{BackendChoice, Config, FusedChainMode};
-use frameloop::ops::{OpSpec, default_chain};
+use frameloop::ops::user_kernel::{OutputSize, ParamValue, UserKernelSpec};
+use frameloop::ops::{ChainOutput, OpSpec, SampleFormat, cpu, default_chain};
 use frameloop::reload::ReloadOutcome;
 use frameloop::ring::ResultRecord;
 use frameloop::sender::{GsoMode, Pattern, SendArgs, run_sender};
@@ -358,13 +359,26 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
 /// gap), each shape change relaunches once; no frame is lost and every
 /// result equals the CPU chain of the generation it carries.
 fn bank_switches_at_10k(fused: FusedChainMode, frame_bytes: usize) {
+    let mut cpus: Vec<frameloop::ops::CpuChain> = (0..=PARAM_RELOADS + SHAPE_RELOADS)
+        .map(|g| frameloop::ops::CpuChain::new(&chain_of(g), frame_bytes).unwrap())
+        .collect();
+    bank_switches_of(fused, frame_bytes, &chain_of, &mut |g, payload| cpus[g as usize].run(payload));
+}
+
+/// [`bank_switches_at_10k`] for the chains `chain_of_gen` gives, each frame's
+/// result checked against `expected(generation, payload)`.
+fn bank_switches_of(
+    fused: FusedChainMode,
+    frame_bytes: usize,
+    chain_of: &dyn Fn(u32) -> Vec<OpSpec>,
+    expected: &mut dyn FnMut(u32, &[u8]) -> ChainOutput,
+) {
     use frameloop::backend::ResidentLoop;
     use frameloop::config::LoopConfig;
     use frameloop::gpu::CudaLoop;
     use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
     use frameloop::gpu::nvrtc::CacheDir;
-    use frameloop::ops::CpuChain;
     use frameloop::ring::layout::RESULTS_OFFSET;
     use frameloop::ring::{OverrunPolicy, ResultReader};
 
@@ -445,15 +459,13 @@ fn bank_switches_at_10k(fused: FusedChainMode, frame_bytes: usize) {
     assert!(out.windows(2).all(|p| p[0].param_generation <= p[1].param_generation));
     let generations: BTreeSet<u32> = out.iter().map(|r| r.param_generation).collect();
     assert_eq!(generations, (0..=total).collect(), "{fused:?}: every generation ran");
-    let mut cpus: Vec<CpuChain> =
-        (0..=total).map(|g| CpuChain::new(&chain_of(g), frame_bytes).unwrap()).collect();
     let mut payload = vec![0u8; frame_bytes];
     for r in &out {
         let (i, g) = (r.frame_seq, r.param_generation);
         let len = len_of(i);
         fill_frame(seed, i, &mut payload[..len]);
         assert!(g <= total, "{fused:?} frame {i}: generation {g} (a poisoned record?)");
-        let want = cpus[g as usize].run(&payload[..len]);
+        let want = expected(g, &payload[..len]);
         let id = format!("{fused:?} frame {i} generation {g}");
         assert_eq!(r.output_len as usize, want.output_len, "{id}: output_len");
         let s = want.stats.expect("the chain has stats");
@@ -490,4 +502,61 @@ fn large_frames_take_fifty_parameter_changes_in_their_banks_without_a_relaunch()
     // for the GPU.
     let _serial = one_at_a_time();
     bank_switches_at_10k(FusedChainMode::Auto, 64 * 1024 + 6);
+}
+
+/// The chain of generation `g` with a user kernel (tests/fixtures/user_kernels/gain_offset.cu):
+/// its gain (a power of two, so that a fused multiply-add rounds as the CPU
+/// does), offset and limit move with `g` and so does the threshold level
+/// (parameters); every 11th generation also changes the kernel's block size
+/// (shape).
+fn user_chain_of(g: u32) -> Vec<OpSpec> {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/user_kernels/gain_offset.cu");
+    let params = [
+        ("gain".to_owned(), ParamValue::Float(0.25 * f64::from(1u32 << (g % 5)))),
+        ("offset".to_owned(), ParamValue::Float(f64::from(g) * 0.5 - 3.0)),
+        ("limit".to_owned(), ParamValue::Int(1000 + i64::from(g))),
+    ];
+    let kernel = UserKernelSpec {
+        source,
+        entry: "gain_offset".into(),
+        params: params.into_iter().collect(),
+        param_types: vec!["gain: f32".into(), "offset: f32".into(), "limit: u32".into()],
+        output: OutputSize::Same,
+        threads: Some(if (g / 11) % 2 == 1 { 128 } else { 256 }),
+        blocks: None,
+        shared_bytes: 0,
+    };
+    vec![
+        OpSpec::Unpack { format: SampleFormat::U16, scale: 1.0 / 4096.0, offset: 0.0 },
+        OpSpec::Kernel(kernel),
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 7.0 + (g % 9) as f32 * 0.5 },
+    ]
+}
+
+/// What [`user_chain_of`]`(g)` gives for `payload` on the CPU.
+fn user_chain_on_cpu(g: u32, payload: &[u8]) -> ChainOutput {
+    let chain = user_chain_of(g);
+    let (OpSpec::Unpack { format, scale, offset }, OpSpec::Kernel(k), OpSpec::Threshold { level }) =
+        (&chain[0], &chain[1], &chain[3])
+    else {
+        panic!("unpack, kernel, stats, threshold")
+    };
+    let value = |name: &str| match k.params[name] {
+        ParamValue::Float(v) => v as f32,
+        ParamValue::Int(v) => v as f32,
+        ref other => panic!("{name}: {other}"),
+    };
+    let mut x = vec![0f32; payload.len() / 2];
+    let n = cpu::unpack(payload, *format, *scale, *offset, &mut x);
+    let y: Vec<f32> = x[..n].iter().map(|v| v * value("gain") + value("offset")).collect();
+    ChainOutput { stats: Some(cpu::stats(&y)), detect: Some(cpu::threshold(&y, *level)), output_len: n }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn user_kernel_parameters_change_in_the_banks_without_a_relaunch() {
+    let _serial = one_at_a_time();
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("info").try_init();
+    bank_switches_of(FusedChainMode::Auto, 4096 + 6, &user_chain_of, &mut user_chain_on_cpu);
 }

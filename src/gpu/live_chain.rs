@@ -31,6 +31,12 @@ pub struct NextChain {
     pub chain_flags: u32,
     /// The chain's parameter bank image, for a loop with banks.
     pub param_image: Option<Vec<super::fused::FusedStep>>,
+    /// The workload loads modules when it is captured (user kernels): a
+    /// module load waits for the running graph, which never ends by itself,
+    /// so such a workload is captured once the old graph stopped (compile
+    /// the sources first, [`super::user_kernel::compile_ahead`], so that
+    /// only the load falls into the gap).
+    pub loads_modules: bool,
 }
 
 /// How a swap rebuilds the graph.
@@ -109,17 +115,20 @@ impl ExecutorCore {
             ));
         }
         let started = Instant::now();
+        let next_loads_modules = next.loads_modules;
         let previous = self.install(next, generation)?;
         let old_handles = (previous.params.while_handle, previous.params.if_handle);
-        let captured = match mode {
-            SwapMode::Update if self.exec.is_some() => match self.capture_live(Some(old_handles)) {
+        let update = mode == SwapMode::Update && self.exec.is_some();
+        let loads_modules = next_loads_modules;
+        let captured = match update && !loads_modules {
+            true => match self.capture_live(Some(old_handles)) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     self.restore(previous);
                     return Err(e);
                 }
             },
-            _ => None,
+            false => None,
         };
         let prepare = started.elapsed();
 
@@ -140,6 +149,10 @@ impl ExecutorCore {
         if let Some(select) = &self.param_select {
             select.reset(select_word(generation, 0));
         }
+        let captured = match captured {
+            None if update && loads_modules => Some(self.capture_live(Some(old_handles))?),
+            other => other,
+        };
         let mut in_place = false;
         if let (Some(graph), Some(exec)) = (captured, self.exec.as_mut()) {
             match exec.update(&graph)? {
@@ -519,7 +532,17 @@ impl CudaLiveChain {
             ),
             false => None,
         };
-        let next = NextChain { workload, fused, chain_flags: super::graph::chain_flags(chain), param_image };
+        let loads_modules = chain.iter().any(|op| matches!(op, OpSpec::Kernel(_)));
+        if loads_modules {
+            super::user_kernel::compile_ahead(&exec.rt.ctx, chain).map_err(|e| refused(e.to_string()))?;
+        }
+        let next = NextChain {
+            workload,
+            fused,
+            chain_flags: super::graph::chain_flags(chain),
+            param_image,
+            loads_modules,
+        };
         let report = exec.swap_chain(next, generation, self.mode).map_err(|e| refused(e.to_string()))?;
         if exec.has_banks() {
             self.planning.layout = Some(layout);

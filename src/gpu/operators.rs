@@ -570,7 +570,7 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
             }
             OpSpec::Kernel(k) => {
                 let name = format!("chain[{i}] kernel \"{}\"", k.entry);
-                let op = user_kernels.next(&name, k, max_samples)?;
+                let op = user_kernels.next(&name, k, max_samples)?.with_param_step(step(i));
                 max_samples = op.max_output_samples();
                 (fragment.add_operator(op)?, 1)
             }

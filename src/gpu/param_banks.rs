@@ -11,17 +11,39 @@
 //! A bank holds the chain's values as [`FusedStep`]s: the fused and tiled
 //! kernels read their program's steps from it ([`ParamLayout::Steps`]), the
 //! one-kernel-per-operator graph reads one step per operator of the chain,
-//! at the operator's index ([`ParamLayout::PerOperator`]).
+//! at the operator's index ([`ParamLayout::PerOperator`]). A user kernel's
+//! parameter struct of at most [`BANKED_PARAM_BYTES`] bytes lies in its
+//! step's coefficient words, where its entry kernel (or its prologue) takes
+//! it from on every frame.
 
 use super::GpuError;
 use super::control::ParamControl;
 use super::driver::DeviceBuffer;
 use super::fused::{FUSED_COEFFS, FusedChain, FusedStep};
 use super::mapped::MappedMemory;
+use crate::ops::user_kernel::UserKernelSpec;
 use crate::ops::{MAX_FIR_TAPS, OpSpec};
 use cudarc::driver::CudaContext;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The largest user-kernel parameter struct the banks carry: a step's
+/// coefficient words. A larger one changes by a rebuild.
+pub const BANKED_PARAM_BYTES: usize = FUSED_COEFFS * std::mem::size_of::<f32>();
+
+/// The parameter struct of user kernel `spec` as its bank step carries it:
+/// `None` when it has no parameters, more than [`BANKED_PARAM_BYTES`], or
+/// values that do not encode (refused earlier, with their keys).
+pub fn banked_user_params(spec: &UserKernelSpec) -> Option<Vec<u8>> {
+    spec.param_block().ok().filter(|b| !b.is_empty() && b.len() <= BANKED_PARAM_BYTES)
+}
+
+/// Whether user kernels `a` and `b` differ in parameter values only, and
+/// those go through the banks.
+fn user_values_only(a: &UserKernelSpec, b: &UserKernelSpec) -> bool {
+    let without_values = |k: &UserKernelSpec| UserKernelSpec { params: Default::default(), ..k.clone() };
+    a == b || (without_values(a) == without_values(b) && banked_user_params(b).is_some())
+}
 
 /// How the kernels of a chain find their values in a bank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +79,11 @@ pub fn writable_bank(select: u64, ack: u64) -> Option<u32> {
 
 /// Whether the change from `running` to `next` touches only values the
 /// banks carry (unpack scale and offset, FIR taps of the same count,
-/// threshold level, filter2d kernel of the same width, delay), so that the
+/// threshold level, filter2d kernel of the same width, delay, a user
+/// kernel's parameter values when its struct fits a step), so that the
 /// running graph can take it without a rebuild. Anything else (another
-/// operator, tap count, format, width, an fft or user kernel that changed)
-/// needs the rebuild.
+/// operator, tap count, format, width, an fft, a user kernel's source,
+/// entry, shape or parameter types) needs the rebuild.
 pub fn bank_carries(running: &[OpSpec], next: &[OpSpec]) -> bool {
     running.len() == next.len()
         && running.iter().zip(next).all(|(a, b)| match (a, b) {
@@ -69,6 +92,7 @@ pub fn bank_carries(running: &[OpSpec], next: &[OpSpec]) -> bool {
             (OpSpec::Filter2d { width: w, .. }, OpSpec::Filter2d { width: v, .. }) => w == v,
             (OpSpec::Threshold { .. }, OpSpec::Threshold { .. })
             | (OpSpec::Delay { .. }, OpSpec::Delay { .. }) => true,
+            (OpSpec::Kernel(k), OpSpec::Kernel(l)) => user_values_only(k, l),
             _ => a == b,
         })
 }
@@ -76,7 +100,8 @@ pub fn bank_carries(running: &[OpSpec], next: &[OpSpec]) -> bool {
 /// One [`FusedStep`] per operator of `chain` holding its tunable values, as
 /// the graph's kernels read them (`fl_live_step`): `a`/`b` the unpack scale
 /// and offset or the threshold level, `coeffs` the FIR taps or the 3x3
-/// kernel, `delay_ns` the delay. Other operators get an empty step.
+/// kernel, `delay_ns` the delay; a user kernel's parameter struct its
+/// `coeffs` bytes ([`banked_user_params`]). Other operators get an empty step.
 pub fn per_operator_image(chain: &[OpSpec]) -> Vec<FusedStep> {
     chain
         .iter()
@@ -95,6 +120,17 @@ pub fn per_operator_image(chain: &[OpSpec]) -> Vec<FusedStep> {
                 }
                 OpSpec::Threshold { level } => s.a = *level,
                 OpSpec::Delay { us } => s.delay_ns = u64::from(*us) * 1000,
+                OpSpec::Kernel(k) => {
+                    if let Some(bytes) = banked_user_params(k) {
+                        // Word by word, bit for bit: the kernel reads the struct's bytes.
+                        for (word, chunk) in s.coeffs.iter_mut().zip(bytes.chunks(4)) {
+                            let mut b = [0u8; 4];
+                            b[..chunk.len()].copy_from_slice(chunk);
+                            *word = f32::from_bits(u32::from_ne_bytes(b));
+                        }
+                        s.count = bytes.len() as u32;
+                    }
+                }
                 _ => {}
             }
             s
@@ -348,5 +384,61 @@ mod tests {
             assert_eq!((x.kind, x.input, x.output, x.count), (y.kind, y.input, y.output, y.count));
         }
         assert_ne!(a, b);
+    }
+
+    fn gain_kernel(gain: f64, limit: i64) -> UserKernelSpec {
+        use crate::ops::user_kernel::ParamValue;
+        UserKernelSpec {
+            source: "gain_offset.cu".into(),
+            entry: "gain_offset".into(),
+            params: [("gain".to_owned(), ParamValue::Float(gain)), ("limit".to_owned(), ParamValue::Int(limit))]
+                .into_iter()
+                .collect(),
+            param_types: vec!["gain: f32".into(), "limit: u32".into()],
+            output: Default::default(),
+            threads: None,
+            blocks: None,
+            shared_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn user_kernel_parameter_structs_ride_in_their_step_bit_for_bit() {
+        let chain = vec![
+            OpSpec::Unpack { format: SampleFormat::U16, scale: 1.0, offset: 0.0 },
+            OpSpec::Kernel(gain_kernel(-2.5, 4000)),
+            OpSpec::Stats,
+        ];
+        let img = per_operator_image(&chain);
+        let words: Vec<u32> = img[1].coeffs.iter().map(|c| c.to_bits()).collect();
+        assert_eq!(&words[..3], &[(-2.5f32).to_bits(), 4000, 0]);
+        assert_eq!(img[1].count, 8, "the struct's bytes");
+        assert_eq!(img[1].kind, 0, "not a fused step");
+        // Values move through the banks; a source, entry, type list or
+        // shape change does not.
+        let k = |spec: UserKernelSpec| vec![OpSpec::Kernel(spec)];
+        let base = gain_kernel(1.0, 10);
+        assert!(bank_carries(&k(base.clone()), &k(gain_kernel(4.0, 99))));
+        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { threads: Some(64), ..gain_kernel(4.0, 99) })));
+        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { entry: "other".into(), ..base.clone() })));
+        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { source: "b.cu".into(), ..base.clone() })));
+        let retyped = UserKernelSpec { param_types: vec!["gain: f64".into(), "limit: u32".into()], ..base.clone() };
+        assert!(!bank_carries(&k(base.clone()), &k(retyped)));
+        // A struct over a step's words stays out of the banks.
+        let wide = |v: f64| {
+            use crate::ops::user_kernel::ParamValue;
+            let n = BANKED_PARAM_BYTES / 8 + 1;
+            UserKernelSpec {
+                params: (0..n).map(|i| (format!("p{i}"), ParamValue::Float(v))).collect(),
+                param_types: (0..n).map(|i| format!("p{i}: f64")).collect(),
+                ..base.clone()
+            }
+        };
+        assert!(banked_user_params(&wide(1.0)).is_none());
+        assert!(!bank_carries(&k(wide(1.0)), &k(wide(2.0))));
+        assert_eq!(per_operator_image(&k(wide(1.0)))[0], FusedStep::empty());
+        // No parameters: nothing to carry, and nothing changes.
+        let bare = UserKernelSpec { params: Default::default(), param_types: vec![], ..base };
+        assert!(banked_user_params(&bare).is_none() && bank_carries(&k(bare.clone()), &k(bare)));
     }
 }

@@ -24,10 +24,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
 use super::driver::DeviceBuffer;
+use super::operators::NO_PARAM_STEP;
+use super::param_banks;
 use super::nvrtc::{CacheDir, Compiler};
 use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, read_source};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
@@ -73,6 +75,49 @@ struct Loaded {
     params: Option<DeviceBuffer>,
 }
 
+/// Compiles user kernel `spec` for `ctx`'s GPU (or takes it from the cubin
+/// cache) as the entry kernel wrapped around it, else as a kernel behind a
+/// prologue; `.1` says which.
+fn compile(spec: &UserKernelSpec, name: &str, ctx: &Arc<CudaContext>) -> Result<(Vec<u8>, bool), FragmentError> {
+    let problem = |p: String| FragmentError::Operator { operator: name.to_owned(), problem: p };
+    let (major, minor) =
+        ctx.compute_capability().map_err(|e| problem(format!("reading the GPU's architecture: {e}")))?;
+    let compiler =
+        Compiler::new(&format!("sm_{major}{minor}"), CacheDir::Default).map_err(|e| problem(e.to_string()))?;
+    let file = spec.source.display().to_string();
+    let text = read_source(&spec.source).map_err(|e| problem(e.to_string()))?;
+    let threads = spec.launch(1).threads;
+    match entry_kernel_cubin(&compiler, &file, &text, &spec.entry, threads) {
+        Ok(cubin) => Ok((cubin, true)),
+        Err(wrapping) => {
+            let cubin = kernel_cubin(&compiler, &file, &text, &spec.entry).map_err(|errors| {
+                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                problem(list.join("; "))
+            })?;
+            let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "{name}: the source does not compile as the device function of an entry kernel \
+                 ({}); it runs behind a prologue node, which costs one more kernel per frame",
+                why.join("; ")
+            );
+            Ok((cubin, false))
+        }
+    }
+}
+
+/// Compiles the user kernels of `chain` into the cubin cache while the
+/// running graph goes on, so that building the chain afterwards only loads
+/// them (a module load waits for the running graph: it happens once the
+/// graph stopped). Without a writable cache the build compiles again.
+pub fn compile_ahead(ctx: &Arc<CudaContext>, chain: &[OpSpec]) -> Result<(), FragmentError> {
+    for (i, op) in chain.iter().enumerate() {
+        if let OpSpec::Kernel(k) = op {
+            compile(k, &format!("chain[{i}] kernel \"{}\"", k.entry), ctx)?;
+        }
+    }
+    Ok(())
+}
+
 /// `op = "kernel"`: the user's kernel behind its prologue.
 pub struct UserKernelOp {
     name: String,
@@ -87,6 +132,11 @@ pub struct UserKernelOp {
     /// Device address of the chain's first user kernel's `fl_frame`, shared
     /// by the chain's user kernels; set when the first one is enqueued.
     first_frame: Arc<AtomicU64>,
+    /// This operator's step in the loop's parameter banks, where the
+    /// kernel takes its parameter struct from on every frame (`param_step`
+    /// of `fl_user_entry` and `fl_user_prologue`), or `NO_PARAM_STEP`: the
+    /// struct is then the one written when the kernel was loaded.
+    param_step: u32,
     loaded: Option<Loaded>,
 }
 
@@ -147,8 +197,19 @@ impl UserKernelOp {
             max_out,
             first,
             first_frame,
+            param_step: NO_PARAM_STEP,
             loaded: None,
         })
+    }
+
+    /// Reads the parameter struct from step `step` of the frame's parameter
+    /// bank (when the loop has banks) if the banks carry it
+    /// ([`param_banks::banked_user_params`]); otherwise a no-op.
+    pub fn with_param_step(mut self, step: u32) -> Self {
+        if param_banks::banked_user_params(&self.spec).is_some() {
+            self.param_step = step;
+        }
+        self
     }
 
     /// Samples of the largest output: the `out` port's size in floats, and
@@ -166,33 +227,8 @@ impl UserKernelOp {
     fn load(&mut self, stream: &Arc<CudaStream>) -> Result<(), FragmentError> {
         if self.loaded.is_none() {
             let ctx = stream.context();
-            let (major, minor) = ctx
-                .compute_capability()
-                .map_err(|e| self.problem(format!("reading the GPU's architecture: {e}")))?;
-            let compiler = Compiler::new(&format!("sm_{major}{minor}"), CacheDir::Default)
-                .map_err(|e| self.problem(e.to_string()))?;
+            let (cubin, wrapped) = compile(&self.spec, &self.name, ctx)?;
             let file = self.spec.source.display().to_string();
-            let text = read_source(&self.spec.source).map_err(|e| self.problem(e.to_string()))?;
-            let threads = self.spec.launch(1).threads;
-            let (cubin, wrapped) =
-                match entry_kernel_cubin(&compiler, &file, &text, &self.spec.entry, threads) {
-                    Ok(cubin) => (cubin, true),
-                    Err(wrapping) => {
-                        let cubin =
-                            kernel_cubin(&compiler, &file, &text, &self.spec.entry).map_err(|errors| {
-                                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                                self.problem(list.join("; "))
-                            })?;
-                        let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
-                        tracing::warn!(
-                            "{}: the source does not compile as the device function of an entry kernel \
-                         ({}); it runs behind a prologue node, which costs one more kernel per frame",
-                            self.name,
-                            why.join("; ")
-                        );
-                        (cubin, false)
-                    }
-                };
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| self.problem(format!("loading the compiled {file}: {e}")))?;
@@ -204,7 +240,7 @@ impl UserKernelOp {
                 None
             } else {
                 let b =
-                    DeviceBuffer::new(ctx, self.params.len(), 0).map_err(|e| self.problem(e.to_string()))?;
+                    DeviceBuffer::new(ctx, self.params.len().next_multiple_of(4), 0).map_err(|e| self.problem(e.to_string()))?;
                 b.write(0, &self.params).map_err(|e| self.problem(e.to_string()))?;
                 Some(b)
             };
@@ -292,7 +328,8 @@ impl GpuResidentOperator for UserKernelOp {
                 .arg(&x.dptr)
                 .arg(&y.dptr)
                 .arg(&params)
-                .arg(&user);
+                .arg(&user)
+                .arg(&self.param_step);
             // SAFETY: the arguments are fl_user_entry's (user_source::ENTRY_WRAPPER):
             // FrameDesc*, the loop state's SlotHeader copy beside it, fl_frame* and its
             // uint32_t ticket (the `frame` port: 64 bytes then the ticket, checked above,
@@ -300,7 +337,9 @@ impl GpuResidentOperator for UserKernelOp {
             // fl_frame or 0, three uint32_t counts, the LoopParams* the executor offered
             // (its last block calls fl_publish_result once, after every block's work) or
             // 0, then the user kernel's (const float*, float*, const void*, fl_user_result*),
-            // whose signature entry_kernel_cubin checked. Every pointer is device memory
+            // whose signature entry_kernel_cubin checked, and the uint32_t bank step (a
+            // struct of params.len() <= BANKED_PARAM_BYTES bytes when not NO_PARAM_STEP,
+            // so the bank step's coefficient words hold it). Every pointer is device memory
             // that outlives the graph; the counts the user code sees are clamped to the
             // ports. The shape was checked by UserKernelSpec::problems (threads <= 1024,
             // shared bytes <= 48 KiB) and is the block size the kernel was compiled for.
@@ -308,6 +347,7 @@ impl GpuResidentOperator for UserKernelOp {
             return Ok(());
         }
 
+        let param_bytes = self.params.len() as u32;
         let prologue = ctx.kernel("fl_user_prologue")?;
         let mut launch = stream.launch_builder(prologue);
         launch
@@ -318,15 +358,20 @@ impl GpuResidentOperator for UserKernelOp {
             .arg(&user)
             .arg(&in_capacity)
             .arg(&out_capacity)
-            .arg(&fixed_out);
+            .arg(&fixed_out)
+            .arg(&params)
+            .arg(&param_bytes)
+            .arg(&self.param_step);
         let one_warp =
             LaunchConfig { grid_dim: (1, 1, 1), block_dim: (PROLOGUE_THREADS, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: (FrameDesc*, const SlotHeader*, fl_frame*, const fl_frame*,
-        // fl_user_result*, uint32_t x3) is fl_user_prologue's signature; it writes the 64
-        // bytes of `frame` (checked above), the 48 user result bytes the executor keeps, and
-        // the FrameDesc's sample count, and reads the loop state's SlotHeader copy and
-        // `first_frame` (0, or the first user kernel's 64-byte `frame` port, enqueued before
-        // this one); one block of its 32 threads.
+        // fl_user_result*, uint32_t x3, void*, uint32_t x2) is fl_user_prologue's signature;
+        // it writes the 64 bytes of `frame` (checked above), the 48 user result bytes the
+        // executor keeps, the FrameDesc's sample count and, with a bank step, the
+        // `param_bytes` of this operator's parameter buffer (allocated with exactly that
+        // size, at most BANKED_PARAM_BYTES then); it reads the loop state's SlotHeader copy
+        // and `first_frame` (0, or the first user kernel's 64-byte `frame` port, enqueued
+        // before this one); one block of its 32 threads.
         unsafe { launch.launch(one_warp) }.map_err(|e| ctx.enqueue_error("fl_user_prologue", e))?;
 
         let mut launch = stream.launch_builder(&loaded.function);

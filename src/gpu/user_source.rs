@@ -278,15 +278,18 @@ pub fn entry_kernel_cubin(
 /// kernels as `first`) and its block ticket, `first` (null for the chain's
 /// first user kernel), the counts' capacities, the loop parameters when this
 /// is the chain's last operator and publishes the result itself (else null),
-/// then the user kernel's own arguments.
+/// then the user kernel's own arguments, and last the operator's step in the
+/// frame's parameter bank: with one (and a loop with banks), the kernel
+/// gets its parameter struct from there instead of `params`.
 const ENTRY_WRAPPER: &str = r#"
 extern "C" __global__ void __launch_bounds__(FL_THREADS)
     fl_user_entry(FrameDesc* fd, const SlotHeader* slot, fl_frame* frame_out, uint32_t* ticket,
                   const fl_frame* first, uint32_t in_capacity, uint32_t out_capacity, uint32_t fixed_out,
                   const LoopParams* publish, const float* in, float* out, const void* params,
-                  fl_user_result* user) {
+                  fl_user_result* user, uint32_t param_step) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
+  if (const FusedStep* live = fl_live_step(fd, param_step)) params = live->coeffs;
   __shared__ alignas(64) fl_frame frame;
   __shared__ uint32_t samples_before;  // the FrameDesc's sample count as this kernel found it
   if (threadIdx.x == 0) {
