@@ -510,7 +510,8 @@ fn large_frames_take_fifty_parameter_changes_in_their_banks_without_a_relaunch()
 /// (parameters); every 11th generation also changes the kernel's block size
 /// (shape).
 fn user_chain_of(g: u32) -> Vec<OpSpec> {
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/user_kernels/gain_offset.cu");
+    let source =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/user_kernels/gain_offset.cu");
     let params = [
         ("gain".to_owned(), ParamValue::Float(0.25 * f64::from(1u32 << (g % 5)))),
         ("offset".to_owned(), ParamValue::Float(f64::from(g) * 0.5 - 3.0)),

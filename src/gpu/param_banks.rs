@@ -391,9 +391,12 @@ mod tests {
         UserKernelSpec {
             source: "gain_offset.cu".into(),
             entry: "gain_offset".into(),
-            params: [("gain".to_owned(), ParamValue::Float(gain)), ("limit".to_owned(), ParamValue::Int(limit))]
-                .into_iter()
-                .collect(),
+            params: [
+                ("gain".to_owned(), ParamValue::Float(gain)),
+                ("limit".to_owned(), ParamValue::Int(limit)),
+            ]
+            .into_iter()
+            .collect(),
             param_types: vec!["gain: f32".into(), "limit: u32".into()],
             output: Default::default(),
             threads: None,
@@ -419,10 +422,20 @@ mod tests {
         let k = |spec: UserKernelSpec| vec![OpSpec::Kernel(spec)];
         let base = gain_kernel(1.0, 10);
         assert!(bank_carries(&k(base.clone()), &k(gain_kernel(4.0, 99))));
-        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { threads: Some(64), ..gain_kernel(4.0, 99) })));
-        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { entry: "other".into(), ..base.clone() })));
-        assert!(!bank_carries(&k(base.clone()), &k(UserKernelSpec { source: "b.cu".into(), ..base.clone() })));
-        let retyped = UserKernelSpec { param_types: vec!["gain: f64".into(), "limit: u32".into()], ..base.clone() };
+        assert!(!bank_carries(
+            &k(base.clone()),
+            &k(UserKernelSpec { threads: Some(64), ..gain_kernel(4.0, 99) })
+        ));
+        assert!(!bank_carries(
+            &k(base.clone()),
+            &k(UserKernelSpec { entry: "other".into(), ..base.clone() })
+        ));
+        assert!(!bank_carries(
+            &k(base.clone()),
+            &k(UserKernelSpec { source: "b.cu".into(), ..base.clone() })
+        ));
+        let retyped =
+            UserKernelSpec { param_types: vec!["gain: f64".into(), "limit: u32".into()], ..base.clone() };
         assert!(!bank_carries(&k(base.clone()), &k(retyped)));
         // A struct over a step's words stays out of the banks.
         let wide = |v: f64| {

@@ -28,9 +28,9 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchCo
 use cudarc::nvrtc::Ptx;
 
 use super::driver::DeviceBuffer;
+use super::nvrtc::{CacheDir, Compiler};
 use super::operators::NO_PARAM_STEP;
 use super::param_banks;
-use super::nvrtc::{CacheDir, Compiler};
 use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, read_source};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::OpSpec;
@@ -78,12 +78,16 @@ struct Loaded {
 /// Compiles user kernel `spec` for `ctx`'s GPU (or takes it from the cubin
 /// cache) as the entry kernel wrapped around it, else as a kernel behind a
 /// prologue; `.1` says which.
-fn compile(spec: &UserKernelSpec, name: &str, ctx: &Arc<CudaContext>) -> Result<(Vec<u8>, bool), FragmentError> {
+fn compile(
+    spec: &UserKernelSpec,
+    name: &str,
+    ctx: &Arc<CudaContext>,
+) -> Result<(Vec<u8>, bool), FragmentError> {
     let problem = |p: String| FragmentError::Operator { operator: name.to_owned(), problem: p };
     let (major, minor) =
         ctx.compute_capability().map_err(|e| problem(format!("reading the GPU's architecture: {e}")))?;
-    let compiler =
-        Compiler::new(&format!("sm_{major}{minor}"), CacheDir::Default).map_err(|e| problem(e.to_string()))?;
+    let compiler = Compiler::new(&format!("sm_{major}{minor}"), CacheDir::Default)
+        .map_err(|e| problem(e.to_string()))?;
     let file = spec.source.display().to_string();
     let text = read_source(&spec.source).map_err(|e| problem(e.to_string()))?;
     let threads = spec.launch(1).threads;
@@ -239,8 +243,8 @@ impl UserKernelOp {
             let params = if self.params.is_empty() {
                 None
             } else {
-                let b =
-                    DeviceBuffer::new(ctx, self.params.len().next_multiple_of(4), 0).map_err(|e| self.problem(e.to_string()))?;
+                let b = DeviceBuffer::new(ctx, self.params.len().next_multiple_of(4), 0)
+                    .map_err(|e| self.problem(e.to_string()))?;
                 b.write(0, &self.params).map_err(|e| self.problem(e.to_string()))?;
                 Some(b)
             };
