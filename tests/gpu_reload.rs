@@ -247,14 +247,12 @@ fn same_shape(a: &[OpSpec], b: &[OpSpec]) -> bool {
 #[ignore = "needs a GPU"]
 fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation() {
     use frameloop::backend::ResidentLoop;
-    use frameloop::config::LoopConfig;
-    use frameloop::gpu::CudaLoop;
     use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
     use frameloop::gpu::live_chain::SwapMode;
     use frameloop::gpu::nvrtc::CacheDir;
     use frameloop::ops::CpuChain;
-    use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
+    use frameloop::ring::layout::RESULT_GPU_CLOCK;
     use frameloop::ring::{OverrunPolicy, ResultReader};
 
     const SLOT: usize = 4000;
@@ -265,21 +263,8 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
     for fused in [FusedChainMode::Auto, FusedChainMode::Off] {
         for mode in [SwapMode::Update, SwapMode::Reinstantiate] {
             let rings = MappedRings::new(&rt, 1024, SLOT, 1024, OverrunPolicy::Every).unwrap();
-            let mem = rings.results.memory();
-            // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
-            unsafe {
-                std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET)
-            };
             let mut reader = ResultReader::new(Arc::clone(&rings.results));
-            let cfg = LoopConfig { fused_chain: fused, ..LoopConfig::default() };
-            let mut lp = CudaLoop::new(
-                Arc::clone(&rt),
-                Arc::clone(&rings.frames),
-                Arc::clone(&rings.results),
-                &loop_chain_of(0),
-                cfg,
-            )
-            .unwrap();
+            let mut lp = poisoned_loop(&rt, &rings, &loop_chain_of(0), fused);
             let mut live = lp.take_cuda_live_chain().expect("the CUDA loop has a live chain");
             assert!(lp.take_live_chain().is_none(), "taken once");
             live.set_mode(mode);
@@ -341,16 +326,45 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
                 let want = cpus[g as usize].run(&payload[..len]);
                 let id = format!("{fused:?} {mode:?} frame {i} generation {g}");
                 assert_eq!(r.result_flags, want.result_flags() | RESULT_GPU_CLOCK, "{id}: flags");
-                assert_eq!(r.output_len as usize, want.output_len, "{id}: output_len");
-                let s = want.stats.expect("the chain has stats");
-                let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
-                assert!(close(r.sum, s.sum) && close(r.mean, s.mean), "{id}: sum {} vs {}", r.sum, s.sum);
-                assert_eq!((r.min, r.max), (s.min, s.max), "{id}: min/max");
-                assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "{id}: detect");
+                check_against(r, &want, &id);
             }
             eprintln!("{fused:?} {mode:?}: {frame} frames, {SWAPS} swaps, {in_place} in place");
         }
     }
+}
+
+/// Checks result `r` (named `id` in messages) against the CPU chain's `want`:
+/// output length, sum and mean within 1e-5, min, max and detection exact.
+fn check_against(r: &ResultRecord, want: &ChainOutput, id: &str) {
+    assert_eq!(r.output_len as usize, want.output_len, "{id}: output_len");
+    let s = want.stats.expect("the chain has stats");
+    let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
+    assert!(close(r.sum, s.sum) && close(r.mean, s.mean), "{id}: sum {} vs {}", r.sum, s.sum);
+    assert_eq!((r.min, r.max), (s.min, s.max), "{id}: min/max");
+    assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "{id}: detect");
+}
+
+/// A CUDA loop of `chain` over `rings`, whose result records are poisoned
+/// first (so a record the loop did not write cannot pass for one).
+fn poisoned_loop(
+    rt: &Arc<frameloop::gpu::executor::GpuRuntime>,
+    rings: &frameloop::gpu::bench::MappedRings,
+    chain: &[OpSpec],
+    fused: FusedChainMode,
+) -> frameloop::gpu::CudaLoop {
+    use frameloop::ring::layout::RESULTS_OFFSET;
+    let mem = rings.results.memory();
+    // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
+    unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
+    let cfg = frameloop::config::LoopConfig { fused_chain: fused, ..Default::default() };
+    frameloop::gpu::CudaLoop::new(
+        Arc::clone(rt),
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        chain,
+        cfg,
+    )
+    .unwrap()
 }
 
 /// The loop under frames published at 10,000/s into the mapped ring: 55
@@ -374,30 +388,16 @@ fn bank_switches_of(
     expected: &mut dyn FnMut(u32, &[u8]) -> ChainOutput,
 ) {
     use frameloop::backend::ResidentLoop;
-    use frameloop::config::LoopConfig;
-    use frameloop::gpu::CudaLoop;
     use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
     use frameloop::gpu::nvrtc::CacheDir;
-    use frameloop::ring::layout::RESULTS_OFFSET;
     use frameloop::ring::{OverrunPolicy, ResultReader};
 
     // Room for every frame of the run (about 8,000), within 1 GiB of ring.
     let slots = ((1usize << 30) / frame_bytes).min(1 << 16).next_power_of_two() / 2;
     let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
     let rings = MappedRings::new(&rt, slots, frame_bytes, slots, OverrunPolicy::Every).unwrap();
-    let mem = rings.results.memory();
-    // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
-    unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
-    let cfg = LoopConfig { fused_chain: fused, ..LoopConfig::default() };
-    let mut lp = CudaLoop::new(
-        Arc::clone(&rt),
-        Arc::clone(&rings.frames),
-        Arc::clone(&rings.results),
-        &chain_of(0),
-        cfg,
-    )
-    .unwrap();
+    let mut lp = poisoned_loop(&rt, &rings, &chain_of(0), fused);
     assert!(lp.executor().has_banks(), "{fused:?}: the loop keeps its values in parameter banks");
     let mut live = lp.take_cuda_live_chain().expect("a live chain");
     lp.launch().unwrap();
@@ -467,12 +467,7 @@ fn bank_switches_of(
         assert!(g <= total, "{fused:?} frame {i}: generation {g} (a poisoned record?)");
         let want = expected(g, &payload[..len]);
         let id = format!("{fused:?} frame {i} generation {g}");
-        assert_eq!(r.output_len as usize, want.output_len, "{id}: output_len");
-        let s = want.stats.expect("the chain has stats");
-        let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
-        assert!(close(r.sum, s.sum) && close(r.mean, s.mean), "{id}: sum {} vs {}", r.sum, s.sum);
-        assert_eq!((r.min, r.max), (s.min, s.max), "{id}: min/max");
-        assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "{id}: detect");
+        check_against(r, &want, &id);
     }
     eprintln!(
         "{fused:?} {frame_bytes} B ({:?}): {frames} frames, {PARAM_RELOADS} bank switches, {SHAPE_RELOADS} relaunches",
