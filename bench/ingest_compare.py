@@ -397,10 +397,10 @@ def main():
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
-    p.add_argument("--frameloop-slots", type=int, default=16,
-                   help="ring.slots in frameloop's config. 16 slots of 64 KiB stay in the CPU's cache, as the few "
-                        "live heaps of spead2_recv's recycled memory do; with 256 (16 MiB) the receiver's copy into "
-                        "each slot waits on memory (83 against 20 ns per 1,472-byte datagram on the 2-core machine)")
+    p.add_argument("--frameloop-slots", type=int, default=256,
+                   help="ring.slots in frameloop's config. Fewer slots keep the ring in the CPU's cache (16 slots of "
+                        "64 KiB: the copy into a slot 20 against 83 ns per 1,472-byte datagram with 256), but with 16 "
+                        "the host backend on 2 cores ran out of free slots now and then (ring_full, counted as loss)")
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
     p.add_argument("--frameloop-loop-sleep-us", type=int, default=100,
