@@ -10,6 +10,13 @@
 //! read the samples once). Its end-to-end floor adds the persistent-kernel
 //! round trip (the host's publish seen by the GPU, the result seen by the
 //! host).
+//!
+//! The link rate is measured on host memory written long before. A frame
+//! the host (or the kernel's receive path) has just written is still in the
+//! CPU's cache, and the GPU reads it more slowly, by zero-copy loads and by
+//! the copy engine alike; [`Floors::fresh_frame_copy_us`] measures that case
+//! too, so a frame published as soon as it is written can be held against
+//! both.
 
 use std::sync::Arc;
 
@@ -20,6 +27,7 @@ use serde::Serialize;
 use super::driver::DeviceBuffer;
 use super::{GpuError, MappedMemory, check};
 use crate::ops::OpSpec;
+use crate::ring::RingMemory;
 
 /// Bytes of each copy that measures the link rate: large enough that the
 /// per-copy overhead is noise.
@@ -35,6 +43,8 @@ const DEVICE_COPIES: usize = 10;
 const FRAME_COPY_BATCH_BYTES: usize = 256 << 20;
 const MIN_FRAME_COPIES: usize = 100;
 const MAX_FRAME_COPIES: usize = 10_000;
+/// Frame-sized copies of freshly written host memory, timed one by one (the median).
+const FRESH_COPIES: usize = 21;
 
 /// What this machine's bytes cost at best, measured.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -44,6 +54,10 @@ pub struct Floors {
     pub host_to_device_bytes_per_s: f64,
     /// One frame-sized pinned host-to-device copy in a stream of them, µs.
     pub frame_copy_us: f64,
+    /// One frame-sized copy of host memory the host wrote just before, by
+    /// itself, median, µs: what a frame published as soon as it is written
+    /// costs to move at best.
+    pub fresh_frame_copy_us: f64,
     /// Device memory, bytes read plus bytes written per second
     /// (a device-to-device copy of [`DEVICE_COPY_BYTES`]).
     pub device_bytes_per_s: f64,
@@ -126,6 +140,15 @@ impl Floors {
         bytes.host_to_device as f64 / self.host_to_device_bytes_per_s * 1e6 + self.round_trip_p50_us
     }
 
+    /// A frame copied right after the host wrote it, plus one round trip, µs
+    /// (0 for a chain that moves no payload).
+    pub fn fresh_round_trip_floor_us(&self, bytes: ChainBytes) -> f64 {
+        match bytes.host_to_device {
+            0 => 0.0,
+            _ => self.fresh_frame_copy_us + self.round_trip_p50_us,
+        }
+    }
+
     /// `mode`'s p50 times as multiples of the floors of `bytes`.
     pub fn multiple(
         &self,
@@ -154,6 +177,13 @@ impl Floors {
                 bytes.host_to_device,
                 bytes.host_to_device as f64 / self.host_to_device_bytes_per_s * 1e6,
                 self.frame_copy_us
+            ),
+            format!(
+                "floor: the frame copied right after the host wrote it (still in the CPU's cache): {:.2} µs \
+                 ({:.1} GB/s), {:.2}x the copy of a frame written long before",
+                self.fresh_frame_copy_us,
+                gb(bytes.host_to_device as f64 / (self.fresh_frame_copy_us * 1e-6)),
+                self.fresh_frame_copy_us / self.frame_copy_us.max(f64::MIN_POSITIVE)
             ),
             format!(
                 "floor: device memory {:.0} GB/s read + write ({} MiB device-to-device copy); the chain's {} B: \
@@ -203,6 +233,7 @@ pub fn measure(
     let frame_copies =
         (FRAME_COPY_BATCH_BYTES / frame_bytes.max(1)).clamp(MIN_FRAME_COPIES, MAX_FRAME_COPIES);
     let frame_s = timed(ctx, &stream, frame_copies, || copy_link(frame_bytes))?;
+    let fresh_us = fresh_copy_median_us(ctx, &stream, &host, link_dst.dptr(), frame_bytes)?;
     drop(link_dst);
 
     let (from, to) =
@@ -214,9 +245,49 @@ pub fn measure(
     Ok(Floors {
         host_to_device_bytes_per_s: (LINK_COPIES * LINK_COPY_BYTES) as f64 / link_s,
         frame_copy_us: frame_s / frame_copies as f64 * 1e6,
+        fresh_frame_copy_us: fresh_us,
         device_bytes_per_s: (2 * DEVICE_COPIES * DEVICE_COPY_BYTES) as f64 / device_s,
         round_trip_p50_us,
     })
+}
+
+/// The median time of [`FRESH_COPIES`] copies of `frame_bytes` from `host`
+/// to `dst`, each of a region the host has written just before (a different
+/// region each time, none of them copied before), µs.
+fn fresh_copy_median_us(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    host: &MappedMemory,
+    dst: u64,
+    frame_bytes: usize,
+) -> Result<f64, GpuError> {
+    let len = host.len();
+    debug_assert!(frame_bytes <= len);
+    let pattern: Vec<u8> = (0..frame_bytes).map(|i| (i * 7 + 3) as u8).collect();
+    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (start, end) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
+    let mut times = Vec::with_capacity(FRESH_COPIES);
+    for i in 0..FRESH_COPIES {
+        let offset = match len - frame_bytes {
+            0 => 0,
+            room => ((i * frame_bytes.next_multiple_of(4096)) % room) & !4095,
+        };
+        stream.synchronize()?;
+        // SAFETY: `host` holds `len` >= offset + frame_bytes bytes (offset <= len -
+        // frame_bytes) and nothing else reads or writes them now: every copy queued
+        // before was waited for just above.
+        let region = unsafe { std::slice::from_raw_parts_mut(host.host_ptr().add(offset), frame_bytes) };
+        region.copy_from_slice(&pattern);
+        start.record(stream)?;
+        // SAFETY: the region lies in page-locked `host`, `dst` holds at least
+        // frame_bytes (the caller's buffer), and the stream is waited for below.
+        unsafe { htod_async(dst, region.as_ptr(), frame_bytes, stream) }?;
+        end.record(stream)?;
+        end.synchronize()?;
+        times.push(f64::from(start.elapsed_ms(&end)?) * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// Seconds `count` calls of `enqueue` take on `stream`, by events around
@@ -274,6 +345,7 @@ mod tests {
         Floors {
             host_to_device_bytes_per_s: 50e9,
             frame_copy_us: 3.0,
+            fresh_frame_copy_us: 4.5,
             device_bytes_per_s: 4e12,
             round_trip_p50_us: 4.0,
         }
@@ -305,6 +377,8 @@ mod tests {
         // The large-frame targets' floors: device traffic or the link, each plus the 4 µs round trip.
         assert!((f.device_round_trip_floor_us(bytes) - 6.0).abs() < 1e-9);
         assert!((f.link_round_trip_floor_us(bytes) - 24.0).abs() < 1e-9);
+        assert!((f.fresh_round_trip_floor_us(bytes) - 8.5).abs() < 1e-9);
+        assert_eq!(f.fresh_round_trip_floor_us(ChainBytes { host_to_device: 0, device: 8 }), 0.0);
         let m = f.multiple("resident", 52.0, Some(44.0), bytes);
         assert!((m.gpu_p50.unwrap() - 2.0).abs() < 1e-9);
         assert!((m.p50 - 2.0).abs() < 1e-9);
@@ -316,7 +390,8 @@ mod tests {
         );
         let rows = f.rows(bytes, &[m]);
         assert!(rows[0].contains("50.0 GB/s") && rows[0].contains("20.00 µs"), "{}", rows[0]);
-        assert!(rows[1].contains("4000 GB/s") && rows[1].contains("2.00 µs"), "{}", rows[1]);
-        assert!(rows[3].contains("resident") && rows[3].contains("2.00x"), "{}", rows[3]);
+        assert!(rows[1].contains("4.50 µs") && rows[1].contains("1.50x"), "{}", rows[1]);
+        assert!(rows[2].contains("4000 GB/s") && rows[2].contains("2.00 µs"), "{}", rows[2]);
+        assert!(rows[4].contains("resident") && rows[4].contains("2.00x"), "{}", rows[4]);
     }
 }
