@@ -77,11 +77,13 @@ struct Loaded {
 
 /// Compiles user kernel `spec` for `ctx`'s GPU (or takes it from the cubin
 /// cache) as the entry kernel wrapped around it, else as a kernel behind a
-/// prologue; `.1` says which.
+/// prologue; `.1` says which. `announce`: log why a source runs behind a
+/// prologue (once per load, not again for a compile ahead of it).
 fn compile(
     spec: &UserKernelSpec,
     name: &str,
     ctx: &Arc<CudaContext>,
+    announce: bool,
 ) -> Result<(Vec<u8>, bool), FragmentError> {
     let problem = |p: String| FragmentError::Operator { operator: name.to_owned(), problem: p };
     let (major, minor) =
@@ -98,12 +100,14 @@ fn compile(
                 let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 problem(list.join("; "))
             })?;
-            let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
-            tracing::warn!(
-                "{name}: the source does not compile as the device function of an entry kernel \
-                 ({}); it runs behind a prologue node, which costs one more kernel per frame",
-                why.join("; ")
-            );
+            if announce {
+                let why: Vec<String> = wrapping.iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    "{name}: the source does not compile as the device function of an entry kernel \
+                     ({}); it runs behind a prologue node, which costs one more kernel per frame",
+                    why.join("; ")
+                );
+            }
             Ok((cubin, false))
         }
     }
@@ -116,7 +120,7 @@ fn compile(
 pub fn compile_ahead(ctx: &Arc<CudaContext>, chain: &[OpSpec]) -> Result<(), FragmentError> {
     for (i, op) in chain.iter().enumerate() {
         if let OpSpec::Kernel(k) = op {
-            compile(k, &format!("chain[{i}] kernel \"{}\"", k.entry), ctx)?;
+            compile(k, &format!("chain[{i}] kernel \"{}\"", k.entry), ctx, false)?;
         }
     }
     Ok(())
@@ -231,7 +235,7 @@ impl UserKernelOp {
     fn load(&mut self, stream: &Arc<CudaStream>) -> Result<(), FragmentError> {
         if self.loaded.is_none() {
             let ctx = stream.context();
-            let (cubin, wrapped) = compile(&self.spec, &self.name, ctx)?;
+            let (cubin, wrapped) = compile(&self.spec, &self.name, ctx, true)?;
             let file = self.spec.source.display().to_string();
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
