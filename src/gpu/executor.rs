@@ -233,6 +233,19 @@ pub struct ExecutorCore {
 }
 
 impl ExecutorCore {
+    /// Writes the loop parameters to their device copy, which the graph's
+    /// kernels read (before a launch or a relaunch).
+    pub(super) fn upload_params(&self) -> Result<(), GpuError> {
+        // SAFETY: LoopParams is plain old data (integers only, no padding).
+        let params = unsafe {
+            std::slice::from_raw_parts(
+                (&self.params as *const LoopParams).cast::<u8>(),
+                std::mem::size_of::<LoopParams>(),
+            )
+        };
+        self.params_dev.write(0, params)
+    }
+
     fn new(
         rt: Arc<GpuRuntime>,
         workload: Fragment,
@@ -493,14 +506,7 @@ impl ExecutorCore {
             )
         };
         self.state.write(0, bytes)?;
-        // SAFETY: LoopParams is plain old data (integers only, no padding).
-        let params = unsafe {
-            std::slice::from_raw_parts(
-                (&self.params as *const LoopParams).cast::<u8>(),
-                std::mem::size_of::<LoopParams>(),
-            )
-        };
-        self.params_dev.write(0, params)?;
+        self.upload_params()?;
         self.finished = None;
         if self.opts.style == LaunchStyle::Resident {
             let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;

@@ -381,14 +381,7 @@ impl ExecutorCore {
             self.state.write(std::mem::offset_of!(DeviceLoopState, param_select), &word.to_ne_bytes())?;
         }
         self.relaunches += 1;
-        // SAFETY: LoopParams is plain old data (integers only, no padding).
-        let params = unsafe {
-            std::slice::from_raw_parts(
-                (&self.params as *const LoopParams).cast::<u8>(),
-                std::mem::size_of::<LoopParams>(),
-            )
-        };
-        self.params_dev.write(0, params)?;
+        self.upload_params()?;
         self.finished = None;
         let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
         exec.launch(&self.run_stream)?;

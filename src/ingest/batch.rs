@@ -117,35 +117,12 @@ impl RecvBatch {
                 iov_base: self.bufs[i * RECV_BUFFER_BYTES..].as_mut_ptr().cast(),
                 iov_len: RECV_BUFFER_BYTES,
             };
-            let m = &mut self.hdrs[i];
-            m.msg_len = 0;
-            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = &mut self.iovecs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
-            m.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
-            m.msg_hdr.msg_flags = 0;
+            let iov: *mut libc::iovec = &mut self.iovecs[i];
+            self.prepare_header(i, iov, 1);
         }
         // SAFETY: every header points at live buffers of the sizes it states,
         // all owned by `self` and not otherwise borrowed during the call.
-        let rc = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        Ok(rc as usize)
+        unsafe { self.recvmmsg(fd, n) }
     }
 
     /// As [`RecvBatch::recv`], with the first `plan.groups()` messages laid
@@ -180,15 +157,9 @@ impl RecvBatch {
                 iov_len: RECV_BUFFER_BYTES,
             });
             spans.push(group);
-            let m = &mut self.hdrs[i];
-            m.msg_len = 0;
-            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = self.landing_iovecs[first..].as_mut_ptr();
-            m.msg_hdr.msg_iovlen = (self.landing_iovecs.len() - first) as _;
-            m.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
-            m.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
-            m.msg_hdr.msg_flags = 0;
+            let iovlen = self.landing_iovecs.len() - first;
+            let iov = self.landing_iovecs[first..].as_mut_ptr();
+            self.prepare_header(i, iov, iovlen);
         }
         self.groups = spans;
         // SAFETY: every header points at live vectors of the lengths it
@@ -196,6 +167,32 @@ impl RecvBatch {
         // each valid for its target's length in a ring slot that the plan's
         // writer reserved and has not published; no Rust reference to any of
         // that memory is alive during the call.
+        unsafe { self.recvmmsg(fd, n) }
+    }
+
+    /// Message header `i` set to receive into the `iovlen` vectors at `iov`,
+    /// with this batch's address and control buffers.
+    fn prepare_header(&mut self, i: usize, iov: *mut libc::iovec, iovlen: usize) {
+        let m = &mut self.hdrs[i];
+        m.msg_len = 0;
+        m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+        m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = iov;
+        m.msg_hdr.msg_iovlen = iovlen as _;
+        m.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+        m.msg_hdr.msg_flags = 0;
+    }
+
+    /// `recvmmsg` of the first `n` prepared headers without blocking;
+    /// `Ok(0)` when nothing waits (or a signal came first).
+    ///
+    /// # Safety
+    /// Every vector of those headers points at memory valid for its length
+    /// and not otherwise accessed until the call returns.
+    unsafe fn recvmmsg(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
+        // SAFETY: the headers are this batch's own, their address and control
+        // buffers too; the caller guarantees the vectors they point at.
         let rc = unsafe {
             libc::recvmmsg(
                 fd,

@@ -408,7 +408,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         }
         for i in 0..n {
             let (_, info) = self.batch.message(i, batch_ns);
-            match self.layouts[i] {
+            // What the kernel did not put in a slot goes through `deliver`: an
+            // Aligned message's tail, or a Gather message's whole buffer.
+            let buf = match self.layouts[i] {
                 MessageLayout::Aligned { landed, tail, .. } => {
                     let group = self.batch.group(i);
                     let allowed = self.allow.allows(info.source.map(|s| s.ip()));
@@ -433,32 +435,14 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                         let uncounted = landed + if tail_count == 1 { 1 } else { 0 };
                         IngestCounters::add(&self.counters.gro_segments, uncounted as u64);
                     }
-                    if tail > 0 {
-                        let buf = self.batch.tail(i, tail);
-                        deliver(
-                            &mut self.assembler,
-                            &self.counters,
-                            &self.allow,
-                            None,
-                            self.local_addr,
-                            buf,
-                            info,
-                        );
+                    if tail == 0 {
+                        continue;
                     }
+                    self.batch.tail(i, tail)
                 }
-                MessageLayout::Gather => {
-                    let buf = self.batch.gathered(i);
-                    deliver(
-                        &mut self.assembler,
-                        &self.counters,
-                        &self.allow,
-                        None,
-                        self.local_addr,
-                        buf,
-                        info,
-                    );
-                }
-            }
+                MessageLayout::Gather => self.batch.gathered(i),
+            };
+            deliver(&mut self.assembler, &self.counters, &self.allow, None, self.local_addr, buf, info);
         }
     }
 }

@@ -111,59 +111,21 @@ pub fn peek_stream_id(datagram: &[u8]) -> Option<u32> {
 /// is below the count and that the payload lies inside the announced frame.
 /// Trailing bytes past `payload_len` are ignored (some NICs pad).
 pub fn parse(datagram: &[u8]) -> Result<(NativeHeader, &[u8]), ParseError> {
-    if datagram.len() < HEADER_LEN {
-        return Err(ParseError::ShortHeader { len: datagram.len() });
-    }
-    let magic = [datagram[0], datagram[1], datagram[2], datagram[3]];
-    if magic != MAGIC {
-        return Err(ParseError::BadMagic { found: magic });
-    }
-    if datagram[4] != VERSION {
-        return Err(ParseError::BadVersion { found: datagram[4] });
-    }
-    let header_len = u16_at(datagram, 6);
-    if (header_len as usize) < HEADER_LEN || header_len as usize > datagram.len() {
-        return Err(ParseError::BadHeaderLen { found: header_len, len: datagram.len() });
-    }
-    let h = NativeHeader {
-        flags: datagram[5],
-        stream_id: u32_at(datagram, 8),
-        packet_index: u32_at(datagram, 12),
-        frame_seq: u64_at(datagram, 16),
-        packet_count: u32_at(datagram, 24),
-        payload_offset: u32_at(datagram, 28),
-        frame_len: u32_at(datagram, 32),
-        payload_len: u32_at(datagram, 36),
-        sender_ts_ns: u64_at(datagram, 40),
-    };
-    let start = header_len as usize;
+    let (h, start) = parse_head(datagram, datagram.len())?;
     let available = datagram.len() - start;
     let truncated = ParseError::Truncated { announced: h.payload_len, available };
     let payload = usize::try_from(h.payload_len)
         .ok()
         .and_then(|len| datagram.get(start..start.checked_add(len)?))
         .ok_or(truncated)?;
-    if h.packet_index >= h.packet_count {
-        return Err(ParseError::BadPacketIndex { index: h.packet_index, count: h.packet_count });
-    }
-    let end = h.payload_offset as u64 + h.payload_len as u64;
-    if end > h.frame_len as u64 {
-        return Err(ParseError::PayloadOutsideFrame {
-            offset: h.payload_offset,
-            len: h.payload_len,
-            frame_len: h.frame_len,
-        });
-    }
+    check_placement(&h)?;
     Ok((h, payload))
 }
 
-/// Parses a datagram whose first [`HEADER_LEN`] bytes are `head` and whose
-/// payload (`available` bytes, starting right after them) lies elsewhere, as
-/// the one-copy receive path leaves it. Accepts and rejects exactly what
-/// [`parse`] does for the datagram `head ++ payload`, and returns the header;
-/// the payload is the first `payload_len` of the `available` bytes.
-pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseError> {
-    let len = head.len().saturating_add(available);
+/// The header fields of a datagram of `len` bytes that opens with `head`
+/// (the whole datagram, or at least its first [`HEADER_LEN`] bytes), after
+/// the magic, version and header length checks; and its header length.
+fn parse_head(head: &[u8], len: usize) -> Result<(NativeHeader, usize), ParseError> {
     if head.len() < HEADER_LEN {
         return Err(ParseError::ShortHeader { len });
     }
@@ -178,11 +140,6 @@ pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseE
     if (header_len as usize) < HEADER_LEN || header_len as usize > len {
         return Err(ParseError::BadHeaderLen { found: header_len, len });
     }
-    if header_len as usize != head.len() {
-        // An extended header runs into what was taken for the payload: only
-        // the contiguous datagram can be parsed.
-        return Err(ParseError::BadHeaderLen { found: header_len, len });
-    }
     let h = NativeHeader {
         flags: head[5],
         stream_id: u32_at(head, 8),
@@ -194,9 +151,12 @@ pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseE
         payload_len: u32_at(head, 36),
         sender_ts_ns: u64_at(head, 40),
     };
-    if h.payload_len as usize > available {
-        return Err(ParseError::Truncated { announced: h.payload_len, available });
-    }
+    Ok((h, header_len as usize))
+}
+
+/// The checks of a header that need no state once its payload is known to
+/// be present: the packet index below the count, the payload inside the frame.
+fn check_placement(h: &NativeHeader) -> Result<(), ParseError> {
     if h.packet_index >= h.packet_count {
         return Err(ParseError::BadPacketIndex { index: h.packet_index, count: h.packet_count });
     }
@@ -208,6 +168,26 @@ pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseE
             frame_len: h.frame_len,
         });
     }
+    Ok(())
+}
+
+/// Parses a datagram whose first [`HEADER_LEN`] bytes are `head` and whose
+/// payload (`available` bytes, starting right after them) lies elsewhere, as
+/// the one-copy receive path leaves it. Accepts and rejects exactly what
+/// [`parse`] does for the datagram `head ++ payload`, and returns the header;
+/// the payload is the first `payload_len` of the `available` bytes.
+pub fn parse_split(head: &[u8], available: usize) -> Result<NativeHeader, ParseError> {
+    let len = head.len().saturating_add(available);
+    let (h, header_len) = parse_head(head, len)?;
+    if header_len != head.len() {
+        // An extended header runs into what was taken for the payload: only
+        // the contiguous datagram can be parsed.
+        return Err(ParseError::BadHeaderLen { found: header_len as u16, len });
+    }
+    if h.payload_len as usize > available {
+        return Err(ParseError::Truncated { announced: h.payload_len, available });
+    }
+    check_placement(&h)?;
     Ok(h)
 }
 
