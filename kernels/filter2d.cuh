@@ -4,6 +4,25 @@
 #pragma once
 #include "ops_common.cuh"
 
+// The output at row `r`, column `c` of `rows` whole rows of `w` samples:
+// the 3x3 sum in a fixed order, the border taken as zero. Sample j is
+// x[j - base] (base: the first sample `x` holds).
+FL_DEVICE float fl_filter2d_at(const float* x, int64_t base, uint32_t r, uint32_t c, uint32_t rows, uint32_t w,
+                               const float* k) {
+  float acc = 0.0f;
+#pragma unroll
+  for (uint32_t dr = 0; dr < 3; ++dr) {
+    if (r + dr < 1 || r + dr - 1 >= rows) continue;
+#pragma unroll
+    for (uint32_t dc = 0; dc < 3; ++dc) {
+      if (c + dc < 1 || c + dc - 1 >= w) continue;
+      const int64_t src = (int64_t)(r + dr - 1) * w + (c + dc - 1);
+      acc = fl_mul_add(k[dr * 3 + dc], x[src - base], acc);
+    }
+  }
+  return acc;
+}
+
 // Worker `worker` of `workers` takes every workers-th output. `k`: the 3x3
 // kernel row-major, k[dr * 3 + dc] weighs x[r + dr - 1][c + dc - 1].
 FL_DEVICE void fl_filter2d_range(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t w,
@@ -17,17 +36,7 @@ FL_DEVICE void fl_filter2d_range(const FrameDesc* fd, const float* x, float* y, 
       y[i] = x[i];
       continue;
     }
-    uint32_t r = i / w, c = i - r * w;
-    float acc = 0.0f;
-#pragma unroll
-    for (uint32_t dr = 0; dr < 3; ++dr) {
-      if (r + dr < 1 || r + dr - 1 >= rows) continue;
-#pragma unroll
-      for (uint32_t dc = 0; dc < 3; ++dc) {
-        if (c + dc < 1 || c + dc - 1 >= w) continue;
-        acc = fl_mul_add(k[dr * 3 + dc], x[(r + dr - 1) * w + (c + dc - 1)], acc);
-      }
-    }
-    y[i] = acc;
+    uint32_t r = i / w;
+    y[i] = fl_filter2d_at(x, 0, r, i - r * w, rows, w, k);
   }
 }

@@ -22,6 +22,7 @@
 // combines the slots in block-index order (kernels/reduce.cuh). So the same
 // frame gives the same bits on every run whatever order the blocks ran in.
 #include "reduce.cuh"
+#include "filter2d.cuh"
 #include "unpack.cuh"
 
 // Dynamic shared memory: two buffers of `span` floats.
@@ -45,15 +46,7 @@ FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, 
     const int64_t first = c * C::samples;
     if (vec_in && first >= g0 && first + C::samples <= g1) {
       uint32_t words[4];
-      const uint8_t* src = payload + c * C::bytes;
-      if (C::bytes == 16) {
-        const uint4 v = *(const uint4*)src;
-        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-      } else {
-#pragma unroll
-        for (int w = 0; w < 3; ++w) words[w] = ((const uint32_t*)src)[w];
-        words[3] = 0;
-      }
+      fl_load_chunk<FMT>(payload + c * C::bytes, words);
       uint32_t s[C::samples];
       fl_decode_chunk<FMT>(words, s);
       float* y = out + (first - t.base);
@@ -96,18 +89,8 @@ FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int6
       y[g - t.base] = x[g - t.base];
       continue;
     }
-    const uint32_t r = i / w, c = i - r * w;
-    float acc = 0.0f;
-#pragma unroll
-    for (uint32_t dr = 0; dr < 3; ++dr) {
-      if (r + dr < 1 || r + dr - 1 >= rows) continue;
-#pragma unroll
-      for (uint32_t dc = 0; dc < 3; ++dc) {
-        if (c + dc < 1 || c + dc - 1 >= w) continue;
-        const int64_t src = (int64_t)(r + dr - 1) * w + (c + dc - 1);
-        acc = fl_mul_add(k[dr * 3 + dc], x[src - t.base], acc);
-      }
-    }
+    const uint32_t r = i / w;
+    const float acc = fl_filter2d_at(x, t.base, r, i - r * w, rows, w, k);
     y[g - t.base] = acc;
   }
 }

@@ -49,6 +49,20 @@ template <int FMT> FL_DEVICE void fl_decode_chunk(const uint32_t* words, uint32_
   }
 }
 
+// The bytes of one aligned chunk at `src` as little-endian words: one
+// 16-byte load (u8, u16) or three 4-byte loads and a zero word (u12).
+template <int FMT> FL_DEVICE void fl_load_chunk(const uint8_t* src, uint32_t* words) {
+  typedef UnpackChunk<FMT> C;
+  if (C::bytes == 16) {
+    const uint4 v = *(const uint4*)src;
+    words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+  } else {
+#pragma unroll
+    for (int w = 0; w < 3; ++w) words[w] = ((const uint32_t*)src)[w];
+    words[3] = 0;
+  }
+}
+
 // Worker `worker` of `workers` (any number: a stride over chunks). Worker 0
 // stores the sample count. `capacity`: floats `out` holds.
 template <int FMT>
@@ -66,15 +80,7 @@ FL_DEVICE void fl_unpack_range(FrameDesc* fd, float* out, uint32_t capacity, flo
     uint32_t first = (uint32_t)(chunk * C::samples);
     if (vec_in && first + C::samples <= n) {
       uint32_t words[4];
-      const uint8_t* src = payload + chunk * C::bytes;
-      if (C::bytes == 16) {
-        uint4 v = *(const uint4*)src;
-        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-      } else {
-#pragma unroll
-        for (int w = 0; w < 3; ++w) words[w] = ((const uint32_t*)src)[w];
-        words[3] = 0;
-      }
+      fl_load_chunk<FMT>(payload + chunk * C::bytes, words);
       uint32_t s[C::samples];
       fl_decode_chunk<FMT>(words, s);
       float y[C::samples];
