@@ -253,6 +253,23 @@ impl Rig {
     /// Poisons every buffer and the ChainResult; a reduction's scratch keeps
     /// its ticket word (0 between frames, the state it carries from one
     /// frame to the next) and has its per-block slots poisoned.
+    /// The rig's fragment captured once into a graph on `gpu`'s stream.
+    fn capture(&mut self, gpu: &Gpu) -> cudarc::driver::CudaGraph {
+        gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+        let target = EnqueueTarget {
+            stream: &gpu.stream,
+            frame_desc: self.frame_desc,
+            chain_result: self.chain_result,
+            user_result: 0,
+            slot_header: 0,
+            kernels: &gpu.kernels,
+        };
+        let enqueued = self.fragment.enqueue(&self.plan, &self.buffers, &target);
+        let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
+        enqueued.unwrap();
+        graph
+    }
+
     fn poison(&self, gpu: &Gpu) {
         for b in &self.buffers {
             gpu.fill(b.dptr, POISON, b.bytes);
@@ -595,6 +612,26 @@ fn check_reduction(what: &str, got: &ChainResult, x: &[f32], reduction: Reductio
 }
 
 /// The ChainResult's bytes, for bit-for-bit comparisons (NaN included).
+/// `graph` launched 100 times over a poisoned result gives `reference`'s bits every time.
+fn assert_same_bits_over_100_launches(
+    gpu: &Gpu,
+    rig: &Rig,
+    graph: &cudarc::driver::CudaGraph,
+    reference: &ChainResult,
+    what: &str,
+) {
+    for run in 0..100 {
+        gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
+        graph.launch().unwrap();
+        gpu.sync();
+        assert_eq!(
+            result_bits(&rig.result(gpu)),
+            result_bits(reference),
+            "{what}: graph launch {run} differs"
+        );
+    }
+}
+
 fn result_bits(r: &ChainResult) -> [u32; 6] {
     [
         r.sum.to_bits(),
@@ -693,25 +730,8 @@ fn grid_reductions_captured_in_a_graph_give_identical_bits_over_100_frames() {
         let what = format!("n {len}");
         check_reduction(&what, &reference, &input, reduction);
 
-        gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        let target = EnqueueTarget {
-            stream: &gpu.stream,
-            frame_desc: rig.frame_desc,
-            chain_result: rig.chain_result,
-            user_result: 0,
-            slot_header: 0,
-            kernels: &gpu.kernels,
-        };
-        let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
-        let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
-        enqueued.unwrap();
-        for run in 0..100 {
-            gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
-            graph.launch().unwrap();
-            gpu.sync();
-            let got = rig.result(&gpu);
-            assert_eq!(result_bits(&got), result_bits(&reference), "{what}: graph launch {run} differs");
-        }
+        let graph = rig.capture(&gpu);
+        assert_same_bits_over_100_launches(&gpu, &rig, &graph, &reference, &what);
         assert_tickets_reset(&gpu, &rig, &what);
         // A small frame through the same graph: one block, the same bits as a one-block rig.
         let small = rng.floats(5000, -1.0, 1.0);
@@ -838,18 +858,7 @@ fn whole_chains_match_the_cpu_chain_also_when_captured_into_a_graph() {
                     continue;
                 }
                 // Captured once into a graph, replayed on new frames.
-                gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-                let target = EnqueueTarget {
-                    stream: &gpu.stream,
-                    frame_desc: rig.frame_desc,
-                    chain_result: rig.chain_result,
-                    user_result: 0,
-                    slot_header: 0,
-                    kernels: &gpu.kernels,
-                };
-                let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
-                let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
-                enqueued.unwrap();
+                let graph = rig.capture(&gpu);
                 for _ in 0..3 {
                     let len = 1 + rng.below(max_frame);
                     let raw = rng.bytes(len);
@@ -1008,28 +1017,8 @@ fn tiled_fused_chains_give_identical_bits_over_100_graph_launches() {
         let what = format!("{chain:?}");
         check_tiled(&gpu, &mut rig, &mut cpu_chain, payload, &raw, &what);
         let reference = rig.result(&gpu);
-        gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        let target = EnqueueTarget {
-            stream: &gpu.stream,
-            frame_desc: rig.frame_desc,
-            chain_result: rig.chain_result,
-            user_result: 0,
-            slot_header: 0,
-            kernels: &gpu.kernels,
-        };
-        let enqueued = rig.fragment.enqueue(&rig.plan, &rig.buffers, &target);
-        let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
-        enqueued.unwrap();
-        for run in 0..100 {
-            gpu.fill(rig.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
-            graph.launch().unwrap();
-            gpu.sync();
-            assert_eq!(
-                result_bits(&rig.result(&gpu)),
-                result_bits(&reference),
-                "{what}: graph launch {run} differs"
-            );
-        }
+        let graph = rig.capture(&gpu);
+        assert_same_bits_over_100_launches(&gpu, &rig, &graph, &reference, &what);
         assert_tickets_reset(&gpu, &rig, &what);
     }
 }
