@@ -36,9 +36,19 @@ pub(super) struct BufferInfo {
 /// The datagrams of one buffer: split at `segment` bytes when GRO coalesced
 /// several (the last may be shorter); one datagram otherwise, even if empty.
 pub(super) fn datagrams(buf: &[u8], segment: Option<usize>) -> impl Iterator<Item = &[u8]> {
-    let step = segment.filter(|&s| s > 0 && s < buf.len()).unwrap_or(buf.len().max(1));
-    let count = buf.len().div_ceil(step).max(1);
+    let step = segment_step(buf.len(), segment);
+    let count = datagram_count(buf.len(), segment);
     (0..count).map(move |i| &buf[(i * step).min(buf.len())..((i + 1) * step).min(buf.len())])
+}
+
+/// How many datagrams [`datagrams`] cuts a buffer of `len` bytes into.
+pub(super) fn datagram_count(len: usize, segment: Option<usize>) -> usize {
+    len.div_ceil(segment_step(len, segment)).max(1)
+}
+
+/// The size of each datagram but the last in a buffer of `len` bytes.
+fn segment_step(len: usize, segment: Option<usize>) -> usize {
+    segment.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1))
 }
 
 /// `buf` with every page written once, so that the kernel maps it now and not

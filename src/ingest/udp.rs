@@ -20,7 +20,7 @@
 
 use super::allow::AllowList;
 use super::assembler::FrameAssembler;
-use super::batch::{BufferInfo, RecvBatch, datagrams};
+use super::batch::{BufferInfo, RecvBatch, datagram_count, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
 use super::landing::{Landed, MessageLayout};
@@ -429,8 +429,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     }
                     // GRO segments of the whole buffer; `deliver` counts the
                     // tail's own when it holds more than one.
-                    let tail_count =
-                        datagrams(self.batch.tail(i, tail), info.gro_segment).count() * usize::from(tail > 0);
+                    let tail_count = if tail > 0 { datagram_count(tail, info.gro_segment) } else { 0 };
                     if landed + tail_count > 1 {
                         let uncounted = landed + if tail_count == 1 { 1 } else { 0 };
                         IngestCounters::add(&self.counters.gro_segments, uncounted as u64);
