@@ -233,6 +233,17 @@ pub struct ExecutorCore {
 }
 
 impl ExecutorCore {
+    /// Launches the instantiated resident graph on the run stream, where it
+    /// runs until told to stop; a launch the device refuses is a fault.
+    pub(super) fn launch_resident_graph(&mut self) -> Result<(), GpuError> {
+        let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
+        exec.launch(&self.run_stream)?;
+        if let Err(e) = driver::stream_done(&self.run_stream) {
+            return Err(self.fault(e));
+        }
+        Ok(())
+    }
+
     /// Writes the loop parameters to their device copy, which the graph's
     /// kernels read (before a launch or a relaunch).
     pub(super) fn upload_params(&self) -> Result<(), GpuError> {
@@ -509,11 +520,7 @@ impl ExecutorCore {
         self.upload_params()?;
         self.finished = None;
         if self.opts.style == LaunchStyle::Resident {
-            let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
-            exec.launch(&self.run_stream)?;
-            if let Err(e) = driver::stream_done(&self.run_stream) {
-                return Err(self.fault(e));
-            }
+            self.launch_resident_graph()?;
         }
         self.launched = true;
         Ok(())

@@ -8,7 +8,7 @@
 
 use super::GpuError;
 use super::control::{DeviceLoopState, LoopParams, STATE_RUNNING};
-use super::driver::{self, Graph};
+use super::driver::Graph;
 use super::executor::{ExecutorCore, LaunchStyle, ResidentExecutor};
 use super::fused::FusedChain;
 use super::graph::{BuiltinHandler, FusedBuffers, plan_fragment};
@@ -383,11 +383,7 @@ impl ExecutorCore {
         self.relaunches += 1;
         self.upload_params()?;
         self.finished = None;
-        let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
-        exec.launch(&self.run_stream)?;
-        if let Err(e) = driver::stream_done(&self.run_stream) {
-            return Err(self.fault(e));
-        }
+        self.launch_resident_graph()?;
         self.launched = true;
         Ok(())
     }
