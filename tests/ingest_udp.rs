@@ -267,7 +267,13 @@ fn malformed_datagrams_are_counted_by_kind_and_the_receiver_keeps_going() {
     }
     tx.send_to(&good[1], h.addr).unwrap();
     let total = (cases.len() + stateful.len() + 2) as u64;
-    let s = h.wait_for("every datagram", |s| s.datagrams == total);
+    // `datagrams` counts a datagram as it is read, before the reassembler
+    // accepts or drops it and publishes its frame: wait for all of that.
+    let s = h.wait_for("every datagram handled and the frame published", |s| {
+        s.datagrams == total
+            && s.datagrams_accounted() == total
+            && s.frames_complete + s.frames_incomplete >= 1
+    });
     for (kind, _) in cases.iter().chain(&stateful) {
         assert_eq!(s.get(kind), Some(1), "{kind}: {s:?}");
     }
