@@ -18,7 +18,7 @@ use frameloop::fragment::{
     DevicePtr, DeviceRegion, EnqueueTarget, Fragment, GpuResidentOperator, OperatorId, Plan, PortDirection,
 };
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::FusedTiledOp;
+use frameloop::gpu::fused_tiled::{FrameSource, FusedTiledOp};
 use frameloop::gpu::kernel_sources::{KERNEL_NAMES, KERNEL_SOURCES};
 use frameloop::gpu::operators::{
     ChainLayout, DelayOp, Filter2dOp, FirOp, ReduceOp, Reduction, UnpackOp, build_main_fragment,
@@ -951,10 +951,16 @@ fn check_tiled(
     assert_tickets_reset(gpu, rig, what);
 }
 
-/// The tiled rig of `chain` for frames of `max_frame` bytes (scratch and samples ports).
-fn tiled_rig(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize) -> Rig {
+/// The tiled rig of `chain` for frames of `max_frame` bytes (scratch and
+/// samples ports), planned for frames read from `source`.
+fn tiled_rig_from(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize, source: FrameSource) -> Rig {
     let encoded = FusedChain::encode(chain, max_frame).unwrap();
-    Rig::single(gpu, FusedTiledOp::new("tiled", encoded).unwrap().with_samples_port())
+    Rig::single(gpu, FusedTiledOp::new("tiled", encoded, source).unwrap().with_samples_port())
+}
+
+/// [`tiled_rig_from`] the mapped slot.
+fn tiled_rig(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize) -> Rig {
+    tiled_rig_from(gpu, chain, max_frame, FrameSource::MappedSlot)
 }
 
 #[test]
@@ -966,8 +972,11 @@ fn tiled_fused_chains_match_the_cpu_chain_at_every_size() {
     let payload = gpu.alloc(max_frame);
     let mut chains = vec![frameloop::ops::default_chain(), image_chain(&mut rng)];
     chains.extend((0..10).map(|_| random_chain(&mut rng)));
-    for (c, chain) in chains.iter().enumerate() {
-        let mut rig = tiled_rig(&mut gpu, chain, max_frame);
+    // Both plans: tiles capped by the halo (mapped slot) and spread over
+    // every block (device memory, the streaming path).
+    let sources = [FrameSource::MappedSlot, FrameSource::DeviceMemory];
+    for ((c, chain), source) in chains.iter().enumerate().flat_map(|c| sources.map(|s| (c, s))) {
+        let mut rig = tiled_rig_from(&mut gpu, chain, max_frame, source);
         let mut cpu_chain = CpuChain::new(chain, max_frame).unwrap();
         for len in TILED_LENS.iter().copied().chain([max_frame, 1 + rng.below(max_frame)]) {
             let raw = rng.bytes(len);
@@ -977,12 +986,19 @@ fn tiled_fused_chains_match_the_cpu_chain_at_every_size() {
                 &mut cpu_chain,
                 payload,
                 &raw,
-                &format!("chain {c} {chain:?} len {len}"),
+                &format!("chain {c} {chain:?} from {source:?}, len {len}"),
             );
         }
         // The same rig again: the scratch as the last frame left it.
         let raw = rng.bytes(786_432);
-        check_tiled(&gpu, &mut rig, &mut cpu_chain, payload, &raw, &format!("chain {c} again"));
+        check_tiled(
+            &gpu,
+            &mut rig,
+            &mut cpu_chain,
+            payload,
+            &raw,
+            &format!("chain {c} from {source:?} again"),
+        );
     }
 }
 

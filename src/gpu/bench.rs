@@ -14,7 +14,7 @@ use super::driver::{self, LaunchDims};
 use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::floors::{ChainBytes, FloorMultiple, Floors, chain_bytes};
 use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{LargePath, MEASURED, choose_large, tiled_fragment};
+use super::fused_tiled::{FrameSource, LargePath, MEASURED, STREAMED, choose_large, tiled_fragment};
 use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
 use super::operators::PayloadPath;
@@ -24,7 +24,7 @@ use crate::clock::{monotonic_ns, realtime_ns};
 use crate::config::{FusedChainMode, LoopConfig};
 use crate::fragment::Fragment;
 use crate::ops::OpSpec;
-use crate::ring::layout::{SlotHeader, result_ring_bytes, ring_bytes};
+use crate::ring::layout::{SlotHeader, received_mark, result_ring_bytes, ring_bytes};
 use crate::ring::{FrameRing, OverrunPolicy, ResultReader, ResultRing, RingWriter};
 use serde::Serialize;
 use std::sync::Arc;
@@ -242,12 +242,30 @@ fn busy_wait(ns: u64) {
 
 /// Fills a frame payload from the generator (u16 samples spread over 0..65535).
 pub fn fill_frame(rng_seed: u64, frame: u64, out: &mut [u8]) {
-    let mut r = Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    for chunk in out.chunks_mut(8) {
-        let v = r.next().to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
+    FrameFill::new(rng_seed, frame).fill(out);
+}
+
+/// The generator of one frame's payload, written in consecutive parts.
+struct FrameFill(Rng);
+
+impl FrameFill {
+    fn new(rng_seed: u64, frame: u64) -> Self {
+        Self(Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1))
+    }
+
+    /// Writes the next `out.len()` bytes of the payload; every part but the
+    /// last must be a multiple of 8 bytes long.
+    fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let v = self.0.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
     }
 }
+
+/// Bytes the streamed publisher writes between two received marks: about
+/// what one receive batch of the UDP receiver holds (a GRO buffer).
+pub const STREAMED_PART_BYTES: usize = 64 * 1024;
 
 /// Rings in mapped memory for one mode.
 pub struct MappedRings {
@@ -278,9 +296,47 @@ impl MappedRings {
 pub fn publish(w: &mut RingWriter, seed: u64, index: u64, len: usize) -> Result<(u64, u64), GpuError> {
     let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
     fill_frame(seed, index, &mut w.payload_mut(seq)[..len]);
+    publish_filled(w, seq, index, len, 0)
+}
+
+/// Publishes one frame as the UDP receiver does while it streams: the
+/// payload written [`STREAMED_PART_BYTES`] at a time, the slot's received
+/// mark advanced after each part (so the loop's pulls may move it into
+/// device memory before the frame is published), then the header and the
+/// head release. The same bytes as [`publish`]; returns the publish time.
+pub fn publish_streamed(
+    w: &mut RingWriter,
+    seed: u64,
+    index: u64,
+    len: usize,
+) -> Result<(u64, u64), GpuError> {
+    let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
+    let mut fill = FrameFill::new(seed, index);
+    let too_long = || GpuError::Setup(format!("a {len}-byte frame is too long to stream"));
+    let mut written = 0;
+    while written < len {
+        let end = (written + STREAMED_PART_BYTES).min(len);
+        fill.fill(&mut w.payload_mut(seq)[written..end]);
+        w.mark_received(seq, u32::try_from(end).map_err(|_| too_long())?);
+        written = end;
+    }
+    let mark = received_mark(seq, u32::try_from(len).map_err(|_| too_long())?);
+    publish_filled(w, seq, index, len, mark)
+}
+
+/// The header (with the final received `mark`, 0 when none was stored) and
+/// head release of a frame whose payload is written.
+fn publish_filled(
+    w: &mut RingWriter,
+    seq: u64,
+    index: u64,
+    len: usize,
+    mark: u64,
+) -> Result<(u64, u64), GpuError> {
     let header = SlotHeader {
         frame_seq: index,
         payload_len: len as u32,
+        received_mark: mark,
         published_ns: realtime_ns(),
         ..Default::default()
     };
@@ -319,6 +375,9 @@ struct ModeSpec {
     tiled: bool,
     /// Run [`CompareOptions::compare_chain`] instead of the chain.
     compare_chain: bool,
+    /// Publish frames part by part and stream them into device memory
+    /// ([`publish_streamed`], `loop.stream_to_gpu`).
+    streamed: bool,
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
@@ -339,7 +398,8 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         Fragment::new("main")
     } else if m.tiled {
         let encoded = FusedChain::encode(chain, o.frame_bytes).map_err(|e| GpuError::Setup(e.to_string()))?;
-        tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?
+        let source = if m.streamed { FrameSource::DeviceMemory } else { FrameSource::MappedSlot };
+        tiled_fragment(encoded, source).map_err(|e| GpuError::Setup(e.to_string()))?
     } else if m.empty {
         Fragment::new("empty")
     } else {
@@ -351,6 +411,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     opts.controller = m.controller;
     opts.programmatic_edges = m.programmatic_edges;
     opts.publish_from_last_kernel = m.publish_from_last_kernel;
+    opts.stream = m.streamed;
     let mut ex = ResidentExecutor::new(
         Arc::clone(rt),
         fragment,
@@ -377,7 +438,11 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     let mut reader = ResultReader::new(Arc::clone(&rings.results));
     let mut records = Vec::with_capacity(o.warmup + o.frames);
     for f in 0..(o.warmup + o.frames) as u64 {
-        let (_, t0) = publish(&mut w, o.seed, f, o.frame_bytes)?;
+        let (_, t0) = if m.streamed {
+            publish_streamed(&mut w, o.seed, f, o.frame_bytes)?
+        } else {
+            publish(&mut w, o.seed, f, o.frame_bytes)?
+        };
         let want = f + 1;
         if m.style != LaunchStyle::Resident {
             ex.launch_one_frame()?;
@@ -487,6 +552,12 @@ const TILED_MODE: &str = "resident poll, tiled fused kernel";
 /// One kernel per operator in the resident graph's IF body.
 const IF_BODY_MODE: &str = "resident poll, graph IF body";
 
+/// [`TILED_MODE`] on frames streamed into device memory while written.
+const STREAMED_TILED_MODE: &str = "resident poll, streamed, tiled fused kernel";
+
+/// [`IF_BODY_MODE`] on frames streamed into device memory while written.
+const STREAMED_IF_BODY_MODE: &str = "resident poll, streamed, graph IF body";
+
 /// A graph launched by the host for every frame.
 const GRAPH_LAUNCH_MODE: &str = "graph-launch-per-frame";
 
@@ -525,6 +596,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         fused: false,
         tiled: false,
         compare_chain: false,
+        streamed: false,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
@@ -566,10 +638,25 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     if o.compare_chain.is_some() {
         modes.push(ModeSpec { compare_chain: true, ..resident(COMPARE_CHAIN_MODE) });
     }
+    // Frames too large for the handler: both large-frame paths again, the
+    // frame streamed into device memory while it is written.
+    let streamed_large = choose_large(o.frame_bytes, STREAMED);
+    if matches!(auto, Err(NotFused::LargeFrames { .. })) {
+        modes.push(ModeSpec { streamed: true, tiled: true, ..resident(STREAMED_TILED_MODE) });
+        modes.push(ModeSpec { streamed: true, ..resident(STREAMED_IF_BODY_MODE) });
+    }
     if o.paths_only {
         modes.retain(|m| {
             m.name.starts_with("resident poll budget")
-                || [IF_BODY_MODE, TILED_MODE, GRAPH_LAUNCH_MODE, COMPARE_CHAIN_MODE].contains(&m.name)
+                || [
+                    IF_BODY_MODE,
+                    TILED_MODE,
+                    GRAPH_LAUNCH_MODE,
+                    COMPARE_CHAIN_MODE,
+                    STREAMED_TILED_MODE,
+                    STREAMED_IF_BODY_MODE,
+                ]
+                .contains(&m.name)
         });
     }
     let mut results = vec![run_floor(&rt, o)?];
@@ -633,7 +720,26 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     }
     // The large-frame targets, for frames the handler's shared memory cannot hold.
     if matches!(auto, Err(NotFused::LargeFrames { .. })) {
-        targets.extend(large_frame_targets(&floors, bytes, &res));
+        targets.extend(large_frame_targets(&floors, bytes, &res, "auto's"));
+        // The same targets for what auto runs when frames stream in (loop.stream_to_gpu).
+        let streamed_mode =
+            if streamed_large.0 == LargePath::Tiled { STREAMED_TILED_MODE } else { STREAMED_IF_BODY_MODE };
+        if let Some(streamed) = by(streamed_mode) {
+            targets.extend(large_frame_targets(&floors, bytes, &streamed, "streamed auto's"));
+            if let Some(graph) = by(GRAPH_LAUNCH_MODE) {
+                targets.push(TargetCheck {
+                    target: "large frames: streamed auto's p99.9 <= 0.8 x graph-launch-per-frame p99.9"
+                        .into(),
+                    measured: format!(
+                        "{:.2} vs {:.2} µs ({:.2}x)",
+                        streamed.p999_us,
+                        graph.p999_us,
+                        streamed.p999_us / graph.p999_us
+                    ),
+                    met: streamed.p999_us <= 0.8 * graph.p999_us,
+                });
+            }
+        }
     }
     let versus = |what: &str, base: &ModeResult, other: &ModeResult| {
         format!(
@@ -648,6 +754,16 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             IF_BODY_MODE,
         ),
         ("one tiled kernel against one kernel per operator, both in the IF body", TILED_MODE, IF_BODY_MODE),
+        (
+            "streamed frames: one tiled kernel against one kernel per operator",
+            STREAMED_TILED_MODE,
+            STREAMED_IF_BODY_MODE,
+        ),
+        (
+            "tiled kernel: frame streamed into device memory against read in place",
+            STREAMED_TILED_MODE,
+            TILED_MODE,
+        ),
         (
             "empty workload, fused handler against handler -> IF -> end marker",
             "resident EMPTY workload, fused",
@@ -672,8 +788,9 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         comparisons.insert(
             0,
             format!(
-                "loop.fused_chain = \"auto\" does not fuse this chain into the handler: {why}; large frames: {:?} ({})",
-                large.0, large.1
+                "loop.fused_chain = \"auto\" does not fuse this chain into the handler: {why}; large frames: {:?} \
+                 ({}); streamed: {:?} ({})",
+                large.0, large.1, streamed_large.0, streamed_large.1
             ),
         );
     }
@@ -694,19 +811,19 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     })
 }
 
-/// The large-frame targets of `res` (the mode `loop.fused_chain = "auto"`
-/// runs) against this run's floors: GPU time within 3x of the chain's
+/// The large-frame targets of `res` (a mode `loop.fused_chain = "auto"`
+/// runs, named by `who`) against this run's floors: GPU time within 3x of the chain's
 /// device-memory traffic at the device rate plus one round trip, and publish
 /// to result within 1.3x of the payload at the host-to-device rate plus one
 /// round trip.
-fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult) -> Vec<TargetCheck> {
+fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult, who: &str) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
     let device = floors.device_round_trip_floor_us(bytes);
     if let Some(gpu) = res.gpu_detect_to_done_p50_us.filter(|_| device > 0.0) {
         targets.push(TargetCheck {
-            target:
-                "large frames: auto's gpu p50 <= 3 x (chain's device bytes at device bandwidth + round trip)"
-                    .into(),
+            target: format!(
+                "large frames: {who} gpu p50 <= 3 x (chain's device bytes at device bandwidth + round trip)"
+            ),
             measured: format!("{gpu:.2} vs {device:.2} µs ({:.2}x)", gpu / device),
             met: gpu <= 3.0 * device,
         });
@@ -714,7 +831,7 @@ fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult) -> 
     let link = floors.link_round_trip_floor_us(bytes);
     if link > 0.0 {
         targets.push(TargetCheck {
-            target: "large frames: auto's p50 <= 1.3 x (frame at host→device bandwidth + round trip)".into(),
+            target: format!("large frames: {who} p50 <= 1.3 x (frame at host→device bandwidth + round trip)"),
             measured: format!(
                 "{:.2} vs {link:.2} µs ({:.2}x; against the frame copied right after it was written plus the \
                  round trip, {:.2} µs: {:.2}x)",
@@ -732,6 +849,31 @@ fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streamed_frame_has_the_bytes_of_a_whole_one_and_its_full_mark() {
+        use crate::ring::HostMemory;
+        let len = 3 * STREAMED_PART_BYTES + 4099;
+        let ring = FrameRing::new(
+            Box::new(HostMemory::new(ring_bytes(2, len).unwrap()).unwrap()),
+            2,
+            len,
+            OverrunPolicy::Every,
+        )
+        .unwrap();
+        let mut w = ring.writer().unwrap();
+        let mut r = ring.reader().unwrap();
+        publish(&mut w, 7, 11, len).unwrap();
+        let whole = r.claim().unwrap();
+        assert_eq!(whole.header.received_mark, 0);
+        let whole_bytes = whole.payload[..len].to_vec();
+        r.finish(1);
+        publish_streamed(&mut w, 7, 11, len).unwrap();
+        let streamed = r.claim().unwrap();
+        assert_eq!(streamed.header.received_mark, received_mark(2, len as u32));
+        assert_eq!(streamed.header.payload_len as usize, len);
+        assert!(streamed.payload[..len] == whole_bytes[..], "the same generator bytes");
+    }
 
     #[test]
     fn the_user_default_chain_loads_with_its_sources_resolved() {
@@ -770,16 +912,16 @@ mod tests {
         let bytes = ChainBytes { host_to_device: 1_000_000, device: 8_000_000 };
         let mut res = percentiles("auto", vec![31_000; 10], None);
         res.gpu_detect_to_done_p50_us = Some(17.9);
-        let t = large_frame_targets(&floors, bytes, &res);
+        let t = large_frame_targets(&floors, bytes, &res, "auto's");
         assert_eq!(t.len(), 2);
         assert!(t[0].met && t[0].measured.contains("17.90 vs 6.00 µs (2.98x)"), "{:?}", t[0]);
         assert!(t[1].met && t[1].measured.contains("31.00 vs 24.00 µs (1.29x;"), "{:?}", t[1]);
         assert!(t[1].measured.contains("8.50 µs: 3.65x"), "{:?}", t[1]);
         let mut slow = percentiles("auto", vec![32_000; 10], None);
         slow.gpu_detect_to_done_p50_us = Some(18.1);
-        assert!(large_frame_targets(&floors, bytes, &slow).iter().all(|t| !t.met));
+        assert!(large_frame_targets(&floors, bytes, &slow, "auto's").iter().all(|t| !t.met));
         // No GPU time recorded: only the end-to-end ratio.
         slow.gpu_detect_to_done_p50_us = None;
-        assert_eq!(large_frame_targets(&floors, bytes, &slow).len(), 1);
+        assert_eq!(large_frame_targets(&floors, bytes, &slow, "auto's").len(), 1);
     }
 }

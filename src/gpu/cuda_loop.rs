@@ -7,7 +7,9 @@ use super::control::*;
 use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
 use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{LargePath, MEASURED, chain_halo, choose_large, plan_tiles, tiled_fragment};
+use super::fused_tiled::{
+    FrameSource, LargePath, MEASURED, STREAMED, chain_halo, choose_large, plan_tiles, tiled_fragment,
+};
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
 use super::operators::REDUCE_MAX_BLOCKS;
@@ -77,9 +79,17 @@ pub(super) fn plan_chain(
                 "the chain's two sample buffers ({buffers} B) exceed one block's shared memory ({shared_limit} B)"
             );
             let encoded = FusedChain::encode(chain, capacity).map_err(|e| GpuError::Setup(e.to_string()))?;
-            let (mut path, mut measured) = choose_large(capacity, MEASURED);
+            // A streamed frame is read from the staging buffer in device memory.
+            let (source, table) = if streaming {
+                (FrameSource::DeviceMemory, STREAMED)
+            } else {
+                (FrameSource::MappedSlot, MEASURED)
+            };
+            let (mut path, mut measured) = choose_large(capacity, table);
             let samples = encoded.program.capacity as usize;
-            if let Err(e) = plan_tiles(samples, chain_halo(&encoded.program), REDUCE_MAX_BLOCKS, limit) {
+            if let Err(e) =
+                plan_tiles(samples, chain_halo(&encoded.program), REDUCE_MAX_BLOCKS, limit, source)
+            {
                 (path, measured) = (LargePath::Graph, e.to_string());
             }
             match path {
@@ -89,7 +99,7 @@ pub(super) fn plan_chain(
                         encoded.describe()
                     );
                     Ok((
-                        tiled_fragment(encoded).map_err(|e| GpuError::Setup(e.to_string()))?,
+                        tiled_fragment(encoded, source).map_err(|e| GpuError::Setup(e.to_string()))?,
                         None,
                         ParamLayout::Steps,
                     ))

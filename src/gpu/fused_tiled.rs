@@ -34,6 +34,20 @@ pub const MIN_TILE_SAMPLES: usize = 2 * REDUCE_THREADS as usize;
 /// of 768 KiB gets 32 blocks.
 pub const HALO_TILE_RATIO: u64 = 16;
 
+/// Where the tiled kernel reads the frame from, which decides whether the
+/// halo cap ([`HALO_TILE_RATIO`]) applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameSource {
+    /// The ring slot in mapped host memory: every byte a block re-reads for
+    /// its halos crosses the bus again, so tiles are kept at least
+    /// [`HALO_TILE_RATIO`] halos long.
+    MappedSlot,
+    /// A copy in device memory (the staging buffer of sub-frame streaming,
+    /// `super::streaming`): re-reading a halo costs device bandwidth only,
+    /// so the frame is spread over every block the GPU runs at once.
+    DeviceMemory,
+}
+
 /// Why a chain cannot run tiled.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum NotTiled {
@@ -107,7 +121,8 @@ impl TilePlan {
 /// Tiles for frames of at most `capacity` samples and a chain reaching
 /// `halo`: `blocks` blocks (what the GPU runs at once), fewer when their
 /// tiles would hold under [`MIN_TILE_SAMPLES`], and at most
-/// `ceil(capacity / (HALO_TILE_RATIO * halo))`; each block's buffers take
+/// `ceil(capacity / (HALO_TILE_RATIO * halo))` when the frame is read from
+/// the mapped slot (`source`); each block's buffers take
 /// its tile and the halo, or as much as `shared_limit` bytes hold (a frame
 /// then has more tiles than blocks). Refused when a tile would be shorter
 /// than the halo (or 4 samples): the blocks would mostly recompute their
@@ -117,11 +132,14 @@ pub fn plan_tiles(
     halo: u64,
     blocks: u32,
     shared_limit: usize,
+    source: FrameSource,
 ) -> Result<TilePlan, NotTiled> {
     let by_size = u32::try_from(capacity.div_ceil(MIN_TILE_SAMPLES)).unwrap_or(u32::MAX);
-    let by_halo = match halo {
-        0 => u32::MAX,
-        h => u32::try_from((capacity as u64).div_ceil(HALO_TILE_RATIO.saturating_mul(h))).unwrap_or(u32::MAX),
+    let by_halo = match (halo, source) {
+        (0, _) | (_, FrameSource::DeviceMemory) => u32::MAX,
+        (h, FrameSource::MappedSlot) => {
+            u32::try_from((capacity as u64).div_ceil(HALO_TILE_RATIO.saturating_mul(h))).unwrap_or(u32::MAX)
+        }
     };
     let grid = blocks.min(by_size).min(by_halo).clamp(1, REDUCE_MAX_BLOCKS);
     let two_halos = 2 * halo.next_multiple_of(2);
@@ -152,16 +170,18 @@ struct Loaded {
 pub struct FusedTiledOp {
     name: String,
     chain: FusedChain,
+    source: FrameSource,
     samples_port: bool,
     loaded: Option<Loaded>,
 }
 
 impl FusedTiledOp {
-    pub fn new(name: &str, chain: FusedChain) -> Result<Self, NotTiled> {
+    /// The chain as one tiled kernel reading frames from `source`.
+    pub fn new(name: &str, chain: FusedChain, source: FrameSource) -> Result<Self, NotTiled> {
         if chain.program.step_count == 0 {
             return Err(NotTiled::Empty);
         }
-        Ok(Self { name: name.to_owned(), chain, samples_port: false, loaded: None })
+        Ok(Self { name: name.to_owned(), chain, source, samples_port: false, loaded: None })
     }
 
     /// Declares the output port `samples` and has the kernel write the final samples there.
@@ -199,12 +219,14 @@ impl FusedTiledOp {
         let capacity = self.chain.program.capacity as usize;
         // One tile per SM first; a second per SM where two blocks fit at once.
         let sms = u32::try_from(sms).unwrap_or(1).max(1);
-        let mut plan = plan_tiles(capacity, halo, sms, limit).map_err(|e| self.problem(e.to_string()))?;
+        let mut plan =
+            plan_tiles(capacity, halo, sms, limit, self.source).map_err(|e| self.problem(e.to_string()))?;
         let resident = f
             .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, plan.shared_bytes(), None)
             .map_err(|e| ctx.enqueue_error("reading fl_fused_tiled's occupancy", e))?;
         if resident >= 2 {
-            plan = plan_tiles(capacity, halo, 2 * sms, limit).map_err(|e| self.problem(e.to_string()))?;
+            plan = plan_tiles(capacity, halo, 2 * sms, limit, self.source)
+                .map_err(|e| self.problem(e.to_string()))?;
         }
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -282,9 +304,9 @@ impl GpuResidentOperator for FusedTiledOp {
     }
 }
 
-/// The main fragment that runs `chain` tiled: one [`FusedTiledOp`].
-pub fn tiled_fragment(chain: FusedChain) -> Result<Fragment, FragmentError> {
-    let op = FusedTiledOp::new("fused_tiled", chain)
+/// The main fragment that runs `chain` tiled, reading frames from `source`: one [`FusedTiledOp`].
+pub fn tiled_fragment(chain: FusedChain, source: FrameSource) -> Result<Fragment, FragmentError> {
+    let op = FusedTiledOp::new("fused_tiled", chain, source)
         .map_err(|e| FragmentError::Operator { operator: "fused_tiled".into(), problem: e.to_string() })?;
     let mut fragment = Fragment::new("main");
     fragment.add_operator(op)?;
@@ -301,7 +323,8 @@ pub enum LargePath {
 }
 
 /// One recorded `bench --compare` run: the chain's GPU detect-to-done p50
-/// on each path at one frame size (an H100, both paths in the same run).
+/// on each path at one frame size (both paths in the same run, on the GPU
+/// its file names).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measured {
     pub frame_bytes: usize,
@@ -309,15 +332,15 @@ pub struct Measured {
     /// threshold) or "image" (bench/configs/image-u12.toml: unpack u12 →
     /// 1024-wide filter2d → stats + threshold).
     pub chain: &'static str,
-    /// "resident poll, tiled fused kernel".
+    /// The tiled fused kernel ("resident poll, tiled fused kernel", or its
+    /// streamed mode).
     pub tiled_us: f64,
-    /// "resident poll, graph IF body" (one kernel per operator).
+    /// One kernel per operator ("resident poll, graph IF body", or its
+    /// streamed mode).
     pub graph_us: f64,
-    /// Where the run is recorded.
+    /// Where the run is recorded, from the repository's root.
     pub source: &'static str,
 }
-
-const LARGE_FUSED: &str = "bench/results/gpu-h100-2026-11-25/large-fused/";
 
 const fn run(
     frame_bytes: usize,
@@ -329,19 +352,43 @@ const fn run(
     Measured { frame_bytes, chain, tiled_us, graph_us, source: file }
 }
 
+/// A file of the H100 large-frame runs.
+macro_rules! large_fused {
+    ($file:literal) => {
+        concat!("bench/results/gpu-h100-2026-11-25/large-fused/", $file)
+    };
+}
+
+/// A file of the H200 streamed runs.
+macro_rules! streamed_compare {
+    ($file:literal) => {
+        concat!("bench/results/gpu-h200-2026-11-26/streamed-compare/", $file)
+    };
+}
+
 /// The recorded runs `loop.fused_chain = "auto"` chooses from for large
-/// frames, ascending by size (all in [`LARGE_FUSED`], docs/gpu.md has the
-/// table). Sizes where both chains ran agree on the faster path, so the
-/// choice is keyed by frame size alone.
+/// frames read in place from the mapped slot, ascending by size (H100;
+/// docs/gpu.md has the table). Sizes where both chains ran agree on the
+/// faster path, so the choice is keyed by frame size alone.
 pub const MEASURED: &[Measured] = &[
-    run(65_536, "default", 18.40, 16.58, "sweep/default-65536.txt"),
-    run(262_144, "default", 29.06, 26.14, "sweep/default-262144.txt"),
-    run(786_432, "image", 67.04, 59.17, "compare-768k-image.txt"),
-    run(1_048_576, "default", 67.20, 60.86, "sweep/default-1048576.txt"),
-    run(2_097_152, "default", 82.66, 88.26, "compare-2mib.txt"),
-    run(3_145_728, "image", 107.71, 118.21, "sweep/image-3145728.txt"),
-    run(4_194_304, "default", 113.22, 134.98, "sweep/default-4194304.txt"),
-    run(8_388_608, "default", 212.51, 198.62, "sweep/default-8388608.txt"),
+    run(65_536, "default", 18.40, 16.58, large_fused!("sweep/default-65536.txt")),
+    run(262_144, "default", 29.06, 26.14, large_fused!("sweep/default-262144.txt")),
+    run(786_432, "image", 67.04, 59.17, large_fused!("compare-768k-image.txt")),
+    run(1_048_576, "default", 67.20, 60.86, large_fused!("sweep/default-1048576.txt")),
+    run(2_097_152, "default", 82.66, 88.26, large_fused!("compare-2mib.txt")),
+    run(3_145_728, "image", 107.71, 118.21, large_fused!("sweep/image-3145728.txt")),
+    run(4_194_304, "default", 113.22, 134.98, large_fused!("sweep/default-4194304.txt")),
+    run(8_388_608, "default", 212.51, 198.62, large_fused!("sweep/default-8388608.txt")),
+];
+
+/// The recorded runs `auto` chooses from when frames stream into device
+/// memory (`loop.stream_to_gpu`): `bench --compare`'s streamed modes, where
+/// the chain reads the staging buffer instead of the mapped slot (H200).
+/// The tiled kernel was as fast or faster at every size.
+pub const STREAMED: &[Measured] = &[
+    run(786_432, "image", 24.51, 25.28, streamed_compare!("768k-image.txt")),
+    run(2_097_152, "default", 25.31, 32.22, streamed_compare!("2mib.txt")),
+    run(8_388_608, "default", 54.94, 55.46, streamed_compare!("8mib.txt")),
 ];
 
 /// The path `loop.fused_chain = "auto"` takes for frames of `frame_bytes`
@@ -358,7 +405,7 @@ pub fn choose_large(frame_bytes: usize, table: &[Measured]) -> (LargePath, Strin
     let path = if m.tiled_us <= m.graph_us { LargePath::Tiled } else { LargePath::Graph };
     let why = format!(
         "measured at {} B frames ({} chain): tiled fused kernel {:.1} µs, one kernel per operator {:.1} µs \
-         GPU time p50 ({LARGE_FUSED}{})",
+         GPU time p50 ({})",
         m.frame_bytes, m.chain, m.tiled_us, m.graph_us, m.source
     );
     (path, why)
@@ -406,14 +453,14 @@ mod tests {
 
     #[test]
     fn tiles_cover_every_frame_exactly_once_in_order() {
-        let plan = plan_tiles(1 << 20, 2, 132, 200 * 1024).unwrap();
+        let plan = plan_tiles(1 << 20, 2, 132, 200 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!(plan.grid, 132);
         for n in [0usize, 1, 3, 4095, 524_288, (1 << 20) - 1, 1 << 20] {
             assert_covers(&plan, n);
             assert!(plan.tiles(n) <= plan.grid as usize, "n {n}: one tile per block when they fit");
         }
         // A frame larger than the blocks' buffers hold at once: several tiles per block.
-        let small = plan_tiles(1 << 24, 1028, 132, 64 * 1024).unwrap();
+        let small = plan_tiles(1 << 24, 1028, 132, 64 * 1024, FrameSource::MappedSlot).unwrap();
         for n in [1usize << 24, (1 << 24) - 5, 700_001] {
             assert_covers(&small, n);
         }
@@ -423,32 +470,38 @@ mod tests {
     #[test]
     fn plans_follow_the_gpu_the_frame_and_the_shared_memory() {
         // 2 MiB of u16: 1 Mi samples over 132 SMs, tiles of 7944 and a halo of 2.
-        let p = plan_tiles(1 << 20, 2, 132, 227 * 1024).unwrap();
+        let p = plan_tiles(1 << 20, 2, 132, 227 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!((p.grid, p.halo), (132, 2));
         assert_eq!(p.span, (1u32 << 20).div_ceil(132).next_multiple_of(4) + 4);
         assert_eq!(p.shared_bytes(), 8 * p.span as usize);
         assert_eq!(p.tile_len(1 << 20), 7944);
         // Small frames get fewer blocks: tiles of at least MIN_TILE_SAMPLES.
-        assert_eq!(plan_tiles(4096, 2, 132, 227 * 1024).unwrap().grid, 2);
-        assert_eq!(plan_tiles(1, 0, 132, 227 * 1024).unwrap().grid, 1);
+        assert_eq!(plan_tiles(4096, 2, 132, 227 * 1024, FrameSource::MappedSlot).unwrap().grid, 2);
+        assert_eq!(plan_tiles(1, 0, 132, 227 * 1024, FrameSource::MappedSlot).unwrap().grid, 1);
         // Too little shared memory for one tile per block: shorter tiles, more of them.
-        let p = plan_tiles(1 << 20, 2, 132, 40 * 1024).unwrap();
+        let p = plan_tiles(1 << 20, 2, 132, 40 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!((p.grid, p.span), (132, 5120));
         assert_eq!(p.tile_len(1 << 20), 5116);
         assert_eq!(p.tiles(1 << 20), (1usize << 20).div_ceil(5116));
         // A wide halo (a 1024-wide filter2d): fewer, longer tiles, so that
         // the halos each block reads again add at most 1/8 of the frame.
-        let p = plan_tiles(524_288, 1025, 132, 227 * 1024).unwrap();
+        let p = plan_tiles(524_288, 1025, 132, 227 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!(p.grid, 32);
         assert_eq!(p.tile_len(524_288), 16_384, "about 16 halos");
         assert!(2 * 1025 * (p.grid as usize - 1) * 8 < 524_288, "{p:?}: halos under 1/8 with a block fewer");
         assert_covers(&p, 524_288);
-        assert_eq!(plan_tiles(3 << 20, 1025, 132, 227 * 1024).unwrap().grid, 132);
+        // Read from device memory the halos cost no bus traffic: every block.
+        let p = plan_tiles(524_288, 1025, 132, 227 * 1024, FrameSource::DeviceMemory).unwrap();
+        assert_eq!(p.grid, 132);
+        assert_covers(&p, 524_288);
+        assert_eq!(plan_tiles(3 << 20, 1025, 132, 227 * 1024, FrameSource::MappedSlot).unwrap().grid, 132);
         // A halo no tile can carry.
-        let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024).unwrap_err();
+        let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024, FrameSource::MappedSlot).unwrap_err();
         assert!(matches!(err, NotTiled::HaloTooWide { halo: 100_000, .. }), "{err:?}");
         assert!(err.to_string().contains("100000 samples"), "{err}");
-        assert!(FusedTiledOp::new("t", FusedChain::encode(&[], 64).unwrap()).is_err());
+        assert!(
+            FusedTiledOp::new("t", FusedChain::encode(&[], 64).unwrap(), FrameSource::MappedSlot).is_err()
+        );
     }
 
     #[test]
@@ -474,24 +527,30 @@ mod tests {
     /// the choices it gives at the sizes users have.
     #[test]
     fn auto_chooses_from_the_recorded_runs() {
-        assert!(MEASURED.windows(2).all(|w| w[0].frame_bytes < w[1].frame_bytes));
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        for m in MEASURED {
-            let text = std::fs::read_to_string(root.join(LARGE_FUSED).join(m.source))
-                .unwrap_or_else(|e| panic!("{}: {e}", m.source));
-            assert!(text.contains(&format!("| {} B frames |", m.frame_bytes)), "{}", m.source);
-            assert!(text.contains(&format!("{:.2}", m.tiled_us)), "{}: tiled {}", m.source, m.tiled_us);
-            assert!(text.contains(&format!("{:.2}", m.graph_us)), "{}: graph {}", m.source, m.graph_us);
+        for table in [MEASURED, STREAMED] {
+            assert!(table.windows(2).all(|w| w[0].frame_bytes < w[1].frame_bytes));
+            for m in table {
+                let text = std::fs::read_to_string(root.join(m.source))
+                    .unwrap_or_else(|e| panic!("{}: {e}", m.source));
+                assert!(text.contains(&format!("| {} B frames |", m.frame_bytes)), "{}", m.source);
+                assert!(text.contains(&format!("{:.2}", m.tiled_us)), "{}: tiled {}", m.source, m.tiled_us);
+                assert!(text.contains(&format!("{:.2}", m.graph_us)), "{}: graph {}", m.source, m.graph_us);
+            }
         }
         // The 768 KiB image and 1 MiB frames ran faster as one kernel per
         // operator, 2 to 4 MiB as the tiled kernel.
         let (path, why) = choose_large(786_432, MEASURED);
         assert_eq!(path, LargePath::Graph, "{why}");
-        assert!(why.contains("compare-768k-image.txt") && why.contains("67.0 µs"), "{why}");
+        assert!(why.contains("large-fused/compare-768k-image.txt") && why.contains("67.0 µs"), "{why}");
         assert_eq!(choose_large(1 << 20, MEASURED).0, LargePath::Graph);
         assert_eq!(choose_large(2 << 20, MEASURED).0, LargePath::Tiled);
         assert_eq!(choose_large(3 << 20, MEASURED).0, LargePath::Tiled);
         assert_eq!(choose_large(4 << 20, MEASURED).0, LargePath::Tiled);
         assert_eq!(choose_large(100_000, MEASURED).0, LargePath::Graph);
+        // Streamed into device memory the tiled kernel wins at every size.
+        for bytes in [786_432, 1 << 20, 2 << 20, 8 << 20, 64 << 20] {
+            assert_eq!(choose_large(bytes, STREAMED).0, LargePath::Tiled, "{bytes}");
+        }
     }
 }
