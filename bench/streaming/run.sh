@@ -10,6 +10,8 @@
 #
 #   OUT=/tmp/streaming FRAMELOOP=target/release/frameloop bench/streaming/run.sh
 #
+# LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop].
+#
 # With the argument `crossover` it runs the default chain at 64, 256, 512
 # and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
 set -u
@@ -49,6 +51,7 @@ case_run() {
     echo "slot_bytes = $bytes"
     echo '[loop]'
     echo "stream_to_gpu = \"$stream\""
+    echo "${LOOP_EXTRA:-}"
   } > "$dir/config.toml"
   "$B" run --config "$dir/config.toml" > "$dir/run.txt" 2>&1 &
   local pid=$!
