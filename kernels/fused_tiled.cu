@@ -62,36 +62,70 @@ FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, 
 }
 
 // FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
-// local samples (zero outside the frame).
+// local samples (zero outside the frame). Outputs whose whole window lies
+// inside the frame (all but `half` at either end) take the unchecked loop:
+// the same terms in the same order, without a bounds test per tap.
 FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
                             const float* taps) {
   const int64_t half = count / 2;
+  const int64_t inner_end = t.n - (int64_t)(count - 1) + half;  // g < inner_end: the window ends inside
   for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
     float acc = 0.0f;
+    if (g >= half && g < inner_end) {
+      const float* window = x + (g - half - t.base);
 #pragma unroll 4
-    for (uint32_t k = 0; k < count; ++k) {
-      const int64_t src = g + k - half;
-      acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
+      for (uint32_t k = 0; k < count; ++k) acc = fl_mul_add(taps[k], window[k], acc);
+    } else {
+#pragma unroll 4
+      for (uint32_t k = 0; k < count; ++k) {
+        const int64_t src = g + k - half;
+        acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
+      }
     }
     y[g - t.base] = acc;
   }
 }
 
 // filter2d outputs [g0, g1): fl_filter2d_range's sums on local samples.
+// Each thread steps through its outputs blockDim.x apart, so it carries its
+// row and column forward (one division per thread, not one per output);
+// outputs away from the border sum their nine terms without bounds tests,
+// in fl_filter2d_at's order.
 FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t w,
                                  const float* k) {
   const uint32_t n = (uint32_t)t.n;
   const uint32_t rows = w ? n / w : 0;
   const uint32_t full = rows * w;
-  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+  const int64_t first = g0 + threadIdx.x;
+  if (first >= g1) return;
+  const uint32_t step_rows = w ? blockDim.x / w : 0, step_cols = w ? blockDim.x % w : 0;
+  uint32_t r = w ? (uint32_t)first / w : 0;
+  uint32_t c = (uint32_t)first - r * w;
+  for (int64_t g = first; g < g1; g += blockDim.x) {
     const uint32_t i = (uint32_t)g;
     if (i >= full) {
       y[g - t.base] = x[g - t.base];
-      continue;
+    } else if (r >= 1 && r + 1 < rows && c >= 1 && c + 1 < w) {
+      const float* above = x + ((int64_t)i - w - 1 - t.base);
+      const float* here = above + w;
+      const float* below = here + w;
+      float acc = 0.0f;
+      acc = fl_mul_add(k[0], above[0], acc);
+      acc = fl_mul_add(k[1], above[1], acc);
+      acc = fl_mul_add(k[2], above[2], acc);
+      acc = fl_mul_add(k[3], here[0], acc);
+      acc = fl_mul_add(k[4], here[1], acc);
+      acc = fl_mul_add(k[5], here[2], acc);
+      acc = fl_mul_add(k[6], below[0], acc);
+      acc = fl_mul_add(k[7], below[1], acc);
+      acc = fl_mul_add(k[8], below[2], acc);
+      y[g - t.base] = acc;
+    } else {
+      y[g - t.base] = fl_filter2d_at(x, t.base, r, c, rows, w, k);
     }
-    const uint32_t r = i / w;
-    const float acc = fl_filter2d_at(x, t.base, r, i - r * w, rows, w, k);
-    y[g - t.base] = acc;
+    r += step_rows;
+    c += step_cols;
+    if (c >= w) c -= w, r += 1;
   }
 }
 
