@@ -272,6 +272,15 @@ class Frameloop:
         self.realtime_priority = realtime_priority
         self.backend = backend
 
+    def slots(self):
+        """ring.slots: `--frameloop-slots`, else 32 for the CUDA backend (the GPU
+        claims frames as they come, and a 2 MiB ring stays in the CPU's cache)
+        and 256 for the host backend (whose chain thread on 2 cores falls behind
+        for longer than a small ring covers)."""
+        if self.args.frameloop_slots:
+            return self.args.frameloop_slots
+        return 32 if self.backend == "cuda" else 256
+
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
         `--frameloop-slots` slots), the chain is the lightest (unpack u8 -> stats), and the
@@ -283,7 +292,7 @@ class Frameloop:
                 f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
-                f'[ring]\nslots = {a.frameloop_slots}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
+                f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
                 + (a.frameloop_loop_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_loop_extra else "") +
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
@@ -397,10 +406,12 @@ def main():
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
-    p.add_argument("--frameloop-slots", type=int, default=256,
-                   help="ring.slots in frameloop's config. Fewer slots keep the ring in the CPU's cache (16 slots of "
-                        "64 KiB: the copy into a slot 20 against 83 ns per 1,472-byte datagram with 256), but with 16 "
-                        "the host backend on 2 cores ran out of free slots now and then (ring_full, counted as loss)")
+    p.add_argument("--frameloop-slots", type=int, default=0,
+                   help="ring.slots in frameloop's config; 0 (the default): 32 for the -cuda tools, 256 otherwise. "
+                        "Fewer slots keep the ring in the CPU's cache (on the 2-core machine the copy into a slot took "
+                        "20 against 83 ns per 1,472-byte datagram with 16 slots of 64 KiB against 256; on an H200 host "
+                        "the CUDA backend held 36.0 against 28.0 Gb/s at 8,972 B with 32 against 256), but the host "
+                        "backend on 2 cores ran out of free slots with 16 or 64 (ring_full, counted as loss)")
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
     p.add_argument("--frameloop-loop-sleep-us", type=int, default=100,
