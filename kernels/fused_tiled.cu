@@ -65,10 +65,10 @@ FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, 
 // local samples (zero outside the frame). Outputs whose whole window lies
 // inside the frame (all but `half` at either end) take the unchecked loop:
 // the same terms in the same order, without a bounds test per tap.
-FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
-                            const float* taps) {
+FL_DEVICE void fl_tiled_fir_any(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
+                                const float* taps) {
   const int64_t half = count / 2;
-  const int64_t inner_end = t.n - (int64_t)(count - 1) + half;  // g < inner_end: the window ends inside
+  const int64_t inner_end = t.n - (int64_t)count + 1 + half;  // g < inner_end: the window ends inside
   for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
     float acc = 0.0f;
     if (g >= half && g < inner_end) {
@@ -83,6 +83,49 @@ FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g
       }
     }
     y[g - t.base] = acc;
+  }
+}
+
+// fl_tiled_fir_any for a tap count known at compile time: the taps held in
+// registers and the interior loop unrolled.
+template <uint32_t COUNT>
+FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1,
+                              const float* taps) {
+  constexpr int64_t half = COUNT / 2;
+  float tap[COUNT];
+#pragma unroll
+  for (uint32_t k = 0; k < COUNT; ++k) tap[k] = taps[k];
+  const int64_t inner_end = t.n - (int64_t)COUNT + 1 + half;
+  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+    float acc = 0.0f;
+    if (g >= half && g < inner_end) {
+      const float* window = x + (g - half - t.base);
+#pragma unroll
+      for (uint32_t k = 0; k < COUNT; ++k) acc = fl_mul_add(tap[k], window[k], acc);
+    } else {
+#pragma unroll
+      for (uint32_t k = 0; k < COUNT; ++k) {
+        const int64_t src = g + (int64_t)k - half;
+        acc = fl_mul_add(tap[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
+      }
+    }
+    y[g - t.base] = acc;
+  }
+}
+
+// The FIR step: compiled for the short odd filters chains mostly use, the
+// general loop for any other count.
+FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
+                            const float* taps) {
+  switch (count) {
+    case 3: fl_tiled_fir_n<3>(x, y, t, g0, g1, taps); break;
+    case 5: fl_tiled_fir_n<5>(x, y, t, g0, g1, taps); break;
+    case 7: fl_tiled_fir_n<7>(x, y, t, g0, g1, taps); break;
+    case 9: fl_tiled_fir_n<9>(x, y, t, g0, g1, taps); break;
+    case 11: fl_tiled_fir_n<11>(x, y, t, g0, g1, taps); break;
+    case 13: fl_tiled_fir_n<13>(x, y, t, g0, g1, taps); break;
+    case 15: fl_tiled_fir_n<15>(x, y, t, g0, g1, taps); break;
+    default: fl_tiled_fir_any(x, y, t, g0, g1, count, taps); break;
   }
 }
 
@@ -136,9 +179,14 @@ FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float l
   FlPartial p = fl_partial_empty();
   const uint32_t len = (uint32_t)(t.t1 - t.t0);
   const float* tile = x + (t.t0 - t.base);
+  const uint32_t first = (uint32_t)t.t0;
   for (uint32_t i = 4u * threadIdx.x; i < len; i += 4u * blockDim.x) {
-    const uint32_t end = i + 4 < len ? i + 4 : len;
-    for (uint32_t j = i; j < end; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], (uint32_t)t.t0 + j, level);
+    if (i + 4 <= len) {
+#pragma unroll
+      for (uint32_t j = i; j < i + 4; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
+    } else {
+      for (uint32_t j = i; j < len; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
+    }
   }
   return p;
 }

@@ -971,6 +971,16 @@ fn tiled_fused_chains_match_the_cpu_chain_at_every_size() {
     let max_frame = (2 << 20) + 64;
     let payload = gpu.alloc(max_frame);
     let mut chains = vec![frameloop::ops::default_chain(), image_chain(&mut rng)];
+    // FIRs of both kinds of tap count: compiled in (3 to 15) and any other (1, 17, 21).
+    chains.push(vec![
+        OpSpec::Unpack { format: SampleFormat::U16, scale: 0.01, offset: -3.0 },
+        OpSpec::Fir { taps: rng.floats(17, -0.5, 0.5) },
+        OpSpec::Fir { taps: rng.floats(15, -0.5, 0.5) },
+        OpSpec::Fir { taps: rng.floats(21, -0.5, 0.5) },
+        OpSpec::Fir { taps: rng.floats(1, -0.5, 0.5) },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 0.1 },
+    ]);
     chains.extend((0..10).map(|_| random_chain(&mut rng)));
     // Both plans: tiles capped by the halo (mapped slot) and spread over
     // every block (device memory, the streaming path).

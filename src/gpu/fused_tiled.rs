@@ -362,7 +362,7 @@ macro_rules! large_fused {
 /// A file of the H200 streamed runs.
 macro_rules! streamed_compare {
     ($file:literal) => {
-        concat!("bench/results/gpu-h200-2026-11-26/streamed-compare/", $file)
+        concat!("bench/results/gpu-h200-2026-11-26/tiled-fir-fixed/", $file)
     };
 }
 
@@ -386,9 +386,9 @@ pub const MEASURED: &[Measured] = &[
 /// the chain reads the staging buffer instead of the mapped slot (H200).
 /// The tiled kernel was as fast or faster at every size.
 pub const STREAMED: &[Measured] = &[
-    run(786_432, "image", 24.51, 25.28, streamed_compare!("768k-image.txt")),
-    run(2_097_152, "default", 25.31, 32.22, streamed_compare!("2mib.txt")),
-    run(8_388_608, "default", 54.94, 55.46, streamed_compare!("8mib.txt")),
+    run(786_432, "image", 22.59, 24.54, streamed_compare!("768k-image.txt")),
+    run(2_097_152, "default", 22.82, 32.35, streamed_compare!("2mib.txt")),
+    run(8_388_608, "default", 42.62, 55.58, streamed_compare!("8mib.txt")),
 ];
 
 /// The path `loop.fused_chain = "auto"` takes for frames of `frame_bytes`
