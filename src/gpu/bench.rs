@@ -14,10 +14,12 @@ use super::driver::{self, LaunchDims};
 use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::floors::{ChainBytes, FloorMultiple, Floors, chain_bytes};
 use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{FrameSource, LargePath, MEASURED, STREAMED, choose_large, tiled_fragment};
+use super::fused_tiled::{
+    FrameSource, LargePath, MEASURED, STREAMED, chain_halo, choose_large, plan_tiles, tiled_fragment,
+};
 use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use super::nvrtc::CacheDir;
-use super::operators::PayloadPath;
+use super::operators::{PayloadPath, REDUCE_MAX_BLOCKS};
 use super::runtime::GpuRuntime;
 use super::{GpuError, MappedMemory};
 use crate::clock::{monotonic_ns, realtime_ns};
@@ -603,9 +605,12 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     let limit = fused_shared_limit(&rt)?;
     let auto = plan_fusion(&o.chain, o.frame_bytes, FusedChainMode::Auto, false, limit);
     let large = choose_large(o.frame_bytes, MEASURED);
+    // Whether the chain runs as one tiled kernel at all (built-in operators
+    // only, halos that fit), for both frame sources; the tiled modes run only then.
+    let tiled = tiled_plan(&o.chain, o.frame_bytes, limit);
     let default_mode = match &auto {
         Ok(_) => ModeSpec { fused: true, ..resident("resident poll budget, fused chain") },
-        Err(NotFused::LargeFrames { .. }) if large.0 == LargePath::Tiled => {
+        Err(NotFused::LargeFrames { .. }) if large.0 == LargePath::Tiled && tiled.is_ok() => {
             ModeSpec { tiled: true, ..resident("resident poll budget, auto: tiled fused kernel") }
         }
         Err(_) => resident("resident poll budget, auto: graph IF body"),
@@ -644,6 +649,9 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     if matches!(auto, Err(NotFused::LargeFrames { .. })) {
         modes.push(ModeSpec { streamed: true, tiled: true, ..resident(STREAMED_TILED_MODE) });
         modes.push(ModeSpec { streamed: true, ..resident(STREAMED_IF_BODY_MODE) });
+    }
+    if tiled.is_err() {
+        modes.retain(|m| !m.tiled);
     }
     if o.paths_only {
         modes.retain(|m| {
@@ -722,8 +730,11 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     if matches!(auto, Err(NotFused::LargeFrames { .. })) {
         targets.extend(large_frame_targets(&floors, bytes, &res, "auto's"));
         // The same targets for what auto runs when frames stream in (loop.stream_to_gpu).
-        let streamed_mode =
-            if streamed_large.0 == LargePath::Tiled { STREAMED_TILED_MODE } else { STREAMED_IF_BODY_MODE };
+        let streamed_mode = if streamed_large.0 == LargePath::Tiled && tiled.is_ok() {
+            STREAMED_TILED_MODE
+        } else {
+            STREAMED_IF_BODY_MODE
+        };
         if let Some(streamed) = by(streamed_mode) {
             targets.extend(large_frame_targets(&floors, bytes, &streamed, "streamed auto's"));
             if let Some(graph) = by(GRAPH_LAUNCH_MODE) {
@@ -784,6 +795,10 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     ];
     let mut comparisons: Vec<String> =
         pairs.iter().filter_map(|(what, a, b)| Some(versus(what, &by(a)?, &by(b)?))).collect();
+    if let Err(why) = &tiled {
+        comparisons
+            .insert(0, format!("the chain cannot run as one tiled kernel, so no tiled mode ran: {why}"));
+    }
     if let Err(why) = auto {
         comparisons.insert(
             0,
@@ -809,6 +824,18 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         chain_bytes: bytes,
         floor_multiples,
     })
+}
+
+/// Whether `chain` runs as one tiled kernel on frames of `frame_bytes`
+/// with `shared_limit` bytes of shared memory per block, from the mapped
+/// slot and from device memory; the reason when it does not.
+fn tiled_plan(chain: &[OpSpec], frame_bytes: usize, shared_limit: usize) -> Result<(), String> {
+    let encoded = FusedChain::encode(chain, frame_bytes).map_err(|e| e.to_string())?;
+    let (samples, halo) = (encoded.program.capacity as usize, chain_halo(&encoded.program));
+    for source in [FrameSource::MappedSlot, FrameSource::DeviceMemory] {
+        plan_tiles(samples, halo, REDUCE_MAX_BLOCKS, shared_limit, source).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The large-frame targets of `res` (a mode `loop.fused_chain = "auto"`
@@ -849,6 +876,25 @@ fn large_frame_targets(floors: &Floors, bytes: ChainBytes, res: &ModeResult, who
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiled_modes_run_only_for_chains_the_tiled_kernel_can_run() {
+        let limit = 227 * 1024;
+        assert_eq!(tiled_plan(&crate::ops::default_chain(), 2 << 20, limit), Ok(()));
+        let wide = vec![
+            OpSpec::Unpack { format: crate::ops::SampleFormat::U16, scale: 1.0, offset: 0.0 },
+            OpSpec::Filter2d { width: 40_000, kernel: [0.1; 9] },
+            OpSpec::Stats,
+        ];
+        let why = tiled_plan(&wide, 8 << 20, limit).unwrap_err();
+        assert!(why.contains("filter2d rows") || why.contains("halo"), "{why}");
+        let fft = crate::config::parse(
+            "[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"fft\"\nn = 1024\n",
+        )
+        .unwrap()
+        .chain;
+        assert!(tiled_plan(&fft, 2 << 20, limit).is_err(), "the fft has no place in a fused program");
+    }
 
     #[test]
     fn a_streamed_frame_has_the_bytes_of_a_whole_one_and_its_full_mark() {

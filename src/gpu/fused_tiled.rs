@@ -122,7 +122,8 @@ impl TilePlan {
 /// `halo`: `blocks` blocks (what the GPU runs at once), fewer when their
 /// tiles would hold under [`MIN_TILE_SAMPLES`], and at most
 /// `ceil(capacity / (HALO_TILE_RATIO * halo))` when the frame is read from
-/// the mapped slot (`source`); each block's buffers take
+/// the mapped slot (`source`), `ceil(capacity / halo)` from device memory;
+/// each block's buffers take
 /// its tile and the halo, or as much as `shared_limit` bytes hold (a frame
 /// then has more tiles than blocks). Refused when a tile would be shorter
 /// than the halo (or 4 samples): the blocks would mostly recompute their
@@ -135,11 +136,16 @@ pub fn plan_tiles(
     source: FrameSource,
 ) -> Result<TilePlan, NotTiled> {
     let by_size = u32::try_from(capacity.div_ceil(MIN_TILE_SAMPLES)).unwrap_or(u32::MAX);
-    let by_halo = match (halo, source) {
-        (0, _) | (_, FrameSource::DeviceMemory) => u32::MAX,
-        (h, FrameSource::MappedSlot) => {
-            u32::try_from((capacity as u64).div_ceil(HALO_TILE_RATIO.saturating_mul(h))).unwrap_or(u32::MAX)
-        }
+    // Tiles at least HALO_TILE_RATIO halos long from the mapped slot, at
+    // least one halo long from device memory (shorter ones would mostly
+    // recompute their neighbours' samples).
+    let ratio = match source {
+        FrameSource::MappedSlot => HALO_TILE_RATIO,
+        FrameSource::DeviceMemory => 1,
+    };
+    let by_halo = match halo {
+        0 => u32::MAX,
+        h => u32::try_from((capacity as u64).div_ceil(ratio.saturating_mul(h))).unwrap_or(u32::MAX),
     };
     let grid = blocks.min(by_size).min(by_halo).clamp(1, REDUCE_MAX_BLOCKS);
     let two_halos = 2 * halo.next_multiple_of(2);
@@ -490,10 +496,15 @@ mod tests {
         assert_eq!(p.tile_len(524_288), 16_384, "about 16 halos");
         assert!(2 * 1025 * (p.grid as usize - 1) * 8 < 524_288, "{p:?}: halos under 1/8 with a block fewer");
         assert_covers(&p, 524_288);
-        // Read from device memory the halos cost no bus traffic: every block.
+        // Read from device memory the halos cost no bus traffic: every block,
+        // as long as a tile is at least a halo long.
         let p = plan_tiles(524_288, 1025, 132, 227 * 1024, FrameSource::DeviceMemory).unwrap();
         assert_eq!(p.grid, 132);
         assert_covers(&p, 524_288);
+        let p = plan_tiles(300_000, 5000, 132, 227 * 1024, FrameSource::DeviceMemory).unwrap();
+        assert_eq!(p.grid, 60);
+        assert!(p.tile_len(300_000) >= 5000, "{p:?}");
+        assert_covers(&p, 300_000);
         assert_eq!(plan_tiles(3 << 20, 1025, 132, 227 * 1024, FrameSource::MappedSlot).unwrap().grid, 132);
         // A halo no tile can carry.
         let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024, FrameSource::MappedSlot).unwrap_err();
