@@ -643,10 +643,13 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     if o.compare_chain.is_some() {
         modes.push(ModeSpec { compare_chain: true, ..resident(COMPARE_CHAIN_MODE) });
     }
-    // Frames too large for the handler: both large-frame paths again, the
-    // frame streamed into device memory while it is written.
+    // Frames too large for the handler, or as large as loop.stream_to_gpu =
+    // "auto" streams: both large-frame paths again, the frame streamed into
+    // device memory while it is written.
     let streamed_large = choose_large(o.frame_bytes, STREAMED);
-    if matches!(auto, Err(NotFused::LargeFrames { .. })) {
+    if matches!(auto, Err(NotFused::LargeFrames { .. }))
+        || o.frame_bytes >= super::streaming::AUTO_MIN_SLOT_BYTES
+    {
         modes.push(ModeSpec { streamed: true, tiled: true, ..resident(STREAMED_TILED_MODE) });
         modes.push(ModeSpec { streamed: true, ..resident(STREAMED_IF_BODY_MODE) });
     }
@@ -799,15 +802,20 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         comparisons
             .insert(0, format!("the chain cannot run as one tiled kernel, so no tiled mode ran: {why}"));
     }
-    if let Err(why) = auto {
-        comparisons.insert(
+    match auto {
+        Err(why @ NotFused::LargeFrames { .. }) if tiled.is_ok() => comparisons.insert(
             0,
             format!(
                 "loop.fused_chain = \"auto\" does not fuse this chain into the handler: {why}; large frames: {:?} \
                  ({}); streamed: {:?} ({})",
                 large.0, large.1, streamed_large.0, streamed_large.1
             ),
-        );
+        ),
+        Err(why) => comparisons.insert(
+            0,
+            format!("loop.fused_chain = \"auto\" does not fuse this chain into the handler: {why}; one kernel per operator"),
+        ),
+        Ok(_) => {}
     }
     Ok(CompareReport {
         device: rt.info.to_string(),
