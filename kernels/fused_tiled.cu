@@ -24,6 +24,7 @@
 #include "reduce.cuh"
 #include "filter2d.cuh"
 #include "unpack.cuh"
+#include "stream.cuh"
 
 // Dynamic shared memory: two buffers of `span` floats.
 extern __shared__ float4 fl_tiled_smem[];
@@ -36,17 +37,40 @@ struct FlTile {
   int64_t n;     // samples of the frame
 };
 
+// Where a tile reads the frame's bytes: the slot's payload, and for a
+// streamed frame also a copy of its first `pulled` bytes in device memory
+// (`staged`; pulled 0 when there is none).
+struct FlTiledSource {
+  const uint8_t* payload;
+  const uint8_t* staged;
+  uint64_t pulled;
+};
+
+// One past the last byte of the payload that sample `i` is read from.
+template <int FMT> FL_DEVICE uint64_t fl_tiled_sample_end(int64_t i) {
+  if (FMT == FL_FMT_U8) return (uint64_t)i + 1;
+  if (FMT == FL_FMT_U16) return 2 * (uint64_t)i + 2;
+  return (uint64_t)i / 2 * 3 + ((i & 1) ? 3 : 2);
+}
+
 // Samples [g0, g1) of the payload converted into `out` (local indices).
+// A sample whose bytes all lie below `pulled` is read from the staged copy,
+// any other from the slot (which holds the whole frame once it is
+// published): whole chunks take one load from one of the two, a chunk
+// across `pulled` is read sample by sample.
 template <int FMT>
-FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, const FlTile& t, int64_t g0,
+FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out, const FlTile& t, int64_t g0,
                                int64_t g1, float scale, float offset) {
   typedef UnpackChunk<FMT> C;
+  const uint8_t* payload = src.payload;
   const int64_t c0 = g0 / C::samples, c1 = (g1 + C::samples - 1) / C::samples;
   for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
     const int64_t first = c * C::samples;
-    if (vec_in && first >= g0 && first + C::samples <= g1) {
+    const uint64_t at = (uint64_t)c * C::bytes;
+    const bool across = at < src.pulled && at + C::bytes > src.pulled;
+    if (vec_in && !across && first >= g0 && first + C::samples <= g1) {
       uint32_t words[4];
-      fl_load_chunk<FMT>(payload + c * C::bytes, words);
+      fl_load_chunk<FMT>((at + C::bytes <= src.pulled ? src.staged : payload) + at, words);
       uint32_t s[C::samples];
       fl_decode_chunk<FMT>(words, s);
       float* y = out + (first - t.base);
@@ -55,8 +79,10 @@ FL_DEVICE void fl_tiled_unpack(const uint8_t* payload, bool vec_in, float* out, 
     } else {
       const int64_t lo = first > g0 ? first : g0;
       const int64_t hi = first + C::samples < g1 ? first + C::samples : g1;
-      for (int64_t i = lo; i < hi; ++i)
-        out[i - t.base] = fl_mul_add(__uint2float_rn(fl_sample_at<FMT>(payload, (uint32_t)i)), scale, offset);
+      for (int64_t i = lo; i < hi; ++i) {
+        const uint8_t* from = fl_tiled_sample_end<FMT>(i) <= src.pulled ? src.staged : payload;
+        out[i - t.base] = fl_mul_add(__uint2float_rn(fl_sample_at<FMT>(from, (uint32_t)i)), scale, offset);
+      }
     }
   }
 }
@@ -219,11 +245,15 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 // `publish` null or the loop's parameters (the last block publishes the
 // result), `samples` null or room for the frame's samples after the last
 // filter (each block writes its tiles there; for tests against the CPU
-// reference). Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
+// reference), `stream`/`staged` null, or for a frame that streams into
+// device memory the pulls' state and their staging buffer: the kernel then
+// reads the pulled part of the frame from there and the rest from the slot,
+// so no tail copy runs before it. Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
 // 2 * span * 4 bytes of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
     fl_fused_tiled(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
-                   uint32_t halo, uint32_t span, const LoopParams* publish, float* samples) {
+                   uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
+                   const FlStreamState* stream, const uint8_t* staged) {
   __shared__ FusedStep steps[FL_FUSED_MAX_STEPS];
   // Each reduction step's partial over this block's tiles.
   __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
@@ -241,6 +271,8 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)fd->payload_dptr;
+  FlTiledSource source = {payload, staged, 0};
+  if (stream != nullptr && staged != nullptr && stream->seq == fd->ring_seq) source.pulled = stream->pulled;
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, fd->payload_len, prog->capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most that fit.
@@ -272,13 +304,13 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
       const int64_t g1 = t.t1 + reach < t.n ? t.t1 + reach : t.n;
       switch (s.kind) {
         case FL_STEP_UNPACK_U8:
-          fl_tiled_unpack<FL_FMT_U8>(payload, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
+          fl_tiled_unpack<FL_FMT_U8>(source, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
           break;
         case FL_STEP_UNPACK_U16:
-          fl_tiled_unpack<FL_FMT_U16>(payload, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
+          fl_tiled_unpack<FL_FMT_U16>(source, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
           break;
         case FL_STEP_UNPACK_U12:
-          fl_tiled_unpack<FL_FMT_U12>(payload, (uint64_t)payload % 4 == 0, o, t, g0, g1, s.a, s.b);
+          fl_tiled_unpack<FL_FMT_U12>(source, (uint64_t)payload % 4 == 0, o, t, g0, g1, s.a, s.b);
           break;
         case FL_STEP_FIR:
           fl_tiled_fir(in, o, t, g0, g1, s.count <= FL_MAX_FIR_TAPS ? s.count : FL_MAX_FIR_TAPS, s.coeffs);

@@ -3,6 +3,7 @@
 // it read device memory: the "one copy" alternative to zero-copy reads of
 // the slot, kept for the comparison of the two.
 #include "ops_common.cuh"
+#include "stream.cuh"
 
 #define FL_STAGE_THREADS 1024
 
@@ -30,17 +31,6 @@ extern "C" __global__ void __launch_bounds__(FL_STAGE_THREADS)
 // staging buffer, so the chain reads device memory.
 
 #define FL_STREAM_THREADS 1024
-
-// Device memory, zeroed at allocation. `seq`/`pulled`: the staging buffer
-// holds bytes [0, pulled) of ring sequence `seq` (pulled a multiple of 16).
-// `pending_not`/`ticket`: the running pull's agreement (below).
-struct FlStreamState {
-  unsigned long long seq;
-  unsigned long long pulled;
-  unsigned long long pending_not;  // max over blocks of ~end (0: none yet)
-  unsigned int ticket;             // blocks of the running pull that are done
-  unsigned int _pad;
-};
 
 // Grid: any number of blocks of FL_STREAM_THREADS. Runs in the loop body
 // in front of the data-ready handler, so the frame it pulls (the one after

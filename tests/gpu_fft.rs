@@ -215,6 +215,7 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                     user_result: 0,
                     slot_header: 0,
                     kernels: &rt.library,
+                    streamed: None,
                 };
                 let graph = match mode {
                     Enqueue::Direct => None,

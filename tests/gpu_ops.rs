@@ -16,6 +16,7 @@ use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 
 use frameloop::fragment::{
     DevicePtr, DeviceRegion, EnqueueTarget, Fragment, GpuResidentOperator, OperatorId, Plan, PortDirection,
+    StreamedFrame,
 };
 use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::fused_tiled::{FrameSource, FusedTiledOp};
@@ -198,6 +199,8 @@ struct Rig {
     buffers: Vec<DeviceRegion>,
     frame_desc: DevicePtr,
     chain_result: DevicePtr,
+    /// Where a streaming frame is staged, as the loop offers it.
+    streamed: Option<StreamedFrame>,
 }
 
 impl Rig {
@@ -211,7 +214,7 @@ impl Rig {
         }
         let frame_desc = gpu.alloc(std::mem::size_of::<FrameDesc>());
         let chain_result = gpu.alloc(std::mem::size_of::<ChainResult>());
-        Rig { fragment, plan, buffers, frame_desc, chain_result }
+        Rig { fragment, plan, buffers, frame_desc, chain_result, streamed: None }
     }
 
     fn single(gpu: &mut Gpu, op: impl GpuResidentOperator + 'static) -> Rig {
@@ -263,6 +266,7 @@ impl Rig {
             user_result: 0,
             slot_header: 0,
             kernels: &gpu.kernels,
+            streamed: self.streamed,
         };
         let enqueued = self.fragment.enqueue(&self.plan, &self.buffers, &target);
         let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
@@ -288,6 +292,7 @@ impl Rig {
             user_result: 0,
             slot_header: 0,
             kernels: &gpu.kernels,
+            streamed: self.streamed,
         };
         self.fragment.enqueue(&self.plan, &self.buffers, &target).unwrap();
         gpu.sync();
@@ -910,6 +915,13 @@ fn check_tiled(
         gpu,
         FrameDesc { payload_dptr: payload, payload_len: raw.len() as u32, ..Default::default() },
     );
+    check_tiled_ran(gpu, rig, cpu_chain, raw, what);
+}
+
+/// Runs `rig` on the frame its FrameDesc describes (outputs poisoned by
+/// the caller) and checks every sample and the result against the CPU
+/// chain on `raw`, the bytes the frame should be read as.
+fn check_tiled_ran(gpu: &Gpu, rig: &mut Rig, cpu_chain: &mut CpuChain, raw: &[u8], what: &str) {
     rig.run(gpu);
     let want = cpu_chain.run(raw);
     assert_eq!(rig.desc(gpu).n_samples as usize, want.output_len, "{what}: n_samples");
@@ -961,6 +973,78 @@ fn tiled_rig_from(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize, source: Fra
 /// [`tiled_rig_from`] the mapped slot.
 fn tiled_rig(gpu: &mut Gpu, chain: &[OpSpec], max_frame: usize) -> Rig {
     tiled_rig_from(gpu, chain, max_frame, FrameSource::MappedSlot)
+}
+
+/// A frame that streams into device memory: planned for device memory, the
+/// tiled kernel reads the bytes the pulls staged (below `pulled`) from the
+/// staging buffer and the rest from the slot, with no tail copy first. The
+/// staging buffer here holds other bytes than the slot below `pulled`, so
+/// the result shows which one each sample came from.
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_kernel_reads_a_streamed_frame_from_the_staging_buffer_below_pulled_and_the_slot_above() {
+    let mut gpu = Gpu::open();
+    let mut rng = Rng::fresh("tiled streamed");
+    let max_frame = (2 << 20) + 64;
+    let (slot, staging, state) =
+        (gpu.alloc(max_frame), gpu.alloc(max_frame.next_multiple_of(16)), gpu.alloc(64));
+    let mut chains = vec![frameloop::ops::default_chain(), image_chain(&mut rng)];
+    chains.extend((0..4).map(|_| random_chain(&mut rng)));
+    for (c, chain) in chains.iter().enumerate() {
+        let mut rig = tiled_rig_from(&mut gpu, chain, max_frame, FrameSource::DeviceMemory);
+        rig.streamed = Some(StreamedFrame { state, staging });
+        let mut cpu_chain = CpuChain::new(chain, max_frame).unwrap();
+        let odd = 1 + rng.below(max_frame - 1);
+        for (len, pulled) in [
+            (786_432, 0),
+            (786_432, 786_432),
+            (786_432, 16 * 1_000),
+            ((2 << 20) + 6, 2 << 20),
+            (odd, (odd / 2) & !15),
+            (4095, 4080),
+        ] {
+            let ring_seq = 7 + rng.below(1000) as u64;
+            let mut from_slot = rng.bytes(len);
+            let staged = rng.bytes(pulled);
+            // A sample whose bytes straddle `pulled` is read from the slot, so
+            // the two agree on the bytes just below it.
+            let agree = pulled.saturating_sub(2);
+            from_slot[agree..pulled].copy_from_slice(&staged[agree..pulled]);
+            gpu.upload(slot, &from_slot);
+            if pulled > 0 {
+                gpu.upload(staging, &staged);
+            }
+            gpu.upload(state, &[ring_seq, pulled as u64, 0, 0]);
+            let mut frame = staged.clone();
+            frame.extend_from_slice(&from_slot[pulled..]);
+            rig.poison(&gpu);
+            rig.set_desc(
+                &gpu,
+                FrameDesc { payload_dptr: slot, payload_len: len as u32, ring_seq, ..Default::default() },
+            );
+            check_tiled_ran(
+                &gpu,
+                &mut rig,
+                &mut cpu_chain,
+                &frame,
+                &format!("chain {c} {chain:?} len {len} pulled {pulled}"),
+            );
+            // The state of another frame: the whole frame from the slot.
+            gpu.upload(state, &[ring_seq + 1, pulled as u64, 0, 0]);
+            rig.poison(&gpu);
+            rig.set_desc(
+                &gpu,
+                FrameDesc { payload_dptr: slot, payload_len: len as u32, ring_seq, ..Default::default() },
+            );
+            check_tiled_ran(
+                &gpu,
+                &mut rig,
+                &mut cpu_chain,
+                &from_slot,
+                &format!("chain {c} len {len}, stale state"),
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use cudarc::driver::CudaStream;
 
 use super::FragmentError;
 use super::operator::{ComputeContext, DevicePtr, DeviceRegion, GpuResidentOperator, KernelLookup};
-use super::operator::{OperatorSpec, PortDirection};
+use super::operator::{OperatorSpec, PortDirection, StreamedFrame};
 use super::plan::Plan;
 
 /// Index of an operator in the fragment that returned it from `add_operator`.
@@ -50,6 +50,8 @@ pub struct EnqueueTarget<'a> {
     /// device memory, filled when the frame is claimed), 0 where there is none.
     pub slot_header: DevicePtr,
     pub kernels: &'a dyn KernelLookup,
+    /// Where the loop stages a streaming frame, when frames stream.
+    pub streamed: Option<StreamedFrame>,
 }
 
 /// A linear chain of GPU-resident operators.
@@ -86,6 +88,12 @@ impl Fragment {
 
     pub fn is_empty(&self) -> bool {
         self.operators.is_empty()
+    }
+
+    /// Whether the fragment reads a streaming frame itself: its only
+    /// operator says so ([`GpuResidentOperator::reads_streamed_frames`]).
+    pub fn reads_streamed_frames(&self) -> bool {
+        matches!(self.operators.as_slice(), [only] if only.op.reads_streamed_frames())
     }
 
     pub fn flows(&self) -> &[Flow] {
@@ -255,6 +263,7 @@ impl Fragment {
             kernels: target.kernels,
             result_publisher: publisher,
             publisher_taken: false,
+            streamed: target.streamed,
         };
         entry.op.compute(&mut ctx)?;
         Ok(ctx.publisher_taken)

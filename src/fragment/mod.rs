@@ -15,7 +15,7 @@ pub use error::FragmentError;
 pub use graph::{EnqueueTarget, Flow, Fragment, OperatorId};
 pub use operator::{
     ComputeContext, DevicePtr, DeviceRegion, GpuResidentOperator, KernelLookup, OperatorSpec, PortBinding,
-    PortDirection, PortMemory, PortSpec,
+    PortDirection, PortMemory, PortSpec, StreamedFrame,
 };
 pub use plan::{BufferSource, Diagnostic, Plan, PlannedBuffer, Severity};
 

@@ -166,6 +166,16 @@ pub struct PortBinding {
     pub buffer: usize,
 }
 
+/// A frame that streams into device memory while it arrives (sub-frame
+/// streaming): where the loop keeps what it has pulled of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamedFrame {
+    /// Device address of the pulls' state (`FlStreamState`, kernels/stream.cuh).
+    pub state: DevicePtr,
+    /// Device address of the staging buffer the pulls copy the frame into.
+    pub staging: DevicePtr,
+}
+
 /// Everything an operator's `compute` may use. The stream may be capturing
 /// into a graph: enqueue kernels, memsets and copies only; no host
 /// synchronisation, allocation or event record.
@@ -187,6 +197,8 @@ pub struct ComputeContext<'a> {
     pub(crate) result_publisher: Option<DevicePtr>,
     /// Set when the operator took [`ComputeContext::take_result_publisher`].
     pub(crate) publisher_taken: bool,
+    /// Where the loop stages a streaming frame, when frames stream.
+    pub(crate) streamed: Option<StreamedFrame>,
 }
 
 impl<'a> ComputeContext<'a> {
@@ -208,6 +220,12 @@ impl<'a> ComputeContext<'a> {
         })?;
         debug_assert!(binding.buffer < self.buffers.len());
         Ok(self.buffers[binding.buffer])
+    }
+
+    /// Where the loop stages the frame when frames stream into device memory
+    /// (`loop.stream_to_gpu`); `None` otherwise.
+    pub fn streamed_frame(&self) -> Option<StreamedFrame> {
+        self.streamed
     }
 
     /// Device address of this iteration's `FrameDesc` (see `ring::layout`).
@@ -270,4 +288,14 @@ pub trait GpuResidentOperator: Send {
     /// Enqueues this operator's work on `ctx.stream()`. Called when the
     /// executor captures the graph (and, for launch-per-frame modes, per frame).
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError>;
+
+    /// Whether this operator reads a streaming frame itself: the pulled part
+    /// from [`ComputeContext::streamed_frame`]'s staging buffer and the rest
+    /// from the slot, so that the loop need not copy the rest into the
+    /// staging buffer first. Honoured only for an operator that is its
+    /// fragment's only one; the default reads the frame where the
+    /// `FrameDesc` points.
+    fn reads_streamed_frames(&self) -> bool {
+        false
+    }
 }

@@ -246,9 +246,12 @@ impl ExecutorCore {
             }
         };
         let (_, if_body) = body.add_conditional(&ctx, &if_deps, if_handle, Conditional::If)?;
+        // A workload that reads a streaming frame itself needs no tail copy.
         let tail = match &self.stream {
-            Some(st) => vec![st.add_tail(&self.rt, if_body, &[], self.state.dptr() + DESC_OFFSET as u64)?],
-            None => Vec::new(),
+            Some(st) if !self.workload.reads_streamed_frames() => {
+                vec![st.add_tail(&self.rt, if_body, &[], self.state.dptr() + DESC_OFFSET as u64)?]
+            }
+            _ => Vec::new(),
         };
         self.capture_workload(if_body, &tail)?;
         self.programmatic_edges =
@@ -308,6 +311,7 @@ impl ExecutorCore {
             user_result: self.state.dptr() + USER_OFFSET as u64,
             slot_header: self.state.dptr() + SLOT_OFFSET as u64,
             kernels: &self.rt.library,
+            streamed: None,
         };
         let fragment = match self.builtin_handler.as_mut() {
             Some(h) => h,
@@ -347,6 +351,7 @@ impl ExecutorCore {
                 user_result: self.state.dptr() + USER_OFFSET as u64,
                 slot_header: self.state.dptr() + SLOT_OFFSET as u64,
                 kernels: &self.rt.library,
+                streamed: self.stream.as_ref().map(|st| st.staged()),
             };
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
@@ -420,6 +425,7 @@ impl ExecutorCore {
             kernels: &self.rt.library,
             result_publisher: None,
             publisher_taken: false,
+            streamed: self.stream.as_ref().map(|st| st.staged()),
         };
         entry.op.compute(&mut ctx).map_err(|e| GpuError::Setup(e.to_string()))
     }

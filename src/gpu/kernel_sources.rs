@@ -13,6 +13,7 @@ pub const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("frameloop.cuh", include_str!("../../kernels/frameloop.cuh")),
     ("user_frame.cuh", include_str!("../../kernels/user_frame.cuh")),
     ("output_ring.cuh", include_str!("../../kernels/output_ring.cuh")),
+    ("stream.cuh", include_str!("../../kernels/stream.cuh")),
 ];
 
 /// Every `.cu` file of `kernels/`: (file name, source).

@@ -41,7 +41,7 @@ pub const STREAM_POLL_BUDGET_NS: u64 = 20_000;
 /// (docs/gpu.md, "Sub-frame streaming": the smallest measured size where
 /// streaming lowered both p50 and p99.9).
 pub const AUTO_MIN_SLOT_BYTES: usize = 768 * 1024;
-/// Bytes of `FlStreamState` (kernels/stage.cu), rounded up.
+/// Bytes of `FlStreamState` (kernels/stream.cuh), rounded up.
 const STATE_BYTES: usize = 64;
 
 /// Whether the loop streams, from `loop.stream_to_gpu`, the slot capacity
@@ -91,6 +91,11 @@ impl StreamBuffers {
             state: DeviceBuffer::new(&rt.ctx, STATE_BYTES, 0)?,
             words,
         })
+    }
+
+    /// Where the frames are staged, for an operator that reads them itself.
+    pub(super) fn staged(&self) -> crate::fragment::StreamedFrame {
+        crate::fragment::StreamedFrame { state: self.state.dptr(), staging: self.staging.dptr() }
     }
 
     /// Adds the `fl_stream_pull` node to the loop body, after `deps`.
