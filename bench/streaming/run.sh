@@ -10,7 +10,8 @@
 #
 #   OUT=/tmp/streaming FRAMELOOP=target/release/frameloop bench/streaming/run.sh
 #
-# LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop].
+# LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop],
+# INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest].
 #
 # With the argument `crossover` it runs the default chain at 64, 256, 512
 # and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
@@ -46,6 +47,7 @@ case_run() {
     echo '[ingest]'
     echo "bind = \"127.0.0.1:$PORT\""
     echo 'recv_buffer_bytes = 67108864'
+    echo "${INGEST_EXTRA:-}"
     echo '[ring]'
     echo 'slots = 16'
     echo "slot_bytes = $bytes"
