@@ -87,56 +87,59 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
   }
 }
 
-// FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
-// local samples (zero outside the frame). Outputs whose whole window lies
-// inside the frame (all but `half` at either end) take the unchecked loop:
-// the same terms in the same order, without a bounds test per tap.
-FL_DEVICE void fl_tiled_fir_any(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
-                                const float* taps) {
+// FIR outputs [g0, g1) of `count` taps, the sum of fl_fir_at in the same
+// order with samples outside the frame taken as zero, each bounds-checked
+// (the frame's first and last `half` outputs).
+FL_DEVICE void fl_tiled_fir_checked(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1,
+                                    uint32_t count, const float* taps) {
   const int64_t half = count / 2;
-  const int64_t inner_end = t.n - (int64_t)count + 1 + half;  // g < inner_end: the window ends inside
   for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
     float acc = 0.0f;
-    if (g >= half && g < inner_end) {
-      const float* window = x + (g - half - t.base);
-#pragma unroll 4
-      for (uint32_t k = 0; k < count; ++k) acc = fl_mul_add(taps[k], window[k], acc);
-    } else {
-#pragma unroll 4
-      for (uint32_t k = 0; k < count; ++k) {
-        const int64_t src = g + k - half;
-        acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
-      }
+    for (uint32_t k = 0; k < count; ++k) {
+      const int64_t src = g + (int64_t)k - half;
+      acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
     }
     y[g - t.base] = acc;
   }
 }
 
-// fl_tiled_fir_any for a tap count known at compile time: the taps held in
-// registers and the interior loop unrolled.
+// FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
+// local samples. Outputs whose whole window lies inside the frame (all but
+// `half` at either end) sum their terms without a bounds test, indexed in
+// 32 bits (a tile and its halos hold far fewer than 2^31 samples); the
+// others take fl_tiled_fir_checked. COUNT: the tap count when it is known
+// at compile time (taps held in registers, the loop unrolled), 0 for any.
 template <uint32_t COUNT>
-FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1,
+FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
                               const float* taps) {
-  constexpr int64_t half = COUNT / 2;
-  float tap[COUNT];
+  constexpr uint32_t HELD = COUNT ? COUNT : 1;
+  float tap[HELD];
 #pragma unroll
-  for (uint32_t k = 0; k < COUNT; ++k) tap[k] = taps[k];
-  const int64_t inner_end = t.n - (int64_t)COUNT + 1 + half;
-  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
-    float acc = 0.0f;
-    if (g >= half && g < inner_end) {
-      const float* window = x + (g - half - t.base);
-#pragma unroll
-      for (uint32_t k = 0; k < COUNT; ++k) acc = fl_mul_add(tap[k], window[k], acc);
-    } else {
-#pragma unroll
-      for (uint32_t k = 0; k < COUNT; ++k) {
-        const int64_t src = g + (int64_t)k - half;
-        acc = fl_mul_add(tap[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
-      }
-    }
-    y[g - t.base] = acc;
+  for (uint32_t k = 0; k < HELD; ++k) tap[k] = COUNT ? taps[k] : 0.0f;
+  const uint32_t n_taps = COUNT ? COUNT : count;
+  const int64_t half = n_taps / 2;
+  const int64_t inner_end = t.n - (int64_t)n_taps + 1 + half;  // g < inner_end: the window ends inside
+  const int64_t a = g0 > half ? g0 : half;
+  const int64_t b = g1 < inner_end ? g1 : inner_end;
+  if (a >= b) {
+    fl_tiled_fir_checked(x, y, t, g0, g1, n_taps, taps);
+    return;
   }
+  const int32_t first = (int32_t)(a - t.base), end = (int32_t)(b - t.base), reach = (int32_t)half;
+  for (int32_t l = first + (int32_t)threadIdx.x; l < end; l += (int32_t)blockDim.x) {
+    const float* window = x + (l - reach);
+    float acc = 0.0f;
+    if (COUNT) {
+#pragma unroll
+      for (uint32_t k = 0; k < HELD; ++k) acc = fl_mul_add(tap[k], window[k], acc);
+    } else {
+#pragma unroll 4
+      for (uint32_t k = 0; k < n_taps; ++k) acc = fl_mul_add(taps[k], window[k], acc);
+    }
+    y[l] = acc;
+  }
+  fl_tiled_fir_checked(x, y, t, g0, a, n_taps, taps);
+  fl_tiled_fir_checked(x, y, t, b, g1, n_taps, taps);
 }
 
 // The FIR step: compiled for the short odd filters chains mostly use, the
@@ -144,14 +147,14 @@ FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int64_t
 FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
                             const float* taps) {
   switch (count) {
-    case 3: fl_tiled_fir_n<3>(x, y, t, g0, g1, taps); break;
-    case 5: fl_tiled_fir_n<5>(x, y, t, g0, g1, taps); break;
-    case 7: fl_tiled_fir_n<7>(x, y, t, g0, g1, taps); break;
-    case 9: fl_tiled_fir_n<9>(x, y, t, g0, g1, taps); break;
-    case 11: fl_tiled_fir_n<11>(x, y, t, g0, g1, taps); break;
-    case 13: fl_tiled_fir_n<13>(x, y, t, g0, g1, taps); break;
-    case 15: fl_tiled_fir_n<15>(x, y, t, g0, g1, taps); break;
-    default: fl_tiled_fir_any(x, y, t, g0, g1, count, taps); break;
+    case 3: fl_tiled_fir_n<3>(x, y, t, g0, g1, count, taps); break;
+    case 5: fl_tiled_fir_n<5>(x, y, t, g0, g1, count, taps); break;
+    case 7: fl_tiled_fir_n<7>(x, y, t, g0, g1, count, taps); break;
+    case 9: fl_tiled_fir_n<9>(x, y, t, g0, g1, count, taps); break;
+    case 11: fl_tiled_fir_n<11>(x, y, t, g0, g1, count, taps); break;
+    case 13: fl_tiled_fir_n<13>(x, y, t, g0, g1, count, taps); break;
+    case 15: fl_tiled_fir_n<15>(x, y, t, g0, g1, count, taps); break;
+    default: fl_tiled_fir_n<0>(x, y, t, g0, g1, count, taps); break;
   }
 }
 

@@ -382,7 +382,7 @@ macro_rules! large_fused {
 /// A file of the H200 streamed runs.
 macro_rules! streamed_compare {
     ($file:literal) => {
-        concat!("bench/results/gpu-h200-2026-11-26/tiled-reads-stream/", $file)
+        concat!("bench/results/gpu-h200-2026-11-26/tiled-fir-local/", $file)
     };
 }
 
@@ -406,9 +406,9 @@ pub const MEASURED: &[Measured] = &[
 /// the chain reads the staging buffer instead of the mapped slot (H200).
 /// The tiled kernel was as fast or faster at every size.
 pub const STREAMED: &[Measured] = &[
-    run(786_432, "image", 22.91, 24.26, streamed_compare!("768k-image.txt")),
-    run(2_097_152, "default", 21.98, 32.45, streamed_compare!("2mib.txt")),
-    run(8_388_608, "default", 40.16, 55.68, streamed_compare!("8mib.txt")),
+    run(786_432, "image", 22.91, 24.22, streamed_compare!("768k-image.txt")),
+    run(2_097_152, "default", 20.16, 32.19, streamed_compare!("2mib.txt")),
+    run(8_388_608, "default", 37.73, 55.36, streamed_compare!("8mib.txt")),
 ];
 
 /// The path `loop.fused_chain = "auto"` takes for frames of `frame_bytes`
