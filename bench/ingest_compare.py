@@ -3,7 +3,8 @@
 
 For each tool and datagram size, finds the highest offered rate at which the
 receiver loses nothing: a doubling ladder of offered rates until the first
-loss, then bisection between the last clean and the first lossy rate. Both
+loss, then bisection between the last clean and the first lossy rate; the
+tools' searches take turns, one trial each (--interleave). Both
 tools get the same traffic pattern: datagrams of the same size, frames
 (spead2: heaps) of the same size, the same frames per second.
 
@@ -340,9 +341,11 @@ class Frameloop:
                     and ingest["frames_complete"] >= sent["frames"])
 
 
-def search(tool, size, args, log):
+def search_steps(tool, size, args, log):
     """Doubling ladder from --start-gbps until loss (or until the sender
-    cannot reach the offered rate), then bisection between clean and lossy."""
+    cannot reach the offered rate), then bisection between clean and lossy.
+    A generator that pauses after every trial (so several tools' searches
+    can take turns) and returns (best trial, whether any trial was clean)."""
     frame_wire = args.frame_bytes * size / (size - FRAMELOOP_HEADER)  # about the bytes of one frame on the wire
     fps_of = lambda gbps: gbps * 1e9 / 8 / frame_wire
     trials, good, bad, prev_sent = [], None, None, 0.0
@@ -353,6 +356,7 @@ def search(tool, size, args, log):
         trials.append(r)
         log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
                   f"load {load()} {json.dumps(r)}")
+        yield
         if r["clean"] and r["sent_gbps"] < args.sender_bound * prev_sent:
             # Doubling the offer no longer raises what the sender achieves:
             # it is CPU-bound here and higher offers only lengthen the trials.
@@ -373,6 +377,7 @@ def search(tool, size, args, log):
             trials.append(r)
             log.write(f"# {tool.name} {size} B offered {mid:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
                       f"load {load()} {json.dumps(r)}")
+            yield
             if r["clean"]:
                 good = mid
             else:
@@ -380,6 +385,30 @@ def search(tool, size, args, log):
     clean = [t for t in trials if t["clean"]]
     best = max(clean, key=lambda t: t["rx_pps"]) if clean else min(trials, key=lambda t: t["loss_pct"])
     return best, bool(clean)
+
+
+def run_searches(tools, size, args, log):
+    """Every tool's search at one datagram size: with --interleave the tools
+    take turns, one trial each, so that a slow stretch of the machine falls
+    on all of them alike; otherwise one tool's whole search after another.
+    Returns [(tool name, best trial, clean)] in the order of `tools`."""
+    searches = [(tool.name, search_steps(tool, size, args, log)) for tool in tools]
+    done = {}
+    if not args.interleave:
+        searches = [[s] for s in searches]
+    else:
+        searches = [searches]
+    for group in searches:
+        pending = list(group)
+        while pending:
+            for item in list(pending):
+                name, steps = item
+                try:
+                    next(steps)
+                except StopIteration as finished:
+                    done[name] = finished.value
+                    pending.remove(item)
+    return [(tool.name, *done[tool.name]) for tool in tools]
 
 
 def main():
@@ -391,6 +420,9 @@ def main():
     p.add_argument("--start-gbps", type=float, default=1.0)
     p.add_argument("--max-gbps", type=float, default=64.0)
     p.add_argument("--bisect-steps", type=int, default=4)
+    p.add_argument("--interleave", type=int, default=1,
+                   help="1 (the default): the tools' searches take turns, one trial each, so that a slow stretch "
+                        "of a shared machine falls on every tool alike; 0: one tool's whole search after another")
     p.add_argument("--sender-bound", type=float, default=1.15,
                    help="the ladder stops when doubling the offer raised the achieved send rate by less than this factor")
     p.add_argument("--port", type=int, default=8888)
@@ -461,9 +493,8 @@ def main():
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        for tool in tools:
-            best, clean = search(tool, size, args, log)
-            rows.append((tool.name, size, best, clean))
+        for name, best, clean in run_searches(tools, size, args, log):
+            rows.append((name, size, best, clean))
 
     header = (f"{'tool':<14}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
               f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'rx thr s/Gb':>12}  vs spead2")
