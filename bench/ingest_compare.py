@@ -394,12 +394,8 @@ def run_searches(tools, size, args, log):
     Returns [(tool name, best trial, clean)] in the order of `tools`."""
     searches = [(tool.name, search_steps(tool, size, args, log)) for tool in tools]
     done = {}
-    if not args.interleave:
-        searches = [[s] for s in searches]
-    else:
-        searches = [searches]
-    for group in searches:
-        pending = list(group)
+    groups = [searches] if args.interleave else [[s] for s in searches]
+    for pending in groups:
         while pending:
             for item in list(pending):
                 name, steps = item

@@ -259,15 +259,7 @@ impl Rig {
     /// The rig's fragment captured once into a graph on `gpu`'s stream.
     fn capture(&mut self, gpu: &Gpu) -> cudarc::driver::CudaGraph {
         gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
-        let target = EnqueueTarget {
-            stream: &gpu.stream,
-            frame_desc: self.frame_desc,
-            chain_result: self.chain_result,
-            user_result: 0,
-            slot_header: 0,
-            kernels: &gpu.kernels,
-            streamed: self.streamed,
-        };
+        let target = self.target(gpu);
         let enqueued = self.fragment.enqueue(&self.plan, &self.buffers, &target);
         let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("graph");
         enqueued.unwrap();
@@ -284,8 +276,9 @@ impl Rig {
         gpu.fill(self.chain_result, RESULT_POISON, std::mem::size_of::<ChainResult>());
     }
 
-    fn run(&mut self, gpu: &Gpu) {
-        let target = EnqueueTarget {
+    /// Where the rig's fragment enqueues on `gpu`.
+    fn target<'a>(&self, gpu: &'a Gpu) -> EnqueueTarget<'a> {
+        EnqueueTarget {
             stream: &gpu.stream,
             frame_desc: self.frame_desc,
             chain_result: self.chain_result,
@@ -293,7 +286,11 @@ impl Rig {
             slot_header: 0,
             kernels: &gpu.kernels,
             streamed: self.streamed,
-        };
+        }
+    }
+
+    fn run(&mut self, gpu: &Gpu) {
+        let target = self.target(gpu);
         self.fragment.enqueue(&self.plan, &self.buffers, &target).unwrap();
         gpu.sync();
     }
@@ -910,18 +907,23 @@ fn check_tiled(
     what: &str,
 ) {
     gpu.upload(payload, raw);
-    rig.poison(gpu);
-    rig.set_desc(
-        gpu,
-        FrameDesc { payload_dptr: payload, payload_len: raw.len() as u32, ..Default::default() },
-    );
-    check_tiled_ran(gpu, rig, cpu_chain, raw, what);
+    let desc = FrameDesc { payload_dptr: payload, payload_len: raw.len() as u32, ..Default::default() };
+    check_tiled_frame(gpu, rig, cpu_chain, desc, raw, what);
 }
 
-/// Runs `rig` on the frame its FrameDesc describes (outputs poisoned by
-/// the caller) and checks every sample and the result against the CPU
-/// chain on `raw`, the bytes the frame should be read as.
-fn check_tiled_ran(gpu: &Gpu, rig: &mut Rig, cpu_chain: &mut CpuChain, raw: &[u8], what: &str) {
+/// Poisons `rig`'s outputs, runs it on the frame `desc` describes and
+/// checks every sample and the result against the CPU chain on `raw`, the
+/// bytes the frame should be read as.
+fn check_tiled_frame(
+    gpu: &Gpu,
+    rig: &mut Rig,
+    cpu_chain: &mut CpuChain,
+    desc: FrameDesc,
+    raw: &[u8],
+    what: &str,
+) {
+    rig.poison(gpu);
+    rig.set_desc(gpu, desc);
     rig.run(gpu);
     let want = cpu_chain.run(raw);
     assert_eq!(rig.desc(gpu).n_samples as usize, want.output_len, "{what}: n_samples");
@@ -1017,32 +1019,14 @@ fn tiled_kernel_reads_a_streamed_frame_from_the_staging_buffer_below_pulled_and_
             gpu.upload(state, &[ring_seq, pulled as u64, 0, 0]);
             let mut frame = staged.clone();
             frame.extend_from_slice(&from_slot[pulled..]);
-            rig.poison(&gpu);
-            rig.set_desc(
-                &gpu,
-                FrameDesc { payload_dptr: slot, payload_len: len as u32, ring_seq, ..Default::default() },
-            );
-            check_tiled_ran(
-                &gpu,
-                &mut rig,
-                &mut cpu_chain,
-                &frame,
-                &format!("chain {c} {chain:?} len {len} pulled {pulled}"),
-            );
+            let desc =
+                FrameDesc { payload_dptr: slot, payload_len: len as u32, ring_seq, ..Default::default() };
+            let what = format!("chain {c} {chain:?} len {len} pulled {pulled}");
+            check_tiled_frame(&gpu, &mut rig, &mut cpu_chain, desc, &frame, &what);
             // The state of another frame: the whole frame from the slot.
             gpu.upload(state, &[ring_seq + 1, pulled as u64, 0, 0]);
-            rig.poison(&gpu);
-            rig.set_desc(
-                &gpu,
-                FrameDesc { payload_dptr: slot, payload_len: len as u32, ring_seq, ..Default::default() },
-            );
-            check_tiled_ran(
-                &gpu,
-                &mut rig,
-                &mut cpu_chain,
-                &from_slot,
-                &format!("chain {c} len {len}, stale state"),
-            );
+            let what = format!("chain {c} len {len}, stale state");
+            check_tiled_frame(&gpu, &mut rig, &mut cpu_chain, desc, &from_slot, &what);
         }
     }
 }

@@ -8,11 +8,10 @@ use super::driver;
 use super::executor::{ExecutorOptions, ResidentExecutor};
 use super::fused::{FusedChain, NotFused, plan_fusion};
 use super::fused_tiled::{
-    FrameSource, LargePath, MEASURED, STREAMED, chain_halo, choose_large, plan_tiles, tiled_fragment,
+    FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
 };
 use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
-use super::operators::REDUCE_MAX_BLOCKS;
 use super::output_publish::DeviceOutput;
 use super::param_banks::{self, ParamLayout};
 use super::runtime::GpuRuntime;
@@ -86,10 +85,7 @@ pub(super) fn plan_chain(
                 (FrameSource::MappedSlot, MEASURED)
             };
             let (mut path, mut measured) = choose_large(capacity, table);
-            let samples = encoded.program.capacity as usize;
-            if let Err(e) =
-                plan_tiles(samples, chain_halo(&encoded.program), REDUCE_MAX_BLOCKS, limit, source)
-            {
+            if let Err(e) = plan_for(&encoded, limit, source) {
                 (path, measured) = (LargePath::Graph, e.to_string());
             }
             match path {

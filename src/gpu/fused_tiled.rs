@@ -162,6 +162,14 @@ pub fn plan_tiles(
     Ok(TilePlan { grid, halo: halo as u32, span: span as u32 })
 }
 
+/// Whether the encoded chain runs tiled from `source` on a GPU whose blocks
+/// may use `shared_limit` bytes of shared memory: [`plan_tiles`] for the
+/// most blocks a grid may have, which refuses exactly when no grid would do.
+pub fn plan_for(chain: &FusedChain, shared_limit: usize, source: FrameSource) -> Result<TilePlan, NotTiled> {
+    let samples = chain.program.capacity as usize;
+    plan_tiles(samples, chain_halo(&chain.program), REDUCE_MAX_BLOCKS, shared_limit, source)
+}
+
 /// The device side of a [`FusedTiledOp`], made on its first enqueue.
 struct Loaded {
     program: DeviceBuffer,
