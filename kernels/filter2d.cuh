@@ -23,6 +23,25 @@ FL_DEVICE float fl_filter2d_at(const float* x, int64_t base, uint32_t r, uint32_
   return acc;
 }
 
+// fl_filter2d_at for a pixel with all eight neighbours inside the image:
+// the nine terms in the same order, without bounds tests. `above`: the
+// neighbour above and to the left; rows are `w` samples apart.
+FL_DEVICE float fl_filter2d_interior(const float* above, uint32_t w, const float* k) {
+  const float* here = above + w;
+  const float* below = here + w;
+  float acc = 0.0f;
+  acc = fl_mul_add(k[0], above[0], acc);
+  acc = fl_mul_add(k[1], above[1], acc);
+  acc = fl_mul_add(k[2], above[2], acc);
+  acc = fl_mul_add(k[3], here[0], acc);
+  acc = fl_mul_add(k[4], here[1], acc);
+  acc = fl_mul_add(k[5], here[2], acc);
+  acc = fl_mul_add(k[6], below[0], acc);
+  acc = fl_mul_add(k[7], below[1], acc);
+  acc = fl_mul_add(k[8], below[2], acc);
+  return acc;
+}
+
 // Worker `worker` of `workers` takes every workers-th output. `k`: the 3x3
 // kernel row-major, k[dr * 3 + dc] weighs x[r + dr - 1][c + dc - 1].
 FL_DEVICE void fl_filter2d_range(const FrameDesc* fd, const float* x, float* y, uint32_t capacity, uint32_t w,

@@ -36,15 +36,16 @@ FL_DEVICE void fl_fir_tiles(const FrameDesc* fd, const float* x, float* y, uint3
   }
 }
 
-// Output `i` of the FIR straight from `x` (`n` samples, zero outside):
+// Output `i` of the FIR straight from `x` (`n` samples, zero outside; `x`
+// holds sample `base` at x[0], so a tile passes its first sample's index):
 // the same sum in the same order as fl_fir_tiles.
-FL_DEVICE float fl_fir_at(const float* x, int64_t n, uint32_t count, const float* taps, int64_t i) {
+FL_DEVICE float fl_fir_at(const float* x, int64_t base, int64_t n, uint32_t count, const float* taps, int64_t i) {
   const int64_t half = count / 2;
   float acc = 0.0f;
 #pragma unroll 4
   for (uint32_t k = 0; k < count; ++k) {
     const int64_t src = i + k - half;
-    acc = fl_mul_add(taps[k], (src >= 0 && src < n) ? x[src] : 0.0f, acc);
+    acc = fl_mul_add(taps[k], (src >= 0 && src < n) ? x[src - base] : 0.0f, acc);
   }
   return acc;
 }
@@ -55,7 +56,7 @@ FL_DEVICE void fl_fir_direct(const FrameDesc* fd, const float* x, float* y, uint
                              const float* taps, uint32_t worker, uint32_t workers) {
   const int64_t n = fl_frame_samples(fd, capacity);
   count = count <= FL_MAX_FIR_TAPS ? count : FL_MAX_FIR_TAPS;
-  for (int64_t i = worker; i < n; i += workers) y[i] = fl_fir_at(x, n, count, taps, i);
+  for (int64_t i = worker; i < n; i += workers) y[i] = fl_fir_at(x, 0, n, count, taps, i);
 }
 
 // Longest filter fl_fir_quads takes (its window is three float4s).
@@ -116,5 +117,5 @@ FL_DEVICE void fl_fir_quads(const FrameDesc* fd, const float* x, float* y, uint3
     *(float4*)(y + 4 * q) = r;
   }
   // The samples after the last whole quad.
-  for (uint32_t i = 4 * quads + worker; i < n; i += workers) y[i] = fl_fir_at(x, n, count, taps, i);
+  for (uint32_t i = 4 * quads + worker; i < n; i += workers) y[i] = fl_fir_at(x, 0, n, count, taps, i);
 }

@@ -22,6 +22,7 @@
 // combines the slots in block-index order (kernels/reduce.cuh). So the same
 // frame gives the same bits on every run whatever order the blocks ran in.
 #include "reduce.cuh"
+#include "fir.cuh"
 #include "filter2d.cuh"
 #include "unpack.cuh"
 #include "stream.cuh"
@@ -87,20 +88,11 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
   }
 }
 
-// FIR outputs [g0, g1) of `count` taps, the sum of fl_fir_at in the same
-// order with samples outside the frame taken as zero, each bounds-checked
-// (the frame's first and last `half` outputs).
+// FIR outputs [g0, g1) of `count` taps by fl_fir_at on local samples, each
+// bounds-checked (the frame's first and last `half` outputs).
 FL_DEVICE void fl_tiled_fir_checked(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1,
                                     uint32_t count, const float* taps) {
-  const int64_t half = count / 2;
-  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
-    float acc = 0.0f;
-    for (uint32_t k = 0; k < count; ++k) {
-      const int64_t src = g + (int64_t)k - half;
-      acc = fl_mul_add(taps[k], (src >= 0 && src < t.n) ? x[src - t.base] : 0.0f, acc);
-    }
-    y[g - t.base] = acc;
-  }
+  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) y[g - t.base] = fl_fir_at(x, t.base, t.n, count, taps, g);
 }
 
 // FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
@@ -161,8 +153,7 @@ FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g
 // filter2d outputs [g0, g1): fl_filter2d_range's sums on local samples.
 // Each thread steps through its outputs blockDim.x apart, so it carries its
 // row and column forward (one division per thread, not one per output);
-// outputs away from the border sum their nine terms without bounds tests,
-// in fl_filter2d_at's order.
+// outputs away from the border take fl_filter2d_interior.
 FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t w,
                                  const float* k) {
   const uint32_t n = (uint32_t)t.n;
@@ -178,20 +169,7 @@ FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int6
     if (i >= full) {
       y[g - t.base] = x[g - t.base];
     } else if (r >= 1 && r + 1 < rows && c >= 1 && c + 1 < w) {
-      const float* above = x + ((int64_t)i - w - 1 - t.base);
-      const float* here = above + w;
-      const float* below = here + w;
-      float acc = 0.0f;
-      acc = fl_mul_add(k[0], above[0], acc);
-      acc = fl_mul_add(k[1], above[1], acc);
-      acc = fl_mul_add(k[2], above[2], acc);
-      acc = fl_mul_add(k[3], here[0], acc);
-      acc = fl_mul_add(k[4], here[1], acc);
-      acc = fl_mul_add(k[5], here[2], acc);
-      acc = fl_mul_add(k[6], below[0], acc);
-      acc = fl_mul_add(k[7], below[1], acc);
-      acc = fl_mul_add(k[8], below[2], acc);
-      y[g - t.base] = acc;
+      y[g - t.base] = fl_filter2d_interior(x + ((int64_t)i - w - 1 - t.base), w, k);
     } else {
       y[g - t.base] = fl_filter2d_at(x, t.base, r, c, rows, w, k);
     }

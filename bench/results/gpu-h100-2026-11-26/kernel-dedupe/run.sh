@@ -1,0 +1,22 @@
+#!/bin/bash
+# Every GPU test binary with the kernel dedupes (fl_fir_at with a base, fl_filter2d_interior), then
+# bench --compare at 8 KiB (default chain) and 768 KiB (image chain) on the same build.
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64
+mkdir -p /tmp/fl && tar -xJf $BUNDLE/bin.tar.xz -C /tmp/fl
+B=/tmp/fl/bin
+mkdir -p target/release && cp $B/frameloop target/release/
+R=$OUT/r15; mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt 2>&1
+for t in gpu_kernels_compile gpu_ops gpu_resident gpu_streaming gpu_reload gpu_output gpu_loops gpu_builder gpu_user_kernels gpu_user_handler gpu_user_kernel_fault gpu_fault gpu_fault_fused gpu_fft gpu_wire; do
+  [ -x $B/$t ] || { echo "$t missing" | tee -a $R/summary.txt; continue; }
+  s=$(date +%s)
+  timeout -k 5 150 $B/$t --include-ignored --test-threads=1 > $R/$t.txt 2>&1; rc=$?
+  echo "$t rc=$rc $(( $(date +%s) - s ))s $(grep -E '^test result' $R/$t.txt | tail -1)" | tee -a $R/summary.txt
+done
+fl=target/release/frameloop
+timeout 120 $fl bench --backend cuda --compare --paths-only --frames 4000 --frame-bytes 8192 > $R/8k.txt 2>&1; echo "8k rc=$?"
+timeout 150 $fl bench --backend cuda --compare --paths-only --frames 2000 --frame-bytes 786432 --config bench/configs/image-u12.toml > $R/768k-image.txt 2>&1; echo "768k rc=$?"
+grep -E "^resident|^graph|streamed|target" $R/8k.txt | cut -c1-170 | head -12
+grep -E "streamed|target" $R/768k-image.txt | cut -c1-170 | head -12
+cd $OUT && tar -czf r15.tgz r15 && rm -rf r15
