@@ -8,6 +8,7 @@ mod appliance_support;
 
 use appliance_support::{
     Running, check_result, check_sequences, check_timestamps, host_config, one_at_a_time, reference_chain,
+    threads::nice_of_thread,
 };
 use frameloop::app::Report;
 use frameloop::metrics::Segment;
@@ -161,6 +162,21 @@ fn stream_and_check(chain: Vec<OpSpec>, t: Traffic) -> Report {
         assert_eq!(s.unstamped, 0, "{} is stamped on every frame", segment.name());
     }
     report
+}
+
+/// `service.result_nice` puts the result thread below the receiver, which
+/// stays at nice 0 (so datagrams take the CPU from the result thread's polls).
+#[test]
+fn the_result_thread_runs_at_service_result_nice_and_the_receiver_at_zero() {
+    let _serial = one_at_a_time();
+    for nice in [0, 10, 19] {
+        let mut cfg = host_config(default_chain());
+        cfg.service.result_nice = nice;
+        let running = Running::start(&cfg);
+        let seen = (nice_of_thread("frameloop-resul"), nice_of_thread("frameloop-rx"));
+        running.stop();
+        assert_eq!(seen, (Some(i64::from(nice)), Some(0)), "service.result_nice = {nice}");
+    }
 }
 
 #[test]

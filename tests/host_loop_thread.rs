@@ -3,6 +3,9 @@
 //! out by itself, tears down promptly from a long sleep, relaunches, and
 //! answers host-driven data-ready.
 
+#[path = "appliance_support/threads.rs"]
+mod threads;
+
 use frameloop::backend::{BackendError, ResidentLoop};
 use frameloop::config::LoopConfig;
 use frameloop::host::{HostError, HostLoop, Trigger};
@@ -195,23 +198,6 @@ fn construction_reports_a_taken_reader_and_a_bad_chain() {
     assert!(err.to_string().contains("reader"));
 }
 
-/// The nice value of this process's thread named `name`, from
-/// /proc/self/task/*/stat (field 19), if there is one. The kernel keeps the
-/// first 15 bytes of a thread name.
-fn nice_of_thread(name: &str) -> Option<i64> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim() != name {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-        // Fields after the parenthesised command: state is field 3, nice field 19.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        return rest.split_whitespace().nth(16)?.parse().ok();
-    }
-    None
-}
-
 #[test]
 fn the_loop_thread_runs_at_the_configured_nice_value_below_the_receiver() {
     for nice in [0, 7, 10] {
@@ -222,7 +208,7 @@ fn the_loop_thread_runs_at_the_configured_nice_value_below_the_receiver() {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut seen = None;
         while Instant::now() < deadline {
-            seen = nice_of_thread("frameloop-host-");
+            seen = threads::nice_of_thread("frameloop-host-");
             if seen == Some(nice as i64) {
                 break;
             }

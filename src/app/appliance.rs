@@ -246,13 +246,21 @@ impl Appliance {
             Box::new(move || head_ring.head()) as Box<dyn Fn() -> u64 + Send>
         });
         let spin = ResultSpin { budget: result_spin_budget(), frame_head };
-        let result_cpu = cfg.service.result_cpu;
+        let (result_cpu, result_nice) = (cfg.service.result_cpu, cfg.service.result_nice);
         let result_stall: Option<LoopHook> = ThreadStall::requested("result")
             .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
         let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            if result_nice > 0
+                && let Err(e) = crate::realtime::set_current_thread_nice(result_nice)
+            {
+                tracing::warn!(
+                    "service.result_nice = {result_nice} refused ({e}); the result thread runs at the receiver's priority"
+                );
+            }
+            Ok(())
         })?;
 
         let counters = Arc::new(IngestCounters::default());

@@ -23,6 +23,12 @@ pub struct ServiceConfig {
     pub receiver_cpu: Option<usize>,
     /// CPU core the result/metrics thread is pinned to.
     pub result_cpu: Option<usize>,
+    /// The result thread's nice value (0..=19). Above 0, the UDP receiver
+    /// (nice 0) takes the CPU from it as soon as datagrams arrive: on a
+    /// machine with few cores its polls between results (every 50 µs) no
+    /// longer delay the receiver into dropping datagrams, and a result is
+    /// seen later only while the receiver is busy. 0 gives both the same share.
+    pub result_nice: i32,
     /// CPU core the host resident loop (or the thread driving the GPU graph)
     /// is pinned to.
     pub loop_cpu: Option<usize>,
@@ -36,6 +42,10 @@ pub struct ServiceConfig {
     pub shutdown_timeout_ms: u64,
 }
 
+/// Default `result_nice`: the host loop's default `loop.host_nice`, so
+/// every thread but the receiver yields to it.
+pub const DEFAULT_RESULT_NICE: i32 = 10;
+
 /// Default `shutdown_timeout_ms`: well inside the unit's `TimeoutStopSec=15`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 5000;
 
@@ -45,6 +55,7 @@ impl Default for ServiceConfig {
             metrics_addr: None,
             receiver_cpu: None,
             result_cpu: None,
+            result_nice: DEFAULT_RESULT_NICE,
             loop_cpu: None,
             realtime_priority: None,
             shutdown_timeout_ms: DEFAULT_SHUTDOWN_TIMEOUT_MS,
@@ -72,6 +83,7 @@ impl ServiceConfig {
                 check_range(problems, key, cpu, 0, MAX_CPU_ID);
             }
         }
+        check_range(problems, "service.result_nice", self.result_nice, 0, 19);
         if let Some(prio) = self.realtime_priority {
             check_range(problems, "service.realtime_priority", prio, 1, 99);
         }
@@ -123,6 +135,7 @@ mod tests {
             metrics_addr = "127.0.0.1:9464"
             receiver_cpu = 2
             result_cpu = 3
+            result_nice = 0
             loop_cpu = 4
             realtime_priority = 50
             shutdown_timeout_ms = 3000
@@ -132,6 +145,7 @@ mod tests {
         assert_eq!(cfg.metrics_socket_addr(), Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!((cfg.receiver_cpu, cfg.result_cpu, cfg.loop_cpu), (Some(2), Some(3), Some(4)));
         assert_eq!(cfg.realtime_priority, Some(50));
+        assert_eq!(cfg.result_nice, 0);
         assert_eq!(cfg.shutdown_timeout_ms, 3000);
     }
 
@@ -142,6 +156,7 @@ mod tests {
             metrics_addr = "localhost"
             receiver_cpu = 5000
             loop_cpu = 1024
+            result_nice = 20
             realtime_priority = 0
             shutdown_timeout_ms = 10
             "#,
@@ -151,6 +166,7 @@ mod tests {
             "service.metrics_addr",
             "service.receiver_cpu",
             "service.loop_cpu",
+            "service.result_nice",
             "service.realtime_priority",
             "service.shutdown_timeout_ms",
         ] {

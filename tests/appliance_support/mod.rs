@@ -6,6 +6,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod threads;
+
 use frameloop::app::{Appliance, Report, StartOptions};
 use frameloop::config::{BackendChoice, Config};
 use frameloop::ingest::IngestSnapshot;
