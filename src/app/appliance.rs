@@ -34,8 +34,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long the result thread sleeps when no frame is being processed.
+/// How long the result thread sleeps when no frame is being processed and
+/// the GPU writes the results (nothing wakes it: it polls).
 const RESULT_POLL: Duration = Duration::from_micros(50);
+
+/// The same with the host backend, whose loop wakes the result thread on
+/// every result: the wait only bounds how long the thread goes without
+/// writing an interval of the histogram log or showing progress.
+const RESULT_HOST_WAIT: Duration = Duration::from_millis(5);
 /// How long the result thread keeps spinning after the last result (or for
 /// the result of a published frame) before it falls back to sleeping.
 const RESULT_SPIN_BUDGET: Duration = Duration::from_millis(2);
@@ -249,7 +255,8 @@ impl Appliance {
         let (result_cpu, result_nice) = (cfg.service.result_cpu, cfg.service.result_nice);
         let result_stall: Option<LoopHook> = ThreadStall::requested("result")
             .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
-        let results = ResultThread::spawn_placed(sink, RESULT_POLL, Some(spin), result_stall, move || {
+        let result_wait = if pick.name == "host" { RESULT_HOST_WAIT } else { RESULT_POLL };
+        let results = ResultThread::spawn_placed(sink, result_wait, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)
                 .map_err(|e| e.to_string())?;

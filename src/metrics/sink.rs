@@ -151,6 +151,11 @@ impl ResultSink {
         self.last_ring_seq
     }
 
+    /// The result ring the sink drains.
+    pub fn ring(&self) -> &std::sync::Arc<crate::ring::ResultRing> {
+        self.reader.ring()
+    }
+
     /// The result ring sequence the sink has read up to.
     pub fn read_position(&self) -> u64 {
         self.reader.position()

@@ -52,8 +52,10 @@ fn lock(sink: &Mutex<ResultSink>) -> MutexGuard<'_, ResultSink> {
 }
 
 impl ResultThread {
-    /// Starts draining `sink`, checking the ring every `poll_interval` when it
-    /// is empty (a result waits at most that long to be seen).
+    /// Starts draining `sink`, waiting up to `poll_interval` for the ring's
+    /// head to move when it is empty: a host writer wakes the thread at once
+    /// ([`crate::ring::ResultRing::wait_past`]), results a device writes wait
+    /// at most that long to be seen.
     pub fn spawn(sink: ResultSink, poll_interval: Duration) -> Result<Self, MetricsError> {
         Self::spawn_placed(sink, poll_interval, None, None, || Ok(()))
     }
@@ -151,6 +153,7 @@ fn run(
     mut each_loop: Option<LoopHook>,
 ) {
     use std::time::Instant;
+    let ring = std::sync::Arc::clone(lock(sink).ring());
     let budget = spin.as_ref().map_or(Duration::ZERO, |s| s.budget);
     let frame_head = spin.and_then(|s| s.frame_head);
     // Spin while results flow (a result or a pending frame within the
@@ -160,12 +163,12 @@ fn run(
     // Head for which waiting already ran out of budget: sleep until it moves.
     let mut gave_up_at_head = 0u64;
     while !stop.load(Ordering::Acquire) {
-        let (drained, last_seen) = {
+        let (drained, last_seen, read_to) = {
             let mut s = lock(sink);
             let n = s.poll_then_stamp(clock::realtime_ns);
             s.tick(clock::realtime_ns());
             progress.read_position.store(s.read_position(), Ordering::Relaxed);
-            (n, s.last_ring_seq())
+            (n, s.last_ring_seq(), s.read_position())
         };
         progress.iterations.fetch_add(1, Ordering::Relaxed);
         if let Some(hook) = each_loop.as_mut() {
@@ -191,7 +194,7 @@ fn run(
         if pending_since.is_some() || flowing {
             std::hint::spin_loop();
         } else {
-            std::thread::sleep(poll_interval);
+            ring.wait_past(read_to, poll_interval);
         }
     }
 }

@@ -17,12 +17,18 @@
 //! and the copy is whole. Otherwise the copy is dropped and counted lost.
 //! Results overwritten before they are read are counted as lost, never
 //! read torn, and `read + lost == written` once the reader caught up.
+//!
+//! A reader with nothing to read may sleep in [`ResultRing::wait_past`]; a
+//! host writer wakes it after each push, so the host loop's results are
+//! seen without the reader polling.
 
 use super::frame_ring::RingError;
 use super::layout::*;
 use super::memory::RingMemory;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::Thread;
+use std::time::Duration;
 
 /// Result ring over some host-addressable [`RingMemory`].
 pub struct ResultRing {
@@ -34,6 +40,20 @@ pub struct ResultRing {
     /// Record slots: `capacity + 1`.
     slots: usize,
     writer_taken: AtomicBool,
+    /// The reader parked in [`ResultRing::wait_past`], if any: a host
+    /// writer wakes it on every push. A device producer does not, so there
+    /// the reader's timeout is its polling interval.
+    wake: ReaderWake,
+}
+
+/// A reader thread asleep until the head moves (host memory only; never
+/// shared with the device).
+#[derive(Default)]
+struct ReaderWake {
+    /// True from just before the reader's last look at the head until it
+    /// wakes; the writer unparks `thread` only while it is set.
+    asleep: AtomicBool,
+    thread: Mutex<Option<Thread>>,
 }
 
 impl ResultRing {
@@ -61,7 +81,13 @@ impl ResultRing {
             (*h).magic = RESULT_MAGIC;
             (*h).capacity = slots as u32;
         }
-        Ok(Arc::new(Self { mem, capacity, slots, writer_taken: AtomicBool::new(false) }))
+        Ok(Arc::new(Self {
+            mem,
+            capacity,
+            slots,
+            writer_taken: AtomicBool::new(false),
+            wake: ReaderWake::default(),
+        }))
     }
 
     /// Results a reader may fall behind without losing any.
@@ -88,6 +114,39 @@ impl ResultRing {
     /// Newest written result sequence.
     pub fn head(&self) -> u64 {
         self.header().head_seq.load(Ordering::Acquire)
+    }
+
+    /// Blocks the calling thread until the head passes `seen` or `timeout`
+    /// elapses (or, rarely, spuriously earlier); returns whether the head
+    /// passed `seen`. One reader thread at a time. A host [`ResultWriter`]
+    /// wakes it on every push; results a device writes are seen only when
+    /// the timeout ends the wait, so there `timeout` is the polling interval.
+    pub fn wait_past(&self, seen: u64, timeout: Duration) -> bool {
+        {
+            let mut t = self.wake.thread.lock().unwrap_or_else(PoisonError::into_inner);
+            if t.as_ref().is_none_or(|t| t.id() != std::thread::current().id()) {
+                *t = Some(std::thread::current());
+            }
+        }
+        self.wake.asleep.store(true, Ordering::Relaxed);
+        // Pairs with the fence in `ResultWriter::push`: either the writer
+        // sees `asleep` and unparks this thread, or this load sees its head.
+        fence(Ordering::SeqCst);
+        if self.head() <= seen {
+            std::thread::park_timeout(timeout);
+        }
+        self.wake.asleep.store(false, Ordering::Relaxed);
+        self.head() > seen
+    }
+
+    /// Unparks the reader if it waits in [`ResultRing::wait_past`].
+    fn wake_reader(&self) {
+        fence(Ordering::SeqCst);
+        if self.wake.asleep.load(Ordering::Relaxed)
+            && let Some(t) = self.wake.thread.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+        {
+            t.unpark();
+        }
     }
 
     fn record_ptr(&self, seq: u64) -> *mut ResultRecord {
@@ -121,7 +180,8 @@ impl ResultWriter {
         &self.ring
     }
 
-    /// Appends a record; its `result_seq` is set here. Returns that sequence.
+    /// Appends a record; its `result_seq` is set here, and a reader waiting
+    /// in [`ResultRing::wait_past`] is woken. Returns that sequence.
     pub fn push(&mut self, record: &ResultRecord) -> u64 {
         let seq = self.ring.head() + 1;
         let mut r = *record;
@@ -134,6 +194,7 @@ impl ResultWriter {
         // by re-reading the head after copying (see `ResultReader::drain`).
         unsafe { std::ptr::write_volatile(self.ring.record_ptr(seq), r) };
         self.ring.header().head_seq.store(seq, Ordering::Release);
+        self.ring.wake_reader();
         seq
     }
 }
@@ -156,6 +217,11 @@ impl ResultReader {
     pub fn new(ring: Arc<ResultRing>) -> Self {
         let next = ring.head().saturating_add(1);
         Self { ring, next, lost: 0 }
+    }
+
+    /// The ring read.
+    pub fn ring(&self) -> &Arc<ResultRing> {
+        &self.ring
     }
 
     /// Results overwritten before they were read.
@@ -204,6 +270,50 @@ impl ResultReader {
 mod tests {
     use super::*;
     use crate::ring::HostMemory;
+
+    fn ring_of(capacity: usize) -> Arc<ResultRing> {
+        ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(capacity).unwrap()).unwrap()), capacity)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_push_wakes_a_reader_waiting_far_longer() {
+        let ring = ring_of(8);
+        let mut w = ring.writer().unwrap();
+        for round in 1..=20u64 {
+            let reader_ring = Arc::clone(&ring);
+            let reader = std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                let mut woken = false;
+                // A spurious return is allowed: wait again until the head moves.
+                while !woken && start.elapsed() < Duration::from_secs(60) {
+                    woken = reader_ring.wait_past(round - 1, Duration::from_secs(60));
+                }
+                (woken, start.elapsed())
+            });
+            // Push whether or not the reader is asleep yet: either order must wake it.
+            if round % 2 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            w.push(&ResultRecord { ring_seq: round, ..Default::default() });
+            let (woken, waited) = reader.join().unwrap();
+            assert!(woken, "round {round}: the reader saw the push");
+            assert!(
+                waited < Duration::from_secs(30),
+                "round {round}: woken by the push, not the timeout ({waited:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn waiting_without_a_push_ends_at_the_timeout_and_says_so() {
+        let ring = ring_of(4);
+        let mut w = ring.writer().unwrap();
+        assert!(!ring.wait_past(0, Duration::from_millis(5)));
+        w.push(&ResultRecord::default());
+        assert!(ring.wait_past(0, Duration::from_secs(60)), "the head is already past 0: no wait");
+        assert!(!ring.wait_past(1, Duration::from_millis(5)));
+    }
 
     #[test]
     fn drains_in_order_and_counts_lapped_results() {
