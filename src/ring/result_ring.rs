@@ -129,7 +129,7 @@ impl ResultRing {
             }
         }
         self.wake.asleep.store(true, Ordering::Relaxed);
-        // Pairs with the fence in `ResultWriter::push`: either the writer
+        // Pairs with the fence in `wake_reader` (after each push): either the writer
         // sees `asleep` and unparks this thread, or this load sees its head.
         fence(Ordering::SeqCst);
         if self.head() <= seen {
