@@ -64,6 +64,7 @@ use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingTarget};
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
+use crate::ring::prefetch::prefetch_for_write;
 use crate::wire::native::{self, NativeHeader};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -681,8 +682,9 @@ impl Reassembler {
             Payload::Bytes(bytes) => {
                 self.make_room(ring_seq, range.clone());
                 let ahead = prefetch_window(&range);
-                self.writer.payload_mut(ring_seq)[range].copy_from_slice(bytes);
-                self.writer.prefetch_for_write(ring_seq, ahead);
+                let slot = self.writer.payload_mut(ring_seq);
+                slot[range].copy_from_slice(bytes);
+                prefetch_for_write(slot, ahead);
             }
             Payload::Landed(k) => {
                 let t = self.landing.target(k);

@@ -412,24 +412,6 @@ impl RingWriter {
         unsafe { std::slice::from_raw_parts_mut(base.add(SLOT_PAYLOAD_OFFSET), self.ring.payload_capacity) }
     }
 
-    /// Hints that payload bytes `range` of reserved slot `seq` will be
-    /// written soon: asks the CPU to bring their cache lines in now, so that
-    /// the write does not wait for memory (the slot of a large ring is
-    /// rarely still in the cache). A hint only: nothing is read or written,
-    /// and bytes outside the payload capacity are ignored.
-    pub fn prefetch_for_write(&self, seq: u64, range: std::ops::Range<usize>) {
-        let end = range.end.min(self.ring.payload_capacity);
-        if range.start >= end {
-            return;
-        }
-        let base = self.ring.slot_base(seq).wrapping_add(SLOT_PAYLOAD_OFFSET);
-        let mut at = range.start & !(CACHE_LINE - 1);
-        while at < end {
-            prefetch_line(base.wrapping_add(at));
-            at += CACHE_LINE;
-        }
-    }
-
     /// Reports that the first `bytes` payload bytes of reserved, unpublished
     /// slot `seq` are final: one release store of the slot header's
     /// [`SlotHeader::received_mark`], so that a consumer may copy them while
@@ -548,26 +530,6 @@ mod tests {
         let p = w.payload_mut(seq);
         p[..8].fill(byte);
         w.publish(seq, &SlotHeader { payload_len: 8, frame_seq: byte as u64, ..Default::default() });
-    }
-
-    #[test]
-    fn prefetch_for_write_changes_no_byte_even_past_the_slot() {
-        let r = ring(2, 200, OverrunPolicy::Every);
-        let mut w = r.writer().unwrap();
-        let mut rd = r.reader().unwrap();
-        let (a, b) = (w.reserve().unwrap(), w.reserve().unwrap());
-        for (seq, byte) in [(a, 7u8), (b, 9)] {
-            w.payload_mut(seq).fill(byte);
-        }
-        for range in [0..200, 150..10_000, 300..400, 5..5, usize::MAX - 64..usize::MAX] {
-            w.prefetch_for_write(a, range);
-        }
-        for (seq, byte) in [(a, 7u8), (b, 9)] {
-            w.publish(seq, &SlotHeader { payload_len: 200, ..Default::default() });
-            let c = rd.claim().unwrap();
-            assert!(c.payload.iter().all(|&x| x == byte), "slot {seq} kept its bytes");
-            rd.finish(seq);
-        }
     }
 
     #[test]
@@ -845,21 +807,4 @@ mod protocol_props {
             run(policy, slots, frames, lens);
         }
     }
-}
-
-/// Bytes of a CPU cache line, the step of [`RingWriter::prefetch_for_write`].
-const CACHE_LINE: usize = 64;
-
-/// Asks the CPU to load the cache line holding `p` (never faults).
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch is a hint: it reads no memory architecturally
-        // and never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

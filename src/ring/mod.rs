@@ -4,6 +4,7 @@
 pub mod frame_ring;
 pub mod layout;
 pub mod memory;
+pub mod prefetch;
 pub mod result_ring;
 
 pub use frame_ring::{
