@@ -47,13 +47,6 @@ struct FlTiledSource {
   uint64_t pulled;
 };
 
-// One past the last byte of the payload that sample `i` is read from.
-template <int FMT> FL_DEVICE uint64_t fl_tiled_sample_end(int64_t i) {
-  if (FMT == FL_FMT_U8) return (uint64_t)i + 1;
-  if (FMT == FL_FMT_U16) return 2 * (uint64_t)i + 2;
-  return (uint64_t)i / 2 * 3 + ((i & 1) ? 3 : 2);
-}
-
 // Samples [g0, g1) of the payload converted into `out` (local indices).
 // A sample whose bytes all lie below `pulled` is read from the staged copy,
 // any other from the slot (which holds the whole frame once it is
@@ -81,7 +74,7 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
       const int64_t lo = first > g0 ? first : g0;
       const int64_t hi = first + C::samples < g1 ? first + C::samples : g1;
       for (int64_t i = lo; i < hi; ++i) {
-        const uint8_t* from = fl_tiled_sample_end<FMT>(i) <= src.pulled ? src.staged : payload;
+        const uint8_t* from = fl_sample_end<FMT>(i) <= src.pulled ? src.staged : payload;
         out[i - t.base] = fl_mul_add(__uint2float_rn(fl_sample_at<FMT>(from, (uint32_t)i)), scale, offset);
       }
     }

@@ -21,6 +21,14 @@ template <int FMT> FL_DEVICE uint32_t fl_samples_in(uint32_t bytes) {
   return bytes / 3 * 2;
 }
 
+// One past the last payload byte of sample `i`: the sample is whole in a
+// prefix of at least that many bytes (what fl_samples_in counts).
+template <int FMT> FL_DEVICE uint64_t fl_sample_end(int64_t i) {
+  if (FMT == FL_FMT_U8) return (uint64_t)i + 1;
+  if (FMT == FL_FMT_U16) return 2 * (uint64_t)i + 2;
+  return (uint64_t)i / 2 * 3 + ((i & 1) ? 3 : 2);
+}
+
 // Sample `i` read byte by byte (the tail of a frame, or an unaligned payload).
 template <int FMT> FL_DEVICE uint32_t fl_sample_at(const uint8_t* p, uint32_t i) {
   if (FMT == FL_FMT_U8) return p[i];
