@@ -26,6 +26,7 @@
 #include "filter2d.cuh"
 #include "unpack.cuh"
 #include "stream.cuh"
+#include "ring_ready.cuh"
 
 // Dynamic shared memory: two buffers of `span` floats.
 extern __shared__ float4 fl_tiled_smem[];
@@ -209,7 +210,7 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
   return n < cap ? n : cap;
 }
 
-// One frame: `fd` the claimed frame (payload_len, payload_dptr; n_samples is
+// One frame, every block of the grid: `fd` the claimed frame (payload_len, payload_dptr; n_samples is
 // written by the last block), `prog` the chain (its buffers and staging
 // fields are not used), `out` the loop's ChainResult, `scratch` a zeroed
 // FlReduceScratch kept between frames, `halo` the samples the filter steps
@@ -224,16 +225,14 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 // reads the pulled part of the frame from there and the rest from the slot,
 // so no tail copy runs before it. Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
 // 2 * span * 4 bytes of dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
-    fl_fused_tiled(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
-                   uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
-                   const FlStreamState* stream, const uint8_t* staged) {
-  __shared__ FusedStep steps[FL_FUSED_MAX_STEPS];
+FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
+                               uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
+                               const FlStreamState* stream, const uint8_t* staged) {
+  // Copied as 16-byte words: aligned for them whatever else the kernel keeps in shared memory.
+  __shared__ __align__(16) FusedStep steps[FL_FUSED_MAX_STEPS];
   // Each reduction step's partial over this block's tiles.
   __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
   __shared__ bool last;
-  fl_wait_for_prior_kernels();
-  fl_let_dependents_launch();
   const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
   {
     // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
@@ -360,4 +359,96 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
     __threadfence();  // n_samples and the result before the record that reads them
     fl_publish_result(*publish);
   }
+}
+
+// The tiled chain as a node after the data-ready handler (`handler ; IF {
+// fl_fused_tiled }`): fl_tiled_frame on the frame the handler claimed.
+extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
+    fl_fused_tiled(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
+                   uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
+                   const FlStreamState* stream, const uint8_t* staged) {
+  fl_wait_for_prior_kernels();
+  fl_let_dependents_launch();
+  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged);
+}
+
+// The tiled chain claiming its own frames: the loop body is
+// `WHILE { [fl_stream_pull ;] fl_fused_tiled_loop }`, with no handler node
+// and no IF body to launch once a frame is there. Block 0's thread 0 does
+// the built-in handler's work (fl_poll for the poll budget, the claim,
+// fl_end_iteration); the other blocks, already resident, wait for its
+// verdict in device memory and start on their tiles as soon as it says
+// "ready". FlTiledClaim is the handshake: each block other than 0 reads
+// `generation`, then counts itself in `arrived`; block 0 bumps `generation`
+// (with the verdict) only once all of them have arrived, so every block
+// sees exactly this launch's bump. That needs every block resident at
+// once: the executor sizes the grid to what the GPU holds at once
+// (src/gpu/fused_tiled.rs), and every wait also ends on tear-down, so a
+// grid that did not fit cannot hang the loop's stop.
+struct FlTiledClaim {
+  uint32_t arrived;     // blocks other than 0 waiting for this launch's verdict
+  uint32_t generation;  // bumped once per launch by block 0, after `verdict`
+  uint32_t verdict;     // this launch's FL_VERDICT_*
+  uint32_t _pad;
+};
+
+FL_DEVICE uint32_t fl_load_acquire_gpu32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Spins of a block's wait between two looks at the tear-down flag (a read
+// over the bus): about 50 µs at FL_TILED_SPIN_NS each.
+#define FL_TILED_SPINS_PER_STOP_CHECK 256u
+#define FL_TILED_SPIN_NS 200u
+
+// This launch's verdict, in thread 0 of every block (see above).
+FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim) {
+  const uint32_t others = gridDim.x - 1;
+  if (blockIdx.x == 0) {
+    const LoopParams p = *params;
+    const uint64_t t0 = fl_globaltimer();
+    uint64_t head = 0;
+    const uint32_t verdict = fl_poll(p, t0, &head);
+    if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
+    fl_end_iteration(p, verdict, t0, false);
+    for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
+      if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
+      __nanosleep(FL_TILED_SPIN_NS / 4);
+    }
+    claim->arrived = 0;
+    claim->verdict = verdict;
+    // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
+    fl_store_release_gpu32(&claim->generation, claim->generation + 1);
+    return verdict;
+  }
+  const uint32_t seen = fl_load_acquire_gpu32(&claim->generation);
+  atomicAdd(&claim->arrived, 1u);
+  const uint64_t* stop = &params->ctl->tear_down.v;
+  for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->generation) == seen; ++spin) {
+    if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(stop)) return FL_VERDICT_STOP;
+    __nanosleep(FL_TILED_SPIN_NS);
+  }
+  return claim->verdict;
+}
+
+// The loop body's one kernel (above): `params` the loop's parameters in
+// device memory, `claim` a zeroed FlTiledClaim kept between launches, the
+// rest as fl_fused_tiled's, on the loop state's FrameDesc and ChainResult.
+// The last block publishes the result.
+extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
+    fl_fused_tiled_loop(const LoopParams* params, const FusedProgram* prog, FlReduceScratch* scratch,
+                        FlTiledClaim* claim, uint32_t halo, uint32_t span, float* samples,
+                        const FlStreamState* stream, const uint8_t* staged) {
+  __shared__ uint32_t verdict;
+  if (threadIdx.x == 0) verdict = fl_tiled_claim(params, claim);
+  __syncthreads();
+  if (verdict != FL_VERDICT_READY) return;
+  DeviceLoopState* st = params->st;
+  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged);
 }

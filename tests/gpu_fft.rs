@@ -216,6 +216,7 @@ fn spectrum_matches_the_cpu_bin_by_bin() {
                     slot_header: 0,
                     kernels: &rt.library,
                     streamed: None,
+                    claims_frames: false,
                 };
                 let graph = match mode {
                     Enqueue::Direct => None,

@@ -286,6 +286,7 @@ impl Rig {
             slot_header: 0,
             kernels: &gpu.kernels,
             streamed: self.streamed,
+            claims_frames: false,
         }
     }
 

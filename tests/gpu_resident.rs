@@ -9,11 +9,11 @@ use frameloop::backend::{BackendError, ResidentLoop};
 use frameloop::config::{FusedChainMode, LoopConfig, StreamToGpu};
 use frameloop::fragment::Fragment;
 use frameloop::gpu::CudaLoop;
-use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
+use frameloop::gpu::bench::{MappedRings, fill_frame, publish, publish_streamed};
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::{LargePath, MEASURED, choose_large};
+use frameloop::gpu::fused_tiled::{FrameSource, LargePath, MEASURED, choose_large, tiled_fragment};
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
@@ -206,6 +206,91 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
         CudaLoop::new(Arc::clone(&rt), Arc::clone(&rings.frames), Arc::clone(&rings.results), &image, cfg)
             .unwrap();
     assert_eq!(lp.executor().stage_names(), ["unpack[0]", "filter2d[1]", "stats+threshold[2]"]);
+}
+
+/// The tiled kernel claiming its own frames (the loop body alone: no
+/// handler node, no IF body) gives the CPU chain's results, and the same bits
+/// as the same kernel after the handler in an IF body, for frames read in
+/// place and frames streamed into device memory part by part, at lengths
+/// that are no multiple of a tile, a block or a sample (1, 3, 4095, ...);
+/// the claiming loop idles between frames and stops on tear-down while it
+/// waits for one.
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
+    let rt = runtime();
+    let seed = 0xc1a1 ^ frameloop::clock::realtime_ns();
+    eprintln!("random seed {seed:#x}");
+    let frame_bytes = 786_432 + 6;
+    let lens = [frame_bytes, 1, 3, 4095, 12_345, frame_bytes - 1, 786_432, 300_001, frame_bytes];
+    for chain in [
+        default_chain(),
+        vec![
+            OpSpec::Unpack { format: SampleFormat::U12, scale: 0.01, offset: -3.0 },
+            OpSpec::Filter2d { width: 1000, kernel: [0.1, 0.2, 0.1, 0.0, 1.0, 0.0, -0.1, -0.2, -0.1] },
+            OpSpec::Stats,
+            OpSpec::Threshold { level: 20.0 },
+        ],
+    ] {
+        for streamed in [false, true] {
+            let mut runs: Vec<Vec<ResultRecord>> = Vec::new();
+            for claims in [true, false] {
+                let what = format!("{chain:?}, streamed {streamed}, claiming {claims}");
+                let rings = MappedRings::new(&rt, 8, frame_bytes, 64, OverrunPolicy::Every).unwrap();
+                poison_results(&rings);
+                let mut reader = ResultReader::new(Arc::clone(&rings.results));
+                let encoded = FusedChain::encode(&chain, frame_bytes).unwrap();
+                let source = if streamed { FrameSource::DeviceMemory } else { FrameSource::MappedSlot };
+                let mut opts = ExecutorOptions::new(LoopConfig { poll_budget_us: 20, ..LoopConfig::default() });
+                opts.stream = streamed;
+                opts.workload_claims_frames = claims;
+                let mut ex = ResidentExecutor::new(
+                    Arc::clone(&rt),
+                    tiled_fragment(encoded, source).unwrap(),
+                    Arc::clone(&rings.frames),
+                    Arc::clone(&rings.results),
+                    chain_flags(&chain),
+                    opts,
+                )
+                .unwrap();
+                assert_eq!(ex.workload_claims_frames(), claims, "{what}");
+                let mut w = rings.frames.writer().unwrap();
+                ex.launch().unwrap();
+                // Idle iterations first: each ends at the poll budget.
+                std::thread::sleep(Duration::from_millis(20));
+                let mut out = Vec::new();
+                for (i, &len) in lens.iter().enumerate() {
+                    match streamed {
+                        true => publish_streamed(&mut w, seed, i as u64, len).unwrap(),
+                        false => publish(&mut w, seed, i as u64, len).unwrap(),
+                    };
+                    wait_results(&mut reader, &mut out, i + 1);
+                }
+                // A wait with no frame, then tear-down from inside it.
+                std::thread::sleep(Duration::from_millis(5));
+                let stats = ex.tear_down().unwrap();
+                assert_eq!(stats.frames_processed, lens.len() as u64, "{what}");
+                assert!(stats.idle_iterations > 0, "{what}: {stats:?}");
+                assert_eq!(
+                    out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(),
+                    (1..=lens.len() as u64).collect::<Vec<_>>(),
+                    "{what}"
+                );
+                check_against_cpu_sized(&chain, seed, &out, &lens, frame_bytes);
+                assert_eq!(rings.frames.consumed(), lens.len() as u64, "{what}: every slot handed back");
+                runs.push(out);
+            }
+            for (a, b) in runs[0].iter().zip(&runs[1]) {
+                assert_eq!(
+                    (a.sum.to_bits(), a.min.to_bits(), a.max.to_bits(), a.mean.to_bits()),
+                    (b.sum.to_bits(), b.min.to_bits(), b.max.to_bits(), b.mean.to_bits()),
+                    "frame {}: the same bits claiming or not ({chain:?}, streamed {streamed})",
+                    a.frame_seq
+                );
+                assert_eq!((a.detect_count, a.first_detect_index), (b.detect_count, b.first_detect_index));
+            }
+        }
+    }
 }
 
 /// A chain `on` cannot fuse is refused at start-up with the reason and the fix.

@@ -52,6 +52,9 @@ pub struct EnqueueTarget<'a> {
     pub kernels: &'a dyn KernelLookup,
     /// Where the loop stages a streaming frame, when frames stream.
     pub streamed: Option<StreamedFrame>,
+    /// Whether the fragment's only operator is the loop body alone and
+    /// claims the frames itself ([`Fragment::can_claim_frames`]).
+    pub claims_frames: bool,
 }
 
 /// A linear chain of GPU-resident operators.
@@ -94,6 +97,13 @@ impl Fragment {
     /// operator says so ([`GpuResidentOperator::reads_streamed_frames`]).
     pub fn reads_streamed_frames(&self) -> bool {
         matches!(self.operators.as_slice(), [only] if only.op.reads_streamed_frames())
+    }
+
+    /// Whether the fragment can be the resident loop's whole body, claiming
+    /// the frames itself: its only operator says so
+    /// ([`GpuResidentOperator::can_claim_frames`]).
+    pub fn can_claim_frames(&self) -> bool {
+        matches!(self.operators.as_slice(), [only] if only.op.can_claim_frames())
     }
 
     pub fn flows(&self) -> &[Flow] {
@@ -264,6 +274,7 @@ impl Fragment {
             result_publisher: publisher,
             publisher_taken: false,
             streamed: target.streamed,
+            claims_frames: target.claims_frames,
         };
         entry.op.compute(&mut ctx)?;
         Ok(ctx.publisher_taken)

@@ -199,6 +199,9 @@ pub struct ComputeContext<'a> {
     pub(crate) publisher_taken: bool,
     /// Where the loop stages a streaming frame, when frames stream.
     pub(crate) streamed: Option<StreamedFrame>,
+    /// Whether the loop body is this operator's kernel alone, which then
+    /// claims the frames itself ([`GpuResidentOperator::can_claim_frames`]).
+    pub(crate) claims_frames: bool,
 }
 
 impl<'a> ComputeContext<'a> {
@@ -226,6 +229,16 @@ impl<'a> ComputeContext<'a> {
     /// (`loop.stream_to_gpu`); `None` otherwise.
     pub fn streamed_frame(&self) -> Option<StreamedFrame> {
         self.streamed
+    }
+
+    /// Whether this operator's kernel is the loop body alone and claims the
+    /// frames itself: it then takes [`ComputeContext::take_result_publisher`]
+    /// and, from one thread, polls and claims as the built-in handler does
+    /// (`fl_poll`, `fl_claim_slot`, `fl_end_iteration` in `ring_ready.cuh`)
+    /// before its work, and publishes the result after it. Offered only to
+    /// an operator that [`GpuResidentOperator::can_claim_frames`].
+    pub fn claims_frames(&self) -> bool {
+        self.claims_frames
     }
 
     /// Device address of this iteration's `FrameDesc` (see `ring::layout`).
@@ -296,6 +309,15 @@ pub trait GpuResidentOperator: Send {
     /// fragment's only one; the default reads the frame where the
     /// `FrameDesc` points.
     fn reads_streamed_frames(&self) -> bool {
+        false
+    }
+
+    /// Whether this operator's kernel can claim the frames itself and so be
+    /// the resident loop's whole body, with no handler node before it and no
+    /// IF body to launch for each frame (see [`ComputeContext::claims_frames`]).
+    /// Honoured only for an operator that is its fragment's only one, with
+    /// the built-in data-ready handler.
+    fn can_claim_frames(&self) -> bool {
         false
     }
 }

@@ -373,13 +373,17 @@ struct ModeSpec {
     publish_from_last_kernel: bool,
     /// Run the chain fused into the handler's kernel.
     fused: bool,
-    /// Run the chain as one tiled kernel across many blocks in the IF body.
+    /// Run the chain as one tiled kernel across many blocks (claiming its
+    /// own frames unless `claims` is false).
     tiled: bool,
     /// Run [`CompareOptions::compare_chain`] instead of the chain.
     compare_chain: bool,
     /// Publish frames part by part and stream them into device memory
     /// ([`publish_streamed`], `loop.stream_to_gpu`).
     streamed: bool,
+    /// Let a tiled kernel claim its own frames (the loop body alone);
+    /// false: `handler ; IF { tiled kernel }`.
+    claims: bool,
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
@@ -414,6 +418,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     opts.programmatic_edges = m.programmatic_edges;
     opts.publish_from_last_kernel = m.publish_from_last_kernel;
     opts.stream = m.streamed;
+    opts.workload_claims_frames = m.claims;
     let mut ex = ResidentExecutor::new(
         Arc::clone(rt),
         fragment,
@@ -548,7 +553,7 @@ fn operator_names(chain: &[OpSpec], frame_bytes: usize) -> Result<Vec<String>, G
     Ok(plan.order().iter().filter_map(|&id| fragment.operator_name(id).map(str::to_string)).collect())
 }
 
-/// The mode that runs the chain as one tiled kernel in the IF body.
+/// The mode that runs the chain as one tiled kernel (claiming its own frames).
 const TILED_MODE: &str = "resident poll, tiled fused kernel";
 
 /// One kernel per operator in the resident graph's IF body.
@@ -556,6 +561,10 @@ const IF_BODY_MODE: &str = "resident poll, graph IF body";
 
 /// [`TILED_MODE`] on frames streamed into device memory while written.
 const STREAMED_TILED_MODE: &str = "resident poll, streamed, tiled fused kernel";
+
+/// [`STREAMED_TILED_MODE`] with the tiled kernel in an IF body after the
+/// data-ready handler instead of claiming the frames itself.
+const STREAMED_TILED_IF_MODE: &str = "resident poll, streamed, handler + IF { tiled kernel }";
 
 /// [`IF_BODY_MODE`] on frames streamed into device memory while written.
 const STREAMED_IF_BODY_MODE: &str = "resident poll, streamed, graph IF body";
@@ -599,6 +608,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         tiled: false,
         compare_chain: false,
         streamed: false,
+        claims: true,
     };
     let resident = |name| spec(name, LaunchStyle::Resident, &poll, false);
     // The default mode runs what loop.fused_chain = "auto" picks.
@@ -651,6 +661,12 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         || o.frame_bytes >= super::streaming::AUTO_MIN_SLOT_BYTES
     {
         modes.push(ModeSpec { streamed: true, tiled: true, ..resident(STREAMED_TILED_MODE) });
+        modes.push(ModeSpec {
+            streamed: true,
+            tiled: true,
+            claims: false,
+            ..resident(STREAMED_TILED_IF_MODE)
+        });
         modes.push(ModeSpec { streamed: true, ..resident(STREAMED_IF_BODY_MODE) });
     }
     if tiled.is_err() {
@@ -665,6 +681,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
                     GRAPH_LAUNCH_MODE,
                     COMPARE_CHAIN_MODE,
                     STREAMED_TILED_MODE,
+                    STREAMED_TILED_IF_MODE,
                     STREAMED_IF_BODY_MODE,
                 ]
                 .contains(&m.name)
@@ -748,11 +765,20 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
             "resident poll budget",
             IF_BODY_MODE,
         ),
-        ("one tiled kernel against one kernel per operator, both in the IF body", TILED_MODE, IF_BODY_MODE),
+        (
+            "one tiled kernel claiming its frames against one kernel per operator in the IF body",
+            TILED_MODE,
+            IF_BODY_MODE,
+        ),
         (
             "streamed frames: one tiled kernel against one kernel per operator",
             STREAMED_TILED_MODE,
             STREAMED_IF_BODY_MODE,
+        ),
+        (
+            "streamed frames, tiled kernel: claiming its own frames against handler + IF body",
+            STREAMED_TILED_MODE,
+            STREAMED_TILED_IF_MODE,
         ),
         (
             "tiled kernel: frame streamed into device memory against read in place",

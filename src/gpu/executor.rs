@@ -92,6 +92,13 @@ pub struct ExecutorOptions {
     /// the graph. Resident style with the built-in handler, no streaming;
     /// otherwise ignored (the values stay kernel arguments).
     pub param_banks: Option<Vec<super::fused::FusedStep>>,
+    /// Let a workload whose kernel can claim the frames itself (the tiled
+    /// fused chain) be the loop's whole body, `WHILE { [pull ;] workload }`,
+    /// so that a frame waits for no handler exit and no IF body launch:
+    /// resident style with the built-in handler, publishing from the last
+    /// kernel, no stage markers, no output node, not host-driven. Off:
+    /// `handler ; IF { workload }` (for comparisons).
+    pub workload_claims_frames: bool,
 }
 
 impl ExecutorOptions {
@@ -110,6 +117,7 @@ impl ExecutorOptions {
             output: None,
             stream: false,
             param_banks: None,
+            workload_claims_frames: true,
         }
     }
 }
@@ -244,6 +252,21 @@ impl ExecutorCore {
         Ok(())
     }
 
+    /// The poll budget the loop runs with: `configured`, capped while frames
+    /// stream ([`super::streaming::STREAM_POLL_BUDGET_NS`]: pulls run between
+    /// polls) and while the workload claims the frames itself
+    /// ([`super::fused_tiled::CLAIMING_POLL_BUDGET_NS`]).
+    pub(super) fn poll_budget_ns(configured: u64, streaming: bool, claiming: bool) -> u64 {
+        let mut budget = configured;
+        if streaming {
+            budget = budget.min(super::streaming::STREAM_POLL_BUDGET_NS);
+        }
+        if claiming {
+            budget = budget.min(super::fused_tiled::CLAIMING_POLL_BUDGET_NS);
+        }
+        budget
+    }
+
     /// Writes the loop parameters to their device copy, which the graph's
     /// kernels read (before a launch or a relaunch).
     pub(super) fn upload_params(&self) -> Result<(), GpuError> {
@@ -369,10 +392,7 @@ impl ExecutorCore {
             results: results_dptr,
             ctl: control.dptr(),
             st: state.dptr(),
-            poll_budget_ns: match stream {
-                Some(_) => poll_budget_ns.min(super::streaming::STREAM_POLL_BUDGET_NS),
-                None => poll_budget_ns,
-            },
+            poll_budget_ns: Self::poll_budget_ns(poll_budget_ns, stream.is_some(), false),
             poll_interval_ns: cfg.poll_interval_ns,
             sleep_ns: cfg.data_not_ready_sleep_interval_us.saturating_mul(1000),
             timeout_ns: cfg.timeout_ms.saturating_mul(1_000_000),

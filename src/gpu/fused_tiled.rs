@@ -1,8 +1,12 @@
 //! The tiled fused chain: the fused program of [`super::fused`] run by one
 //! kernel per frame across many blocks (`fl_fused_tiled`,
 //! kernels/fused_tiled.cu), for frames whose samples do not fit in one
-//! block's shared memory. The graph runs `handler ; IF { fl_fused_tiled }`
-//! and the kernel's last block publishes the result.
+//! block's shared memory. In the resident loop the kernel claims its own
+//! frames (`fl_fused_tiled_loop`: block 0 polls and claims as the built-in
+//! handler does while the other blocks wait on the device, so the loop body
+//! is `WHILE { [pull ;] kernel }` with no IF body to launch per frame);
+//! elsewhere the graph runs `handler ; IF { fl_fused_tiled }`. Either way
+//! the kernel's last block publishes the result.
 //!
 //! Each block takes one tile of the frame plus a halo (the samples the
 //! chain's FIR and filter2d steps reach on either side), unpacks it straight
@@ -170,6 +174,23 @@ pub fn plan_for(chain: &FusedChain, shared_limit: usize, source: FrameSource) ->
     plan_tiles(samples, chain_halo(&chain.program), REDUCE_MAX_BLOCKS, shared_limit, source)
 }
 
+/// The data-ready poll budget of a loop whose tiled kernel claims its own
+/// frames (ns): its blocks wait on the device while block 0 polls, and
+/// waits much longer than this made the GPU slower at everything. On an H200
+/// (bench/results/gpu-h200-2026-11-26/claiming-budget/), 2 MiB frames read
+/// in place took 190-198 µs p50 from publish to result with a budget of
+/// 1,000 µs and 156-158 with 100 µs, against 93-100 with 20 µs and 106 for
+/// the handler and IF body; their GPU time itself rose from 86-93 to
+/// 157-161 µs. So the loop polls at most this long before it relaunches.
+pub const CLAIMING_POLL_BUDGET_NS: u64 = 20_000;
+
+/// The kernel of a [`FusedTiledOp`] that claims its own frames
+/// ([`crate::fragment::ComputeContext::claims_frames`]).
+const LOOP_KERNEL: &str = "fl_fused_tiled_loop";
+
+/// Bytes of `FlTiledClaim` (kernels/fused_tiled.cu), the claim handshake.
+const CLAIM_BYTES: usize = 16;
+
 /// The device side of a [`FusedTiledOp`], made on its first enqueue.
 struct Loaded {
     program: DeviceBuffer,
@@ -235,18 +256,44 @@ impl FusedTiledOp {
         let sms = u32::try_from(sms).unwrap_or(1).max(1);
         let mut plan =
             plan_tiles(capacity, halo, sms, limit, self.source).map_err(|e| self.problem(e.to_string()))?;
-        let resident = f
-            .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, plan.shared_bytes(), None)
-            .map_err(|e| ctx.enqueue_error("reading fl_fused_tiled's occupancy", e))?;
-        if resident >= 2 {
-            plan = plan_tiles(capacity, halo, 2 * sms, limit, self.source)
-                .map_err(|e| self.problem(e.to_string()))?;
+        // The grid never holds more blocks than the GPU runs at once: the
+        // kernel that claims its own frames needs all of them resident.
+        let looping = ctx.kernel(LOOP_KERNEL)?;
+        let kernels = [(f, "fl_fused_tiled"), (looping, LOOP_KERNEL)];
+        // Blocks of both kernels an SM holds at once with `plan`'s shared
+        // memory, once the kernels may use that much.
+        let resident = |plan: &TilePlan| -> Result<u32, FragmentError> {
+            let mut fewest = u32::MAX;
+            for (k, name) in kernels {
+                k.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    plan.shared_bytes() as i32,
+                )
+                .map_err(|e| ctx.enqueue_error("allowing the tiled kernels their shared memory", e))?;
+                let n = k
+                    .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, plan.shared_bytes(), None)
+                    .map_err(|e| ctx.enqueue_error("reading the tiled kernels' occupancy", e))?;
+                tracing::trace!("{name}: {n} blocks per SM with {} B of shared memory", plan.shared_bytes());
+                fewest = fewest.min(n);
+            }
+            Ok(fewest)
+        };
+        let fit = resident(&plan)?;
+        if fit == 0 {
+            return Err(self.problem(format!(
+                "no block of {REDUCE_THREADS} threads with {} B of shared memory fits on an SM of this GPU",
+                plan.shared_bytes()
+            )));
         }
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            plan.shared_bytes() as i32,
-        )
-        .map_err(|e| ctx.enqueue_error("allowing fl_fused_tiled its shared memory", e))?;
+        if fit >= 2 {
+            let two = plan_tiles(capacity, halo, 2 * sms, limit, self.source)
+                .map_err(|e| self.problem(e.to_string()))?;
+            if resident(&two)? >= 2 {
+                plan = two;
+            } else {
+                resident(&plan)?;
+            }
+        }
         let program = *self.chain.program;
         let buffer = DeviceBuffer::new(cuda, std::mem::size_of::<FusedProgram>(), 0)
             .map_err(|e| self.problem(e.to_string()))?;
@@ -276,6 +323,7 @@ impl GpuResidentOperator for FusedTiledOp {
 
     fn setup(&mut self, spec: &mut OperatorSpec) {
         spec.output("scratch", PortMemory::Size(REDUCE_SCRATCH_BYTES));
+        spec.output("claim", PortMemory::Size(CLAIM_BYTES));
         if self.samples_port {
             spec.output("samples", PortMemory::Size(self.chain.buffer_bytes().max(4)));
         }
@@ -285,13 +333,16 @@ impl GpuResidentOperator for FusedTiledOp {
         self.source == FrameSource::DeviceMemory
     }
 
+    fn can_claim_frames(&self) -> bool {
+        true
+    }
+
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
         let scratch = ctx.port("scratch")?;
         let samples = if self.samples_port { ctx.port("samples")?.dptr } else { 0 };
         self.load(ctx)?;
         let Some(loaded) = &self.loaded else { unreachable!("loaded above") };
         let plan = loaded.plan;
-        let f = ctx.kernel("fl_fused_tiled")?;
         let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
         let program = loaded.program.dptr();
         // The only operator of its fragment: the kernel publishes the result.
@@ -302,6 +353,38 @@ impl GpuResidentOperator for FusedTiledOp {
             Some(s) if self.reads_streamed_frames() => (s.state, s.staging),
             _ => (0, 0),
         };
+        let cfg = LaunchConfig {
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (REDUCE_THREADS, 1, 1),
+            shared_mem_bytes: plan.shared_bytes() as u32,
+        };
+        if ctx.claims_frames() {
+            if publisher == 0 {
+                return Err(self.problem("asked to claim the frames without the loop's parameters".into()));
+            }
+            let claim = ctx.port("claim")?.dptr;
+            let f = ctx.kernel(LOOP_KERNEL)?;
+            let mut launch = ctx.stream().launch_builder(f);
+            launch
+                .arg(&publisher)
+                .arg(&program)
+                .arg(&scratch.dptr)
+                .arg(&claim)
+                .arg(&plan.halo)
+                .arg(&plan.span)
+                .arg(&samples)
+                .arg(&stream_state)
+                .arg(&staged);
+            // SAFETY: (const LoopParams*, const FusedProgram*, FlReduceScratch*, FlTiledClaim*,
+            // uint32_t, uint32_t, float*, const FlStreamState*, const uint8_t*) is
+            // fl_fused_tiled_loop's signature; `publisher` is the loop's parameters in device
+            // memory, `claim` this operator's zeroed CLAIM_BYTES port, the rest as for
+            // fl_fused_tiled below; the grid holds no more blocks than the GPU runs at once
+            // (`load`), which the kernel's claim handshake needs.
+            unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error("fl_fused_tiled_loop", e))?;
+            return Ok(());
+        }
+        let f = ctx.kernel("fl_fused_tiled")?;
         let mut launch = ctx.stream().launch_builder(f);
         launch
             .arg(&fd)
@@ -314,11 +397,6 @@ impl GpuResidentOperator for FusedTiledOp {
             .arg(&samples)
             .arg(&stream_state)
             .arg(&staged);
-        let cfg = LaunchConfig {
-            grid_dim: (plan.grid, 1, 1),
-            block_dim: (REDUCE_THREADS, 1, 1),
-            shared_mem_bytes: plan.shared_bytes() as u32,
-        };
         // SAFETY: (FrameDesc*, const FusedProgram*, ChainResult*, FlReduceScratch*, uint32_t,
         // uint32_t, const LoopParams*, float*, const FlStreamState*, const uint8_t*) is
         // fl_fused_tiled's signature; `stream_state` and `staged` are 0 or the loop's
@@ -344,7 +422,7 @@ pub fn tiled_fragment(chain: FusedChain, source: FrameSource) -> Result<Fragment
 /// What runs a chain whose samples do not fit in one block's shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LargePath {
-    /// `handler ; IF { fl_fused_tiled }`.
+    /// One tiled kernel per frame (claiming its own frames in the resident loop).
     Tiled,
     /// One kernel per operator in the IF body.
     Graph,

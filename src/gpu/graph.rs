@@ -8,7 +8,7 @@
 use super::GpuError;
 use super::control::*;
 use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
-use super::executor::{ControllerPlacement, ExecutorCore};
+use super::executor::{ControllerPlacement, ExecutorCore, LaunchStyle};
 use super::fused::{FUSED_THREADS, FusedChain, FusedProgram};
 use super::output_publish::{OUTPUT_THREADS, OutputPublish};
 use super::runtime::GpuRuntime;
@@ -184,7 +184,7 @@ impl ExecutorCore {
         let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
         names
             .chain(&["fl_end_marker"])
-            .filter(|n| **n != "fl_fused_chain")
+            .filter(|n| **n != "fl_fused_chain" && **n != "fl_fused_tiled_loop")
             .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
             // A user kernel's entry kernel waits like the built-in ones.
             // SAFETY: `f` is the function of a kernel node of the graph being built,
@@ -225,7 +225,28 @@ impl ExecutorCore {
             self.publishes_in_last_kernel = false;
             return Ok(graph);
         }
+        if self.workload_claims_frames() {
+            // The workload's kernel polls and claims itself: `WHILE { [pull ;] workload }`.
+            self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
+            self.params.if_handle = 0;
+            self.params.poll_budget_ns = self.configured_poll_budget_ns(true);
+            *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
+            let pull = match &self.stream {
+                Some(st) => vec![st.add_pull(&self.rt, body, &[], self.params)?],
+                None => Vec::new(),
+            };
+            self.capture_workload(body, &pull)?;
+            if !self.publishes_in_last_kernel {
+                return Err(GpuError::Setup(
+                    "the workload said it claims the frames itself but did not take the loop parameters"
+                        .into(),
+                ));
+            }
+            self.programmatic_edges = 0;
+            return Ok(graph);
+        }
         let if_handle = body.conditional_handle(&ctx, 0, false)?;
+        self.params.poll_budget_ns = self.configured_poll_budget_ns(false);
         self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
         self.params.if_handle = keep_handles.map_or(if_handle.0, |k| k.1);
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
@@ -257,6 +278,31 @@ impl ExecutorCore {
         self.programmatic_edges =
             if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
         Ok(graph)
+    }
+
+    /// Whether the loop body is the workload alone, claiming the frames
+    /// itself ([`crate::fragment::GpuResidentOperator::can_claim_frames`]):
+    /// resident, with the built-in handler, publishing from the workload's
+    /// kernel, and nothing the graph must run between the claim and the
+    /// work or after it (stage markers, an output node).
+    pub fn workload_claims_frames(&self) -> bool {
+        self.opts.workload_claims_frames
+            && self.opts.style == LaunchStyle::Resident
+            && self.fused.is_none()
+            && self.placement == ControllerPlacement::InHandler
+            && self.opts.user_handler.is_none()
+            && self.workload.data_ready_handler().is_none()
+            && !self.opts.stage_markers
+            && !self.opts.host_driven
+            && self.opts.output.is_none()
+            && self.opts.publish_from_last_kernel
+            && self.workload.can_claim_frames()
+    }
+
+    /// The poll budget of `loop.poll_budget_us` as this graph's handler runs it.
+    fn configured_poll_budget_ns(&self, claiming: bool) -> u64 {
+        let configured = self.opts.loop_cfg.poll_budget_us.saturating_mul(1000);
+        ExecutorCore::poll_budget_ns(configured, self.stream.is_some(), claiming)
     }
 
     pub(super) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
@@ -312,6 +358,7 @@ impl ExecutorCore {
             slot_header: self.state.dptr() + SLOT_OFFSET as u64,
             kernels: &self.rt.library,
             streamed: None,
+            claims_frames: false,
         };
         let fragment = match self.builtin_handler.as_mut() {
             Some(h) => h,
@@ -352,6 +399,7 @@ impl ExecutorCore {
                 slot_header: self.state.dptr() + SLOT_OFFSET as u64,
                 kernels: &self.rt.library,
                 streamed: self.stream.as_ref().map(|st| st.staged()),
+                claims_frames: self.workload_claims_frames(),
             };
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
@@ -426,6 +474,7 @@ impl ExecutorCore {
             result_publisher: None,
             publisher_taken: false,
             streamed: self.stream.as_ref().map(|st| st.staged()),
+            claims_frames: false,
         };
         entry.op.compute(&mut ctx).map_err(|e| GpuError::Setup(e.to_string()))
     }

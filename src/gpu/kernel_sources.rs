@@ -40,7 +40,7 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
     ("delay.cu", &["fl_delay"]),
     ("stage.cu", &["fl_stage_payload", "fl_stream_pull", "fl_stream_tail"]),
     ("fused.cu", &["fl_fused_chain"]),
-    ("fused_tiled.cu", &["fl_fused_tiled"]),
+    ("fused_tiled.cu", &["fl_fused_tiled", "fl_fused_tiled_loop"]),
     ("fft.cu", &["fl_fft_window", "fl_fft_spectrum"]),
     ("user_support.cu", &["fl_user_prologue"]),
     ("output_publish.cu", &["fl_output_publish"]),
