@@ -403,9 +403,11 @@ FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
 }
 
 // Spins of a block's wait between two looks at the tear-down flag (a read
-// over the bus): about 50 µs at FL_TILED_SPIN_NS each.
-#define FL_TILED_SPINS_PER_STOP_CHECK 256u
-#define FL_TILED_SPIN_NS 200u
+// over the bus): hundreds of microseconds, far longer than a poll budget
+// (CLAIMING_POLL_BUDGET_NS, src/gpu/fused_tiled.rs), so only a wait that
+// went wrong looks.
+#define FL_TILED_SPINS_PER_STOP_CHECK 1024u
+#define FL_TILED_SPIN_NS 100u
 
 // This launch's verdict, in thread 0 of every block (see above).
 FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim) {
@@ -416,7 +418,6 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim)
     uint64_t head = 0;
     const uint32_t verdict = fl_poll(p, t0, &head);
     if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
-    fl_end_iteration(p, verdict, t0, false);
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
       __nanosleep(FL_TILED_SPIN_NS / 4);
@@ -425,6 +426,8 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim)
     claim->verdict = verdict;
     // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
     fl_store_release_gpu32(&claim->generation, claim->generation + 1);
+    // The loop's counters (and on a stop, the WHILE value) once the other blocks are on their way.
+    fl_end_iteration(p, verdict, t0, false);
     return verdict;
   }
   const uint32_t seen = fl_load_acquire_gpu32(&claim->generation);

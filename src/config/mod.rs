@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields, default)]
 pub struct LoopConfig {
     /// How long the data-ready handler polls for a new frame inside one loop
-    /// iteration before giving up the iteration (µs). 0 = check once.
+    /// iteration before giving up the iteration (µs). 0 = check once. The
+    /// CUDA loop polls at most 20 µs at a time while frames stream into GPU
+    /// memory or the tiled kernel claims them itself (docs/gpu.md).
     pub poll_budget_us: u64,
     /// Pause between two checks while polling (ns). 0 = spin.
     pub poll_interval_ns: u64,

@@ -282,9 +282,10 @@ impl ExecutorCore {
 
     /// Whether the loop body is the workload alone, claiming the frames
     /// itself ([`crate::fragment::GpuResidentOperator::can_claim_frames`]):
-    /// resident, with the built-in handler, publishing from the workload's
-    /// kernel, and nothing the graph must run between the claim and the
-    /// work or after it (stage markers, an output node).
+    /// resident, with the built-in handler, polling without sleeps,
+    /// publishing from the workload's kernel, and nothing the graph must run
+    /// between the claim and the work or after it (stage markers, an output
+    /// node).
     pub fn workload_claims_frames(&self) -> bool {
         self.opts.workload_claims_frames
             && self.opts.style == LaunchStyle::Resident
@@ -294,6 +295,8 @@ impl ExecutorCore {
             && self.workload.data_ready_handler().is_none()
             && !self.opts.stage_markers
             && !self.opts.host_driven
+            // Block 0 sleeping between polls would leave the others waiting long.
+            && self.opts.loop_cfg.data_not_ready_sleep_interval_us == 0
             && self.opts.output.is_none()
             && self.opts.publish_from_last_kernel
             && self.workload.can_claim_frames()
