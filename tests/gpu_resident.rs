@@ -241,7 +241,7 @@ fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
                 let mut reader = ResultReader::new(Arc::clone(&rings.results));
                 let encoded = FusedChain::encode(&chain, frame_bytes).unwrap();
                 let source = if streamed { FrameSource::DeviceMemory } else { FrameSource::MappedSlot };
-                let mut opts = ExecutorOptions::new(LoopConfig { poll_budget_us: 20, ..LoopConfig::default() });
+                let mut opts = ExecutorOptions::new(LoopConfig::default());
                 opts.stream = streamed;
                 opts.workload_claims_frames = claims;
                 let mut ex = ResidentExecutor::new(

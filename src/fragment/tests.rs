@@ -434,3 +434,36 @@ fn a_plan_only_fits_the_fragment_it_was_made_for() {
     assert!(matches!(plan.check_belongs_to(&g), Err(FragmentError::PlanMismatch { .. })));
     assert_eq!(plan.bindings(ids[0]).len(), 4);
 }
+
+/// An operator whose kernel can claim the frames itself.
+struct Claimer;
+
+impl GpuResidentOperator for Claimer {
+    fn name(&self) -> &str {
+        "claimer"
+    }
+    fn setup(&mut self, spec: &mut OperatorSpec) {
+        spec.output("scratch", PortMemory::Size(64));
+    }
+    fn compute(&mut self, _ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
+        unreachable!("planning tests never enqueue")
+    }
+    fn can_claim_frames(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn only_a_lone_operator_that_offers_it_claims_the_frames() {
+    let mut alone = Fragment::new("main");
+    alone.add_operator(Claimer).unwrap();
+    assert!(alone.can_claim_frames());
+    let mut two = Fragment::new("main");
+    two.add_operator(Claimer).unwrap();
+    two.add_operator(probe("after", vec![])).unwrap();
+    assert!(!two.can_claim_frames(), "a second operator would have to run after the claim");
+    let mut plain = Fragment::new("main");
+    plain.add_operator(probe("plain", vec![])).unwrap();
+    assert!(!plain.can_claim_frames(), "the default is the handler and IF body");
+    assert!(!Fragment::new("empty").can_claim_frames());
+}

@@ -783,6 +783,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_poll_budget_is_capped_while_streaming_or_claiming_and_never_raised() {
+        let stream = super::super::streaming::STREAM_POLL_BUDGET_NS;
+        let claim = super::super::fused_tiled::CLAIMING_POLL_BUDGET_NS;
+        assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, false, false), 1_000_000);
+        assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, true, false), stream);
+        assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, false, true), claim);
+        assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, true, true), stream.min(claim));
+        assert_eq!(ExecutorCore::poll_budget_ns(5_000, true, true), 5_000, "a shorter budget stays");
+        assert_eq!(ExecutorCore::poll_budget_ns(0, false, true), 0);
+    }
+
+    #[test]
     fn a_stream_that_never_finishes_times_out_within_the_grace_and_means_wedged() {
         let grace = Duration::from_millis(30);
         let started = Instant::now();
