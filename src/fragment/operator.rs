@@ -174,6 +174,8 @@ pub struct StreamedFrame {
     pub state: DevicePtr,
     /// Device address of the staging buffer the pulls copy the frame into.
     pub staging: DevicePtr,
+    /// 16-byte words the staging buffer holds.
+    pub staging_words: u32,
 }
 
 /// Everything an operator's `compute` may use. The stream may be capturing
@@ -235,8 +237,11 @@ impl<'a> ComputeContext<'a> {
     /// frames itself: it then takes [`ComputeContext::take_result_publisher`]
     /// and, from one thread, polls and claims as the built-in handler does
     /// (`fl_poll`, `fl_claim_slot`, `fl_end_iteration` in `ring_ready.cuh`)
-    /// before its work, and publishes the result after it. Offered only to
-    /// an operator that [`GpuResidentOperator::can_claim_frames`].
+    /// before its work, and publishes the result after it. While frames
+    /// stream ([`ComputeContext::streamed_frame`]) the loop has no pull node
+    /// either: the kernel also pulls, as `fl_stream_pull` does, in the
+    /// iterations that find no frame. Offered only to an operator that
+    /// [`GpuResidentOperator::can_claim_frames`].
     pub fn claims_frames(&self) -> bool {
         self.claims_frames
     }

@@ -189,7 +189,7 @@ pub const CLAIMING_POLL_BUDGET_NS: u64 = 20_000;
 const LOOP_KERNEL: &str = "fl_fused_tiled_loop";
 
 /// Bytes of `FlTiledClaim` (kernels/fused_tiled.cu), the claim handshake.
-const CLAIM_BYTES: usize = 16;
+const CLAIM_BYTES: usize = 64;
 
 /// The device side of a [`FusedTiledOp`], made on its first enqueue.
 struct Loaded {
@@ -349,9 +349,9 @@ impl GpuResidentOperator for FusedTiledOp {
         let publisher = ctx.take_result_publisher().unwrap_or(0);
         // Planned for device memory, it reads a streaming frame's pulled part
         // from the staging buffer and the rest from the slot.
-        let (stream_state, staged) = match ctx.streamed_frame() {
-            Some(s) if self.reads_streamed_frames() => (s.state, s.staging),
-            _ => (0, 0),
+        let (stream_state, staged, staged_words) = match ctx.streamed_frame() {
+            Some(s) if self.reads_streamed_frames() => (s.state, s.staging, s.staging_words),
+            _ => (0, 0, 0),
         };
         let cfg = LaunchConfig {
             grid_dim: (plan.grid, 1, 1),
@@ -374,13 +374,15 @@ impl GpuResidentOperator for FusedTiledOp {
                 .arg(&plan.span)
                 .arg(&samples)
                 .arg(&stream_state)
-                .arg(&staged);
+                .arg(&staged)
+                .arg(&staged_words);
             // SAFETY: (const LoopParams*, const FusedProgram*, FlReduceScratch*, FlTiledClaim*,
-            // uint32_t, uint32_t, float*, const FlStreamState*, const uint8_t*) is
+            // uint32_t, uint32_t, float*, FlStreamState*, uint8_t*, uint32_t) is
             // fl_fused_tiled_loop's signature; `publisher` is the loop's parameters in device
-            // memory, `claim` this operator's zeroed CLAIM_BYTES port, the rest as for
-            // fl_fused_tiled below; the grid holds no more blocks than the GPU runs at once
-            // (`load`), which the kernel's claim handshake needs.
+            // memory, `claim` this operator's zeroed CLAIM_BYTES port, `staged` 0 or the loop's
+            // staging buffer of `staged_words` 16-byte words (the pulls write at most that many),
+            // the rest as for fl_fused_tiled below; the grid holds no more blocks than the GPU
+            // runs at once (`load`), which the kernel's claim handshake needs.
             unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error("fl_fused_tiled_loop", e))?;
             return Ok(());
         }

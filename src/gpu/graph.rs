@@ -226,16 +226,13 @@ impl ExecutorCore {
             return Ok(graph);
         }
         if self.workload_claims_frames() {
-            // The workload's kernel polls and claims itself: `WHILE { [pull ;] workload }`.
+            // The workload's kernel polls, claims and (while frames stream)
+            // pulls itself: `WHILE { workload }`.
             self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
             self.params.if_handle = 0;
             self.params.poll_budget_ns = self.configured_poll_budget_ns(true);
             *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
-            let pull = match &self.stream {
-                Some(st) => vec![st.add_pull(&self.rt, body, &[], self.params)?],
-                None => Vec::new(),
-            };
-            self.capture_workload(body, &pull)?;
+            self.capture_workload(body, &[])?;
             if !self.publishes_in_last_kernel {
                 return Err(GpuError::Setup(
                     "the workload said it claims the frames itself but did not take the loop parameters"

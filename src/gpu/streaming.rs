@@ -95,7 +95,11 @@ impl StreamBuffers {
 
     /// Where the frames are staged, for an operator that reads them itself.
     pub(super) fn staged(&self) -> crate::fragment::StreamedFrame {
-        crate::fragment::StreamedFrame { state: self.state.dptr(), staging: self.staging.dptr() }
+        crate::fragment::StreamedFrame {
+            state: self.state.dptr(),
+            staging: self.staging.dptr(),
+            staging_words: self.words,
+        }
     }
 
     /// Adds the `fl_stream_pull` node to the loop body, after `deps`.
