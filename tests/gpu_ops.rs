@@ -995,11 +995,7 @@ fn tiled_kernel_reads_a_streamed_frame_from_the_staging_buffer_below_pulled_and_
     chains.extend((0..4).map(|_| random_chain(&mut rng)));
     for (c, chain) in chains.iter().enumerate() {
         let mut rig = tiled_rig_from(&mut gpu, chain, max_frame, FrameSource::DeviceMemory);
-        rig.streamed = Some(StreamedFrame {
-            state,
-            staging,
-            staging_words: (max_frame.next_multiple_of(16) / 16) as u32,
-        });
+        rig.streamed = Some(StreamedFrame { state, staging, staging_words: max_frame.div_ceil(16) as u32 });
         let mut cpu_chain = CpuChain::new(chain, max_frame).unwrap();
         let odd = 1 + rng.below(max_frame - 1);
         for (len, pulled) in [
