@@ -210,8 +210,8 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
   return n < cap ? n : cap;
 }
 
-// One frame, every block of the grid: `fd` the claimed frame (payload_len, payload_dptr; n_samples is
-// written by the last block), `prog` the chain (its buffers and staging
+// One frame, every block of the grid: `fd` the claimed frame (payload_len,
+// payload_dptr; n_samples is written by the last block), `prog` the chain (its buffers and staging
 // fields are not used), `out` the loop's ChainResult, `scratch` a zeroed
 // FlReduceScratch kept between frames, `halo` the samples the filter steps
 // reach in total on either side, `span` floats of each shared buffer (a tile
@@ -373,8 +373,8 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 }
 
 // The tiled chain claiming its own frames: the loop body is
-// `WHILE { [fl_stream_pull ;] fl_fused_tiled_loop }`, with no handler node
-// and no IF body to launch once a frame is there. Block 0's thread 0 does
+// `WHILE { fl_fused_tiled_loop }`, with no handler node and no IF body to
+// launch once a frame is there. Block 0's thread 0 does
 // the built-in handler's work (fl_poll for the poll budget, the claim,
 // fl_end_iteration); the other blocks, already resident, wait for its
 // verdict in device memory and start on their tiles as soon as it says
