@@ -16,7 +16,7 @@ use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{
-    LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
+    FrameWait, LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
     create_interval_log,
 };
 use crate::rdma::Transport;
@@ -251,7 +251,14 @@ impl Appliance {
             let head_ring = Arc::clone(&frame_ring);
             Box::new(move || head_ring.head()) as Box<dyn Fn() -> u64 + Send>
         });
-        let spin = ResultSpin { budget: result_spin_budget(), frame_head };
+        // The GPU writes its results without waking anyone: between frames the
+        // result thread sleeps on the frame ring, whose publication wakes it to
+        // spin for the result (the host loop wakes it through the result ring).
+        let frame_wait = (pick.name != "host" && !frame_ring.is_device_only()).then(|| {
+            let wait_ring = Arc::clone(&frame_ring);
+            Box::new(move |seen, timeout| wait_ring.wait_published_past(seen, timeout)) as FrameWait
+        });
+        let spin = ResultSpin { budget: result_spin_budget(), frame_head, frame_wait };
         let (result_cpu, result_nice) = (cfg.service.result_cpu, cfg.service.result_nice);
         let result_stall: Option<LoopHook> = ThreadStall::requested("result")
             .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);

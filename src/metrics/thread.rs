@@ -29,7 +29,17 @@ pub struct ResultSpin {
     /// a result is on its way. `None` where reading it is too slow to poll
     /// (a ring in GPU memory): then only the flow of results counts.
     pub frame_head: Option<Box<dyn Fn() -> u64 + Send>>,
+    /// Sleeps until the frame ring's head passes the given sequence or the
+    /// timeout ends ([`crate::ring::FrameRing::wait_published_past`]). Where
+    /// a device writes the results, which cannot wake the thread, it sleeps
+    /// here instead of on the result ring, so a frame's publication wakes it
+    /// to spin for that frame's result; results are still polled at the
+    /// thread's interval. `None`: sleep on the result ring.
+    pub frame_wait: Option<FrameWait>,
 }
+
+/// How the result thread sleeps on the frame ring ([`ResultSpin::frame_wait`]).
+pub type FrameWait = Box<dyn Fn(u64, Duration) -> bool + Send>;
 
 /// What the result thread has done, readable from any thread without the
 /// sink's lock (for a watchdog).
@@ -131,7 +141,11 @@ impl ResultThread {
     pub fn stop(mut self) -> Result<Summary, MetricsError> {
         self.stop.store(true, Ordering::Release);
         let panicked = match self.handle.take() {
-            Some(h) => h.join().is_err(),
+            Some(h) => {
+                // Asleep in a ring's wait, it would see the flag only at the wait's end.
+                h.thread().unpark();
+                h.join().is_err()
+            }
             None => false,
         };
         let mut sink = lock(&self.sink);
@@ -155,7 +169,7 @@ fn run(
     use std::time::Instant;
     let ring = std::sync::Arc::clone(lock(sink).ring());
     let budget = spin.as_ref().map_or(Duration::ZERO, |s| s.budget);
-    let frame_head = spin.and_then(|s| s.frame_head);
+    let (frame_head, frame_wait) = spin.map_or((None, None), |s| (s.frame_head, s.frame_wait));
     // Spin while results flow (a result or a pending frame within the
     // budget), sleep once the stream has been quiet for the whole budget.
     let mut last_activity: Option<Instant> = None;
@@ -193,6 +207,8 @@ fn run(
         let flowing = last_activity.is_some_and(|t| t.elapsed() < budget);
         if pending_since.is_some() || flowing {
             std::hint::spin_loop();
+        } else if let Some(wait) = frame_wait.as_ref() {
+            wait(head, poll_interval);
         } else {
             ring.wait_past(read_to, poll_interval);
         }

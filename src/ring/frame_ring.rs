@@ -19,9 +19,11 @@
 
 use super::layout::*;
 use super::memory::{CopyError, RingMemory};
+use super::reader_wake::ReaderWake;
 use std::mem::{offset_of, size_of};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 use thiserror::Error;
 
 /// Overrun policy: what happens when the consumer falls behind.
@@ -153,6 +155,9 @@ pub struct FrameRing {
     policy: OverrunPolicy,
     writer_taken: AtomicBool,
     reader_taken: AtomicBool,
+    /// A host thread asleep in [`FrameRing::wait_published_past`], which the
+    /// host writer wakes on every publication.
+    wake: ReaderWake,
 }
 
 impl FrameRing {
@@ -216,6 +221,7 @@ impl FrameRing {
             policy,
             writer_taken: AtomicBool::new(false),
             reader_taken: AtomicBool::new(false),
+            wake: ReaderWake::default(),
         }))
     }
 
@@ -307,6 +313,20 @@ impl FrameRing {
     /// Newest published ring sequence (acquire; a copy for a device-only ring).
     pub fn head(&self) -> u64 {
         self.header().head_seq.load(Ordering::Acquire)
+    }
+
+    /// Blocks the calling thread until the head passes `seen` or `timeout`
+    /// elapses (or, rarely, spuriously earlier); returns whether it passed.
+    /// The host [`RingWriter`] wakes it on every publication, so a thread
+    /// that waits for what follows a frame (the result thread, where a
+    /// device writes the results and cannot wake it) can sleep until a frame
+    /// is on its way. One waiting thread at a time; host-addressable rings
+    /// only (a device-only ring returns at once).
+    pub fn wait_published_past(&self, seen: u64, timeout: Duration) -> bool {
+        if self.is_device_only() {
+            return self.head() > seen;
+        }
+        self.wake.wait(timeout, || self.head() > seen)
     }
     /// Ring sequence the consumer claimed last (acquire; a copy for a device-only ring).
     pub fn claimed(&self) -> u64 {
@@ -449,6 +469,7 @@ impl RingWriter {
         unsafe { std::ptr::write_volatile(self.ring.slot_base(seq) as *mut SlotHeader, h) };
         self.ring.header().head_seq.store(seq, Ordering::Release);
         self.published = seq;
+        self.ring.wake.wake();
     }
 }
 
@@ -530,6 +551,44 @@ mod tests {
         let p = w.payload_mut(seq);
         p[..8].fill(byte);
         w.publish(seq, &SlotHeader { payload_len: 8, frame_seq: byte as u64, ..Default::default() });
+    }
+
+    #[test]
+    fn a_publication_wakes_a_thread_waiting_far_longer() {
+        let r = ring(32, 64, OverrunPolicy::Every);
+        let mut w = r.writer().unwrap();
+        for round in 1..=20u64 {
+            let waiting = Arc::clone(&r);
+            let waiter = std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                let mut woken = false;
+                // A spurious return is allowed: wait again until the head moves.
+                while !woken && start.elapsed() < Duration::from_secs(60) {
+                    woken = waiting.wait_published_past(round - 1, Duration::from_secs(60));
+                }
+                (woken, start.elapsed())
+            });
+            // Publish whether or not the waiter is asleep yet: either order must wake it.
+            if round % 2 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let seq = w.reserve().unwrap();
+            fill(&mut w, seq, round as u8);
+            let (woken, waited) = waiter.join().unwrap();
+            assert!(woken, "round {round}: the waiter saw the publication");
+            assert!(waited < Duration::from_secs(30), "round {round}: woken, not timed out ({waited:?})");
+        }
+    }
+
+    #[test]
+    fn waiting_with_no_publication_ends_at_the_timeout_and_says_so() {
+        let r = ring(4, 64, OverrunPolicy::Latest);
+        let mut w = r.writer().unwrap();
+        assert!(!r.wait_published_past(0, Duration::from_millis(5)));
+        let seq = w.reserve().unwrap();
+        fill(&mut w, seq, 1);
+        assert!(r.wait_published_past(0, Duration::from_secs(60)), "the head is already past 0: no wait");
+        assert!(!r.wait_published_past(1, Duration::from_millis(5)));
     }
 
     #[test]

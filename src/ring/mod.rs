@@ -5,6 +5,7 @@ pub mod frame_ring;
 pub mod layout;
 pub mod memory;
 pub mod prefetch;
+mod reader_wake;
 pub mod result_ring;
 
 pub use frame_ring::{

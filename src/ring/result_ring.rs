@@ -25,9 +25,9 @@
 use super::frame_ring::RingError;
 use super::layout::*;
 use super::memory::RingMemory;
+use super::reader_wake::ReaderWake;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::Thread;
 use std::time::Duration;
 
 /// Result ring over some host-addressable [`RingMemory`].
@@ -44,16 +44,6 @@ pub struct ResultRing {
     /// writer wakes it on every push. A device producer does not, so there
     /// the reader's timeout is its polling interval.
     wake: ReaderWake,
-}
-
-/// A reader thread asleep until the head moves (host memory only; never
-/// shared with the device).
-#[derive(Default)]
-struct ReaderWake {
-    /// True from just before the reader's last look at the head until it
-    /// wakes; the writer unparks `thread` only while it is set.
-    asleep: AtomicBool,
-    thread: Mutex<Option<Thread>>,
 }
 
 impl ResultRing {
@@ -122,31 +112,12 @@ impl ResultRing {
     /// wakes it on every push; results a device writes are seen only when
     /// the timeout ends the wait, so there `timeout` is the polling interval.
     pub fn wait_past(&self, seen: u64, timeout: Duration) -> bool {
-        {
-            let mut t = self.wake.thread.lock().unwrap_or_else(PoisonError::into_inner);
-            if t.as_ref().is_none_or(|t| t.id() != std::thread::current().id()) {
-                *t = Some(std::thread::current());
-            }
-        }
-        self.wake.asleep.store(true, Ordering::Relaxed);
-        // Pairs with the fence in `wake_reader` (after each push): either the writer
-        // sees `asleep` and unparks this thread, or this load sees its head.
-        fence(Ordering::SeqCst);
-        if self.head() <= seen {
-            std::thread::park_timeout(timeout);
-        }
-        self.wake.asleep.store(false, Ordering::Relaxed);
-        self.head() > seen
+        self.wake.wait(timeout, || self.head() > seen)
     }
 
     /// Unparks the reader if it waits in [`ResultRing::wait_past`].
     fn wake_reader(&self) {
-        fence(Ordering::SeqCst);
-        if self.wake.asleep.load(Ordering::Relaxed)
-            && let Some(t) = self.wake.thread.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
-        {
-            t.unpark();
-        }
+        self.wake.wake();
     }
 
     fn record_ptr(&self, seq: u64) -> *mut ResultRecord {
