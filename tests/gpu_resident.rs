@@ -387,6 +387,41 @@ fn timeout_tears_the_graph_down_by_itself() {
     assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })));
 }
 
+/// The loop whose tiled kernel claims its own frames times out by itself
+/// too (block 0's poll gives the stop verdict, every block ends), with
+/// frames read in place and streamed.
+#[test]
+#[ignore = "needs a GPU"]
+fn claiming_tiled_kernel_times_out_by_itself() {
+    let rt = runtime();
+    let frame_bytes = (2 << 20) + 6;
+    for stream in [StreamToGpu::Off, StreamToGpu::On] {
+        let rings = MappedRings::new(&rt, 8, frame_bytes, 64, OverrunPolicy::Every).unwrap();
+        let cfg = LoopConfig { timeout_ms: 50, stream_to_gpu: stream, ..LoopConfig::default() };
+        let mut lp = CudaLoop::new(
+            Arc::clone(&rt),
+            Arc::clone(&rings.frames),
+            Arc::clone(&rings.results),
+            &default_chain(),
+            cfg,
+        )
+        .unwrap();
+        assert!(lp.executor().workload_claims_frames(), "{stream:?}: the tiled kernel claims");
+        let mut w = rings.frames.writer().unwrap();
+        lp.launch().unwrap();
+        publish(&mut w, 1, 0, frame_bytes).unwrap();
+        let t = Instant::now();
+        while lp.is_launched() {
+            assert!(t.elapsed() < Duration::from_secs(3), "{stream:?}: the loop did not time out");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(t.elapsed() >= Duration::from_millis(40), "{stream:?}: stopped early: {:?}", t.elapsed());
+        assert_eq!(lp.executor().state(), STATE_TIMED_OUT, "{stream:?}");
+        assert_eq!(lp.stats().frames_processed, 1, "{stream:?}");
+        assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })), "{stream:?}");
+    }
+}
+
 fn with_fusion(mut opts: ExecutorOptions, fused: bool) -> ExecutorOptions {
     if fused {
         opts.fused = Some(FusedChain::encode(&default_chain(), FRAME_BYTES).unwrap());
