@@ -397,10 +397,7 @@ struct FlTiledClaim {
   uint32_t generation;  // bumped once per launch by block 0, after `verdict` and the pull
   uint32_t verdict;     // this launch's FL_VERDICT_*
   uint32_t pull_done;   // blocks done with this launch's pull
-  uint64_t pull_seq;    // the ring sequence being pulled
-  uint64_t pull_src;    // device address of its slot's payload
-  uint32_t pull_from;   // first 16-byte word to copy into the staging buffer
-  uint32_t pull_end;    // one past the last (pull_from when there is nothing new)
+  FlPullRange pull;     // this launch's pull (fl_next_pull), when it found no frame
   uint64_t _pad[2];
 };
 static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
@@ -422,27 +419,6 @@ FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
 #define FL_TILED_SPIN_NS 100u
 
-// What is new of the frame after the last claimed one, from its received
-// mark, as fl_stream_pull reads it: words [pull_from, pull_end) of its slot
-// (one thread).
-FL_DEVICE void fl_tiled_plan_pull(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words,
-                                  FlTiledClaim* claim) {
-  const uint64_t seq = p.st->last_claimed + 1;
-  const uint64_t slot = fl_slot_dptr(p, seq);
-  const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)slot)->received_mark);
-  const uint32_t from = s->seq == seq ? (uint32_t)(s->pulled / 16u) : 0u;
-  uint32_t end = from;
-  if ((uint32_t)(mark >> 32) == (uint32_t)seq) {
-    uint64_t words = (mark & 0xffffffffull) / 16u;
-    if (words > capacity_words) words = capacity_words;
-    if (words > end) end = (uint32_t)words;
-  }
-  claim->pull_seq = seq;
-  claim->pull_src = slot + FL_SLOT_PAYLOAD_OFFSET;
-  claim->pull_from = from;
-  claim->pull_end = end;
-}
-
 // This launch's verdict, in thread 0 of every block (see above); `stream`
 // null when frames do not stream.
 FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim, const FlStreamState* stream,
@@ -454,7 +430,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     uint64_t head = 0;
     const uint32_t verdict = fl_poll(p, t0, &head);
     if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
-    if (verdict == FL_VERDICT_NONE && stream != nullptr) fl_tiled_plan_pull(p, stream, staged_words, claim);
+    if (verdict == FL_VERDICT_NONE && stream != nullptr) claim->pull = fl_next_pull(p, stream, staged_words);
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
       __nanosleep(FL_TILED_SPIN_NS / 4);
@@ -477,21 +453,22 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
   return claim->verdict;
 }
 
-// The pull block 0 planned (fl_tiled_plan_pull), every block its share:
-// word i by global thread i modulo the grid's threads; the last block done
+// The pull block 0 planned (fl_next_pull), every block its share: word i
+// by global thread i modulo the grid's threads; the last block done
 // records the pulled length (in the FlStreamState) for the frame's claim.
 FL_DEVICE void fl_tiled_pull(FlTiledClaim* claim, FlStreamState* stream, uint4* staged) {
-  const uint32_t from = claim->pull_from, end = claim->pull_end;
+  const uint32_t from = claim->pull.from, end = claim->pull.end;
   if (end <= from) return;  // the same for every block: nothing new
-  fl_copy_words((const uint4*)claim->pull_src + from, staged + from, end - from,
-                blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  const uint4* src = (const uint4*)(claim->pull.slot + FL_SLOT_PAYLOAD_OFFSET);
+  fl_copy_words(src + from, staged + from, end - from, blockIdx.x * blockDim.x + threadIdx.x,
+                gridDim.x * blockDim.x);
   __syncthreads();
   if (threadIdx.x != 0) return;
   __threadfence();  // this block's copies before its count
   if (atomicAdd(&claim->pull_done, 1u) != gridDim.x - 1) return;
   __threadfence();  // every block's copies before the length that covers them
   stream->pulled = (uint64_t)end * 16u;
-  stream->seq = claim->pull_seq;
+  stream->seq = claim->pull.seq;
   claim->pull_done = 0;
 }
 

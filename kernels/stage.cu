@@ -42,26 +42,14 @@ extern "C" __global__ void __launch_bounds__(FL_STAGE_THREADS)
 // change until the slot is reused, which needs this frame consumed first.
 extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
     fl_stream_pull(LoopParams p, FlStreamState* s, uint4* dst, uint32_t capacity_words) {
-  __shared__ unsigned long long s_end;
-  const uint64_t seq = p.st->last_claimed + 1;
-  const uint64_t from = s->seq == seq ? s->pulled : 0;
-  const uint64_t slot = fl_slot_dptr(p, seq);
-  if (threadIdx.x == 0) {
-    const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)slot)->received_mark);
-    uint64_t end = from;
-    if ((uint32_t)(mark >> 32) == (uint32_t)seq) {
-      uint64_t words = (mark & 0xffffffffull) / 16u;
-      if (words > capacity_words) words = capacity_words;
-      if (words * 16u > end) end = words * 16u;
-    }
-    s_end = end;
-  }
+  __shared__ FlPullRange r;
+  if (threadIdx.x == 0) r = fl_next_pull(p, s, capacity_words);
   __syncthreads();
-  const uint64_t end = s_end;
-  if (end > from) {
-    const uint4* src = (const uint4*)(slot + FL_SLOT_PAYLOAD_OFFSET);
-    fl_copy_words(src + from / 16u, dst + from / 16u, (uint32_t)((end - from) / 16u),
-                  blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  const uint64_t end = (uint64_t)r.end * 16u;
+  if (r.end > r.from) {
+    const uint4* src = (const uint4*)(r.slot + FL_SLOT_PAYLOAD_OFFSET);
+    fl_copy_words(src + r.from, dst + r.from, r.end - r.from, blockIdx.x * blockDim.x + threadIdx.x,
+                  gridDim.x * blockDim.x);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -70,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
     if (atomicAdd(&s->ticket, 1u) == gridDim.x - 1) {
       __threadfence();
       s->pulled = ~atomicExch(&s->pending_not, 0ull);
-      s->seq = seq;
+      s->seq = r.seq;
       s->ticket = 0;
     }
   }

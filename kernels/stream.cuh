@@ -17,3 +17,30 @@ struct FlStreamState {
   unsigned int _pad;
 };
 
+// The next pull: the frame after the last claimed one (ring sequence `seq`,
+// its slot's device address `slot`) and the 16-byte words [from, end) of it
+// that its received mark says are final and the staging buffer of
+// `capacity_words` words does not hold yet (from == end: nothing new).
+struct FlPullRange {
+  unsigned long long seq;
+  unsigned long long slot;
+  unsigned int from;
+  unsigned int end;
+};
+
+// One thread: reads the mark over the bus. Bytes under the mark never change
+// until the slot is reused, which needs this frame consumed first.
+FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
+  FlPullRange r;
+  r.seq = p.st->last_claimed + 1;
+  r.slot = fl_slot_dptr(p, r.seq);
+  r.from = s->seq == r.seq ? (uint32_t)(s->pulled / 16u) : 0u;
+  r.end = r.from;
+  const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)r.slot)->received_mark);
+  if ((uint32_t)(mark >> 32) == (uint32_t)r.seq) {
+    uint64_t words = (mark & 0xffffffffull) / 16u;
+    if (words > capacity_words) words = capacity_words;
+    if (words > r.end) r.end = (uint32_t)words;
+  }
+  return r;
+}

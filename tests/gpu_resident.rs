@@ -363,28 +363,48 @@ fn tear_down_terminates_even_mid_poll_and_mid_sleep() {
 #[ignore = "needs a GPU"]
 fn timeout_tears_the_graph_down_by_itself() {
     let rt = runtime();
-    let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
-    let cfg = LoopConfig { timeout_ms: 50, ..LoopConfig::default() };
-    let mut lp = CudaLoop::new(
-        Arc::clone(&rt),
+    let lp = loop_with_timeout(&rt, FRAME_BYTES, StreamToGpu::Auto);
+    check_times_out_after_one_frame(lp, FRAME_BYTES, "8 KiB");
+}
+
+/// A `CudaLoop` of the default chain on `frame_bytes` slots with a 50 ms timeout.
+fn loop_with_timeout(
+    rt: &Arc<GpuRuntime>,
+    frame_bytes: usize,
+    stream: StreamToGpu,
+) -> (CudaLoop, MappedRings) {
+    let rings = MappedRings::new(rt, 8, frame_bytes, 64, OverrunPolicy::Every).unwrap();
+    let cfg = LoopConfig { timeout_ms: 50, stream_to_gpu: stream, ..LoopConfig::default() };
+    let lp = CudaLoop::new(
+        Arc::clone(rt),
         Arc::clone(&rings.frames),
         Arc::clone(&rings.results),
         &default_chain(),
         cfg,
     )
     .unwrap();
+    (lp, rings)
+}
+
+/// Launches the loop, publishes one frame and checks that the loop stops by
+/// its 50 ms timeout by itself, after that frame.
+fn check_times_out_after_one_frame((mut lp, rings): (CudaLoop, MappedRings), frame_bytes: usize, what: &str) {
     let mut w = rings.frames.writer().unwrap();
     lp.launch().unwrap();
-    publish(&mut w, 1, 0, FRAME_BYTES).unwrap();
+    publish(&mut w, 1, 0, frame_bytes).unwrap();
     let t = Instant::now();
     while lp.is_launched() {
-        assert!(t.elapsed() < Duration::from_secs(3), "the loop did not time out");
+        assert!(t.elapsed() < Duration::from_secs(3), "{what}: the loop did not time out");
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(t.elapsed() >= Duration::from_millis(40), "stopped before the timeout: {:?}", t.elapsed());
-    assert_eq!(lp.executor().state(), STATE_TIMED_OUT);
-    assert_eq!(lp.stats().frames_processed, 1);
-    assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })));
+    assert!(
+        t.elapsed() >= Duration::from_millis(40),
+        "{what}: stopped before the timeout: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(lp.executor().state(), STATE_TIMED_OUT, "{what}");
+    assert_eq!(lp.stats().frames_processed, 1, "{what}");
+    assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })), "{what}");
 }
 
 /// The loop whose tiled kernel claims its own frames times out by itself
@@ -396,29 +416,9 @@ fn claiming_tiled_kernel_times_out_by_itself() {
     let rt = runtime();
     let frame_bytes = (2 << 20) + 6;
     for stream in [StreamToGpu::Off, StreamToGpu::On] {
-        let rings = MappedRings::new(&rt, 8, frame_bytes, 64, OverrunPolicy::Every).unwrap();
-        let cfg = LoopConfig { timeout_ms: 50, stream_to_gpu: stream, ..LoopConfig::default() };
-        let mut lp = CudaLoop::new(
-            Arc::clone(&rt),
-            Arc::clone(&rings.frames),
-            Arc::clone(&rings.results),
-            &default_chain(),
-            cfg,
-        )
-        .unwrap();
-        assert!(lp.executor().workload_claims_frames(), "{stream:?}: the tiled kernel claims");
-        let mut w = rings.frames.writer().unwrap();
-        lp.launch().unwrap();
-        publish(&mut w, 1, 0, frame_bytes).unwrap();
-        let t = Instant::now();
-        while lp.is_launched() {
-            assert!(t.elapsed() < Duration::from_secs(3), "{stream:?}: the loop did not time out");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(t.elapsed() >= Duration::from_millis(40), "{stream:?}: stopped early: {:?}", t.elapsed());
-        assert_eq!(lp.executor().state(), STATE_TIMED_OUT, "{stream:?}");
-        assert_eq!(lp.stats().frames_processed, 1, "{stream:?}");
-        assert!(matches!(lp.tear_down(), Err(BackendError::TimedOut { ms: 50 })), "{stream:?}");
+        let lp = loop_with_timeout(&rt, frame_bytes, stream);
+        assert!(lp.0.executor().workload_claims_frames(), "{stream:?}: the tiled kernel claims");
+        check_times_out_after_one_frame(lp, frame_bytes, &format!("{stream:?}"));
     }
 }
 

@@ -260,16 +260,19 @@ impl FusedTiledOp {
         // kernel that claims its own frames needs all of them resident.
         let looping = ctx.kernel(LOOP_KERNEL)?;
         let kernels = [(f, "fl_fused_tiled"), (looping, LOOP_KERNEL)];
-        // Blocks of both kernels an SM holds at once with `plan`'s shared
-        // memory, once the kernels may use that much.
+        // Both kernels may use the one-per-SM plan's shared memory, the most
+        // any plan below uses (more blocks, shorter tiles).
+        for (k, _) in kernels {
+            k.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                plan.shared_bytes() as i32,
+            )
+            .map_err(|e| ctx.enqueue_error("allowing the tiled kernels their shared memory", e))?;
+        }
+        // Blocks of both kernels an SM holds at once with `plan`'s shared memory.
         let resident = |plan: &TilePlan| -> Result<u32, FragmentError> {
             let mut fewest = u32::MAX;
             for (k, name) in kernels {
-                k.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    plan.shared_bytes() as i32,
-                )
-                .map_err(|e| ctx.enqueue_error("allowing the tiled kernels their shared memory", e))?;
                 let n = k
                     .occupancy_max_active_blocks_per_multiprocessor(REDUCE_THREADS, plan.shared_bytes(), None)
                     .map_err(|e| ctx.enqueue_error("reading the tiled kernels' occupancy", e))?;
@@ -288,10 +291,12 @@ impl FusedTiledOp {
         if fit >= 2 {
             let two = plan_tiles(capacity, halo, 2 * sms, limit, self.source)
                 .map_err(|e| self.problem(e.to_string()))?;
+            debug_assert!(
+                two.shared_bytes() <= plan.shared_bytes(),
+                "more blocks never need more shared memory"
+            );
             if resident(&two)? >= 2 {
                 plan = two;
-            } else {
-                resident(&plan)?;
             }
         }
         let program = *self.chain.program;

@@ -50,3 +50,33 @@ impl ReaderWake {
         }
     }
 }
+
+/// For the rings' tests: over 20 rounds, a thread blocked in `wait(round -
+/// 1, 60 s)` is woken by `publish(round)` (which must move the head to
+/// `round`), whether it is asleep before the publication or not.
+#[cfg(test)]
+pub(crate) fn check_a_publication_wakes_the_waiter(
+    wait: impl Fn(u64, Duration) -> bool + Clone + Send + 'static,
+    mut publish: impl FnMut(u64),
+) {
+    for round in 1..=20u64 {
+        let waiting = wait.clone();
+        let waiter = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let mut woken = false;
+            // A spurious return is allowed: wait again until the head moves.
+            while !woken && start.elapsed() < Duration::from_secs(60) {
+                woken = waiting(round - 1, Duration::from_secs(60));
+            }
+            (woken, start.elapsed())
+        });
+        // Publish whether or not the waiter is asleep yet: either order must wake it.
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        publish(round);
+        let (woken, waited) = waiter.join().unwrap();
+        assert!(woken, "round {round}: the waiter saw the publication");
+        assert!(waited < Duration::from_secs(30), "round {round}: woken, not timed out ({waited:?})");
+    }
+}

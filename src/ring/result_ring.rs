@@ -251,29 +251,13 @@ mod tests {
     fn a_push_wakes_a_reader_waiting_far_longer() {
         let ring = ring_of(8);
         let mut w = ring.writer().unwrap();
-        for round in 1..=20u64 {
-            let reader_ring = Arc::clone(&ring);
-            let reader = std::thread::spawn(move || {
-                let start = std::time::Instant::now();
-                let mut woken = false;
-                // A spurious return is allowed: wait again until the head moves.
-                while !woken && start.elapsed() < Duration::from_secs(60) {
-                    woken = reader_ring.wait_past(round - 1, Duration::from_secs(60));
-                }
-                (woken, start.elapsed())
-            });
-            // Push whether or not the reader is asleep yet: either order must wake it.
-            if round % 2 == 0 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            w.push(&ResultRecord { ring_seq: round, ..Default::default() });
-            let (woken, waited) = reader.join().unwrap();
-            assert!(woken, "round {round}: the reader saw the push");
-            assert!(
-                waited < Duration::from_secs(30),
-                "round {round}: woken by the push, not the timeout ({waited:?})"
-            );
-        }
+        let reading = Arc::clone(&ring);
+        crate::ring::reader_wake::check_a_publication_wakes_the_waiter(
+            move |seen, timeout| reading.wait_past(seen, timeout),
+            |round| {
+                w.push(&ResultRecord { ring_seq: round, ..Default::default() });
+            },
+        );
     }
 
     #[test]
