@@ -137,7 +137,12 @@ impl Consumer {
             lost: 0,
             spin: DEFAULT_SPIN,
         };
-        consumer.next_seq = consumer.head() + 1;
+        // Start after the output the appliance admitted this consumer at,
+        // not at the head seen now: outputs published while the ring was
+        // being mapped belong to this consumer too.
+        let word = consumer.consumer_word();
+        debug_assert_ne!(word.attached.load(Ordering::Acquire), 0, "admitted before the hello");
+        consumer.next_seq = word.last_read_seq.load(Ordering::Relaxed) + 1;
         Ok(consumer)
     }
 

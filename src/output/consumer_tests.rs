@@ -207,3 +207,51 @@ fn a_slot_view_is_the_memory_every_output_of_that_slot_is_read_from() {
         assert_eq!(view, samples);
     }
 }
+
+#[test]
+fn a_consumer_starts_at_the_output_it_was_admitted_at_even_when_more_arrive_while_it_maps_the_ring() {
+    // Outputs published between the appliance admitting a consumer and the
+    // consumer mapping the ring are that consumer's to read: it starts right
+    // after the head at admission, never at the head it happens to see later.
+    const PER_ROUND: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.sock");
+    let ring = OutputRing::host(4096, 8).unwrap();
+    let mut writer = ring.writer().unwrap();
+    let server = OutputServer::start(Arc::clone(&ring), &path).unwrap();
+    let mut head = 0;
+    for round in 0..8u64 {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writing = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                // One output every ~2 µs, so several land while the consumer attaches.
+                let mut seq = head;
+                while !stop.load(Ordering::Acquire) && seq < head + PER_ROUND {
+                    seq += 1;
+                    publish(&mut writer, seq);
+                    let published = Instant::now();
+                    while published.elapsed() < Duration::from_micros(2) {
+                        std::hint::spin_loop();
+                    }
+                }
+                writer
+            })
+        };
+        let mut consumer = Consumer::attach(&path).unwrap();
+        let admitted = consumer.consumer_word().last_read_seq.load(Ordering::Relaxed);
+        stop.store(true, Ordering::Release);
+        writer = writing.join().unwrap();
+        head = consumer.head();
+        assert!(head - admitted < 4096, "round {round}: the writer lapped the ring");
+        let read: Vec<u64> = std::iter::from_fn(|| consumer.next().map(|f| check(&f).unwrap())).collect();
+        assert_eq!(read, (admitted + 1..=head).collect::<Vec<_>>(), "round {round}: admitted at {admitted}");
+        assert_eq!(consumer.lost(), 0);
+        drop(consumer);
+        let detached = Instant::now();
+        while !server.snapshot().consumers.is_empty() {
+            assert!(detached.elapsed() < Duration::from_secs(10), "the consumer never detached");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
