@@ -155,6 +155,7 @@ fn main() {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let sent = run_sender(&send, &AtomicBool::new(false), |_| {}).expect("the sender runs");
     let deadline = Instant::now() + Duration::from_secs(10);

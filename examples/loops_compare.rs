@@ -176,6 +176,7 @@ fn run_variant(
                     gso: GsoMode::Auto,
                     pacing: Default::default(),
                     bind: None,
+                    link_gbps: None,
                 };
                 let stop = &stop;
                 scope.spawn(move || run_sender(&args, stop, |_| {}).expect("the sender runs"))

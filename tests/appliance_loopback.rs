@@ -45,6 +45,7 @@ fn send(to: SocketAddr, t: Traffic) -> SenderStats {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));
     let stats = sender.join().expect("the sender thread does not panic").expect("the sender runs");

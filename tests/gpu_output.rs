@@ -130,6 +130,7 @@ fn a_consumer_process_reads_every_frame_from_device_memory_and_each_matches_the_
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");
     assert_eq!(stats.frames, FRAMES);

@@ -129,6 +129,7 @@ fn every_frame_of_the_emulated_hsb_sensor_is_found_by_the_user_handler() {
         gso: GsoMode::Off,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let sent = run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, frames);
@@ -246,6 +247,7 @@ fn the_appliance_runs_a_handler_and_the_hsb_receiver_from_its_config() {
         gso: GsoMode::Off,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
     let results = running.wait_results(frames as usize);

@@ -55,6 +55,7 @@ fn stream(running: &Running, count: u64, rate: f64) {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");
     assert_eq!(stats.frames, count);

@@ -142,6 +142,7 @@ fn run_send(to: SocketAddr, count: u64) {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let stats = run_sender(&args, &AtomicBool::new(false), |_| {}).expect("the sender runs");
     assert_eq!(stats.frames, count);

@@ -223,6 +223,7 @@ fn a_consumer_killed_mid_run_leaves_the_appliance_running_and_detaches() {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));
     Lines::line_with(&consume.stdout, "seq 5 ");

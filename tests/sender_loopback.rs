@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 /// `expected` arrived or nothing came for a while.
 struct Collector {
     addr: SocketAddr,
-    thread: JoinHandle<Vec<Vec<u8>>>,
+    /// Each datagram with the CLOCK_REALTIME time it was read.
+    thread: JoinHandle<Vec<(u64, Vec<u8>)>>,
 }
 
 impl Collector {
@@ -36,7 +37,7 @@ impl Collector {
             let mut last = Instant::now();
             while got.len() < expected && last.elapsed() < Duration::from_secs(3) {
                 if let Ok(n) = sock.recv(&mut buf) {
-                    got.push(buf[..n].to_vec());
+                    got.push((frameloop::clock::realtime_ns(), buf[..n].to_vec()));
                     last = Instant::now();
                 }
             }
@@ -46,6 +47,10 @@ impl Collector {
     }
 
     fn finish(self) -> Vec<Vec<u8>> {
+        self.finish_timed().into_iter().map(|(_, d)| d).collect()
+    }
+
+    fn finish_timed(self) -> Vec<(u64, Vec<u8>)> {
         self.thread.join().unwrap()
     }
 }
@@ -63,6 +68,7 @@ fn args(to: SocketAddr) -> SendArgs {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     }
 }
 
@@ -258,8 +264,60 @@ fn bad_settings_are_refused_before_sending() {
         (SendArgs { packet_bytes: 40, ..args(to) }, "--packet-bytes"),
         (SendArgs { to: "no-port".into(), ..args(to) }, "--to"),
         (SendArgs { bind: Some("[::1]:0".parse().unwrap()), ..args(to) }, "--bind"),
+        (SendArgs { link_gbps: Some(0.0), ..args(to) }, "--link-gbps 0 is not a positive"),
+        (SendArgs { link_gbps: Some(f64::NAN), ..args(to) }, "--link-gbps NaN"),
+        // 1,000 frames/s of 65,536 bytes (8 datagrams, 66,448 link bytes) need 0.532 Gb/s.
+        (
+            SendArgs { link_gbps: Some(0.5), ..args(to) },
+            "needs 0.532 Gb/s); raise --link-gbps or lower --rate",
+        ),
     ] {
         let err = run_sender(&a, &stop, |_| {}).unwrap_err();
         assert!(err.to_string().contains(needle), "{needle}: {err}");
+    }
+}
+
+#[test]
+fn a_link_rate_spreads_each_frame_over_the_time_that_link_takes_to_carry_it() {
+    // 100 datagrams of 1,472 bytes a frame at 1 Gb/s: 1,538 link bytes, 12.3 µs,
+    // each, so a frame takes 1.23 ms on the link instead of one burst.
+    const DATAGRAMS: u64 = 100;
+    let ns_per_datagram = 1538.0 * 8.0;
+    for (gso, per_message) in [(GsoMode::Off, 1), (GsoMode::On, 44)] {
+        let collector = Collector::start(4 * DATAGRAMS as usize);
+        let a = SendArgs {
+            count: Some(4),
+            rate: 200.0,
+            frame_bytes: DATAGRAMS * (1472 - 48),
+            packet_bytes: 1472,
+            gso,
+            link_gbps: Some(1.0),
+            ..args(collector.addr)
+        };
+        let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+        no_errors(&stats);
+        let got = collector.finish_timed();
+        check_frames(&got.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>(), &a, 4);
+        let mut last_after_start = Vec::new();
+        for (read_ns, d) in &got {
+            let (h, _) = native::parse(d).unwrap();
+            // The header's time is taken before the frame's first send, and a
+            // datagram is read after it was sent, so no pacing error can make
+            // this early: datagram i leaves once the link carried those
+            // before its message.
+            let message_start = u64::from(h.packet_index) / per_message * per_message;
+            let due = (message_start as f64 * ns_per_datagram) as u64;
+            let after_start = read_ns.saturating_sub(h.sender_ts_ns);
+            assert!(
+                after_start >= due,
+                "{gso:?}: datagram {} of frame {} read {after_start} ns after the frame started, due at {due}",
+                h.packet_index,
+                h.frame_seq
+            );
+            if u64::from(h.packet_index) == DATAGRAMS - 1 {
+                last_after_start.push(after_start);
+            }
+        }
+        assert_eq!(last_after_start.len(), 4, "{gso:?}: every frame's last datagram arrived");
     }
 }

@@ -295,6 +295,7 @@ fn the_appliance_reports_the_sink_counters_in_metrics_and_at_stop() {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     assert_eq!(run_sender(&args, &AtomicBool::new(false), |_| {}).unwrap().frames, 10);
     let deadline = Instant::now() + Duration::from_secs(60);

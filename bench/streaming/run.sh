@@ -11,7 +11,9 @@
 #   OUT=/tmp/streaming FRAMELOOP=target/release/frameloop bench/streaming/run.sh
 #
 # LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop],
-# INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest].
+# INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest]. LINK_GBPS
+# (say 25) has the sender put each frame on the wire at that link's pace
+# (`frameloop send --link-gbps`) instead of in one burst.
 #
 # With the argument `crossover` it runs the default chain at 64, 256, 512
 # and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
@@ -59,7 +61,7 @@ case_run() {
   local pid=$!
   for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
   "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
-    --packet-bytes 8972 > "$dir/send.txt" 2>&1
+    --packet-bytes 8972 ${LINK_GBPS:+--link-gbps "$LINK_GBPS"} > "$dir/send.txt" 2>&1
   sleep 1
   kill -INT $pid
   wait $pid

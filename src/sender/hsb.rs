@@ -4,8 +4,8 @@
 //! 0, sequence `k`, cut into datagrams of `--packet-bytes` (16-byte header
 //! included). One stream; no timestamps (the format has none).
 
+use super::{LinkPace, Schedule, wait_until};
 use super::{MAX_DATAGRAM_BYTES, Pattern, SendArgs, SendError, SenderStats, open_socket};
-use super::{Schedule, wait_until};
 use crate::clock::monotonic_ns;
 use crate::wire::hsb::{self, HEADER_LEN};
 use socket2::Socket;
@@ -49,7 +49,10 @@ fn validate(args: &SendArgs) -> Result<usize, SendError> {
     if args.frame_bytes == 0 || u32::try_from(args.frame_bytes).is_err() {
         return Err(SendError::FrameBytes { frame_bytes: args.frame_bytes });
     }
-    Ok(args.packet_bytes - HEADER_LEN)
+    let chunk = args.packet_bytes - HEADER_LEN;
+    let count = args.frame_bytes.div_ceil(chunk as u64);
+    args.validate_link(LinkPace::wire_bytes(args.frame_bytes + count * HEADER_LEN as u64, count))?;
+    Ok(chunk)
 }
 
 /// Runs the HSB sensor as `args` says until the count or duration is reached
@@ -83,7 +86,15 @@ pub fn run_hsb_sender_on(
         let payload = hsb_frame_payload(args.pattern, k, frame_bytes);
         let datagrams = hsb::encode_frame(hsb_counter(k), &payload, chunk);
         let Some(woke) = wait_until(schedule.due_ns(k), stop) else { break };
+        let mut wire_before = 0;
         for d in &datagrams {
+            if let Some(link) = args.link_pace() {
+                if wait_until(link.due_ns(woke, wire_before), stop).is_none() {
+                    stats.errors.abandoned_packets += 1;
+                    continue;
+                }
+                wire_before += LinkPace::wire_bytes(d.len() as u64, 1);
+            }
             if send_one(&socket, d, stop, &mut stats)? {
                 stats.packets += 1;
                 stats.bytes += d.len() as u64;

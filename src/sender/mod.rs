@@ -12,7 +12,9 @@ mod pattern;
 mod socket;
 
 pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
-pub use pacing::{MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced};
+pub use pacing::{
+    LINK_FRAMING_BYTES, LinkPace, MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced,
+};
 pub use pattern::Pattern;
 pub use socket::{FrameSent, Transmitter};
 
@@ -70,7 +72,7 @@ pub struct SendArgs {
 
     /// Frames per second, summed over all streams (fractions allowed, e.g.
     /// 0.5). Frame k is sent at start + k/rate; the whole frame goes out as
-    /// one burst.
+    /// one burst, or at the pace of --link-gbps.
     #[arg(long, value_name = "FPS", default_value_t = 1000.0)]
     pub rate: f64,
 
@@ -122,6 +124,16 @@ pub struct SendArgs {
     /// the destination's family).
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<SocketAddr>,
+
+    /// Send each frame at the pace of a link of this many gigabits per second
+    /// (fractions allowed), as a sensor on such a link does, instead of in
+    /// one burst: a datagram leaves once the link would have carried the
+    /// frame's datagrams before it, each counted with 66 bytes of UDP, IP
+    /// and Ethernet framing. Paced per message: with GSO, the datagrams of
+    /// one message (up to 64 KiB) still leave back to back. The sender spins
+    /// while a frame is on the link.
+    #[arg(long, value_name = "GBPS")]
+    pub link_gbps: Option<f64>,
 }
 
 /// Why the sender could not start or had to stop. Transient send failures
@@ -132,6 +144,13 @@ pub enum SendError {
     Rate { rate: f64 },
     #[error("--duration {seconds} is not a positive number of seconds")]
     Duration { seconds: f64 },
+    #[error("--link-gbps {gbps} is not a positive number of gigabits per second")]
+    LinkGbps { gbps: f64 },
+    #[error(
+        "--link-gbps {gbps} cannot carry --rate {rate} frames of {frame_wire_bytes} link bytes each \
+         (that needs {needed_gbps:.3} Gb/s); raise --link-gbps or lower --rate"
+    )]
+    LinkTooSlow { gbps: f64, rate: f64, frame_wire_bytes: u64, needed_gbps: f64 },
     #[error("--streams must be at least 1")]
     Streams,
     #[error("--format hsb sends one stream (the sensor bridge's), not {streams}; drop --streams")]
@@ -237,7 +256,29 @@ impl SendArgs {
         if self.streams == 0 {
             return Err(SendError::Streams);
         }
-        FrameGeometry::new(self.frame_bytes, self.packet_bytes)
+        let geometry = FrameGeometry::new(self.frame_bytes, self.packet_bytes)?;
+        let count = u64::from(geometry.packet_count());
+        self.validate_link(LinkPace::wire_bytes(self.frame_bytes + count * HEADER_LEN as u64, count))?;
+        Ok(geometry)
+    }
+
+    /// The link pace `--link-gbps` asks for, if any. Valid after [`SendArgs::validate`].
+    pub fn link_pace(&self) -> Option<LinkPace> {
+        self.link_gbps.map(LinkPace::new)
+    }
+
+    /// Checks `--link-gbps` against the frame rate: frames of
+    /// `frame_wire_bytes` link bytes each must fit the link at `--rate`.
+    fn validate_link(&self, frame_wire_bytes: u64) -> Result<(), SendError> {
+        let Some(gbps) = self.link_gbps else { return Ok(()) };
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(SendError::LinkGbps { gbps });
+        }
+        let needed_gbps = frame_wire_bytes as f64 * 8.0 * self.rate / 1e9;
+        if needed_gbps > gbps {
+            return Err(SendError::LinkTooSlow { gbps, rate: self.rate, frame_wire_bytes, needed_gbps });
+        }
+        Ok(())
     }
 
     /// Checks `--rate` and `--duration`.
@@ -330,7 +371,7 @@ pub fn run_sender_on(
             due
         };
         frame.write_headers(stream, seq, realtime_ns());
-        let sent = tx.send_frame(&frame, stop, &mut run.stats.errors)?;
+        let sent = tx.send_frame(&frame, args.link_pace(), monotonic_ns(), stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);
         k += 1;
         if run.progress_due(woke) {

@@ -80,6 +80,44 @@ pub enum Pacing {
     Sleep,
 }
 
+/// Bytes a datagram occupies on an Ethernet link beyond its UDP payload:
+/// UDP header 8, IPv4 header 20, Ethernet header 14 and FCS 4, preamble 8,
+/// inter-frame gap 12.
+pub const LINK_FRAMING_BYTES: u64 = 66;
+
+/// The pace of a link of a given bit rate: a frame's datagrams leave no
+/// faster than such a link would carry them, as from a sensor on that link,
+/// instead of in one burst at the speed of memory. Pure: times are arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkPace {
+    /// Nanoseconds the link takes per byte; finite and > 0.
+    ns_per_byte: f64,
+}
+
+impl LinkPace {
+    /// A link of `gbps` gigabits per second; `gbps` must be finite and > 0.
+    pub fn new(gbps: f64) -> Self {
+        debug_assert!(gbps.is_finite() && gbps > 0.0);
+        LinkPace { ns_per_byte: 8.0 / gbps }
+    }
+
+    /// Link bytes of `datagrams` datagrams holding `payload_bytes` of UDP payload in all.
+    pub fn wire_bytes(payload_bytes: u64, datagrams: u64) -> u64 {
+        payload_bytes + datagrams * LINK_FRAMING_BYTES
+    }
+
+    /// Nanoseconds the link takes for `wire_bytes`.
+    pub fn link_ns(&self, wire_bytes: u64) -> u64 {
+        (wire_bytes as f64 * self.ns_per_byte).round() as u64
+    }
+
+    /// When a datagram may leave: `wire_bytes_before` link bytes of its frame
+    /// went before it, and the frame's first datagram left at `frame_start_ns`.
+    pub fn due_ns(&self, frame_start_ns: u64, wire_bytes_before: u64) -> u64 {
+        frame_start_ns.saturating_add(self.link_ns(wire_bytes_before))
+    }
+}
+
 /// How late a [`Pacing::Sleep`] sender may fall before it gives up catching up.
 pub const MAX_CATCH_UP_NS: u64 = 250_000;
 
@@ -144,6 +182,18 @@ mod tests {
         assert!(!by_time.is_past_end(299));
         assert!(by_time.is_past_end(300));
         assert!(!Schedule::new(0, 1000.0, None, None).is_past_end(u64::MAX / 2_000_000));
+    }
+
+    #[test]
+    fn a_link_spaces_datagrams_by_their_bytes_with_ethernet_framing() {
+        let ten = LinkPace::new(10.0);
+        assert_eq!(LinkPace::wire_bytes(8972, 1), 8972 + 66);
+        assert_eq!(LinkPace::wire_bytes(3 * 1472, 3), 3 * 1538);
+        // 1,538 link bytes of a 1,472-byte datagram take 1,230.4 ns at 10 Gb/s.
+        assert_eq!(ten.link_ns(1538), 1230);
+        assert_eq!(ten.due_ns(5_000, 0), 5_000, "the first datagram leaves at the frame's start");
+        assert_eq!(ten.due_ns(5_000, 2 * 1538), 5_000 + 2461);
+        assert_eq!(LinkPace::new(100.0).link_ns(1_000_000), 80_000);
     }
 
     #[test]

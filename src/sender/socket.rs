@@ -4,6 +4,7 @@
 //! cuts apart. Headers and payload are gathered with iovecs, never copied.
 
 use super::frame::{FrameBuffer, MAX_DATAGRAM_BYTES};
+use super::pacing::{LinkPace, wait_until};
 use super::{GsoMode, GsoStatus, SendError, SendErrorCounts};
 use socket2::Socket;
 use std::io;
@@ -38,6 +39,16 @@ struct MessageSpan {
     first: u32,
     count: u32,
     bytes: u32,
+}
+
+/// Where a frame being sent stands on its link.
+#[derive(Debug, Clone, Copy)]
+struct FramePace {
+    link: LinkPace,
+    /// Monotonic time the frame's first datagram left.
+    start_ns: u64,
+    /// Link bytes of the frame's datagrams before the first planned one.
+    wire_bytes_before: u64,
 }
 
 enum Attempt {
@@ -149,10 +160,14 @@ impl Transmitter {
     /// EINTR) are retried with backoff and counted in `errors`; packets that
     /// cannot be delivered (ECONNREFUSED, or `stop` raised while waiting to
     /// retry) are counted there too. If the kernel refuses GSO in `auto` mode
-    /// the rest of the run goes without it.
+    /// the rest of the run goes without it. With a `link`, each message
+    /// leaves when that link would have carried the frame's datagrams before
+    /// it, the first at `start_ns` (monotonic).
     pub fn send_frame(
         &mut self,
         frame: &FrameBuffer,
+        link: Option<LinkPace>,
+        start_ns: u64,
         stop: &AtomicBool,
         errors: &mut SendErrorCounts,
     ) -> Result<FrameSent, SendError> {
@@ -160,7 +175,12 @@ impl Transmitter {
         let mut first = 0;
         loop {
             self.plan(frame, first);
-            match self.attempt(frame, stop, errors, &mut sent)? {
+            let pace = link.map(|link| FramePace {
+                link,
+                start_ns,
+                wire_bytes_before: self.wire_before(frame, first),
+            });
+            match self.attempt(frame, pace, stop, errors, &mut sent)? {
                 Attempt::Done => return Ok(sent),
                 Attempt::GsoRefused { first_unsent, source } => {
                     if self.mode == GsoMode::On {
@@ -193,10 +213,19 @@ impl Transmitter {
         }
     }
 
-    /// Sends the planned messages, gathering each packet from `frame`.
+    /// Link bytes of the frame's packets before packet `first`.
+    fn wire_before(&self, frame: &FrameBuffer, first: u32) -> u64 {
+        let payload: u64 =
+            (0..first).map(|i| (frame.packet(i).0.len() + frame.packet(i).1.len()) as u64).sum();
+        LinkPace::wire_bytes(payload, u64::from(first))
+    }
+
+    /// Sends the planned messages, gathering each packet from `frame`; with
+    /// a `pace`, one message per call, each at its time on the link.
     fn attempt(
         &mut self,
         frame: &FrameBuffer,
+        pace: Option<FramePace>,
         stop: &AtomicBool,
         errors: &mut SendErrorCounts,
         sent: &mut FrameSent,
@@ -231,8 +260,22 @@ impl Transmitter {
 
         let mut next = 0usize;
         let mut backoff = BACKOFF_MIN;
+        let mut wire_before = pace.map_or(0, |p| p.wire_bytes_before);
+        let mut paced_up_to = 0usize;
         while next < self.msgs.len() {
-            let end = self.msgs.len().min(next + MAX_BATCH);
+            if let Some(p) = pace {
+                // Messages before `next` have been accounted for on the link.
+                for span in &self.spans[paced_up_to..next] {
+                    wire_before += LinkPace::wire_bytes(u64::from(span.bytes), u64::from(span.count));
+                }
+                paced_up_to = next;
+                if wait_until(p.link.due_ns(p.start_ns, wire_before), stop).is_none() {
+                    errors.abandoned_packets +=
+                        self.spans[next..].iter().map(|s| s.count as u64).sum::<u64>();
+                    return Ok(Attempt::Done);
+                }
+            }
+            let end = if pace.is_some() { next + 1 } else { self.msgs.len().min(next + MAX_BATCH) };
             // SAFETY: each message points to iovecs built above from `frame`,
             // which is borrowed for this whole call; names and control are null.
             match unsafe { sendmmsg(&self.socket, &mut self.msgs[next..end]) } {

@@ -98,6 +98,7 @@ pub fn reloads_under_load(cfg: &Config, frames: u64, rate: f64, backend: &str) {
         gso: GsoMode::Auto,
         pacing: Default::default(),
         bind: None,
+        link_gbps: None,
     };
     let sender = std::thread::spawn(move || run_sender(&args, &AtomicBool::new(false), |_| {}));
 
