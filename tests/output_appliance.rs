@@ -241,6 +241,12 @@ fn a_consumer_killed_mid_run_leaves_the_appliance_running_and_detaches() {
     let stats = sender.join().unwrap().expect("the sender runs");
     assert_eq!(stats.frames, FRAMES, "{stats:?}");
     running.wait_results(FRAMES as usize);
+    // The loop writes a frame's output after its result: wait for the last one.
+    wait_for(
+        "every output written",
+        || (outputs().written == FRAMES).then_some(()),
+        || format!("{:?}", outputs()),
+    );
     assert!(running.app.is_launched(), "the loop still runs");
     let o = outputs();
     assert_eq!((o.written, o.attaches, o.consumers.len()), (FRAMES, 1, 0), "{o:?}");
