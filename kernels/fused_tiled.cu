@@ -225,9 +225,30 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 // reads the pulled part of the frame from there and the rest from the slot,
 // so no tail copy runs before it. Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
 // 2 * span * 4 bytes of dynamic shared memory.
+//
+// Built with FL_TILED_PHASES (FRAMELOOP_NVRTC_DEFINES, src/gpu/nvrtc.rs),
+// the kernel records where the frame's GPU time goes in `marks` (the loop
+// state's user result words, so each result carries its own): nanoseconds
+// after detection, the latest block at each point (FL_MARK_*). Null marks
+// record nothing.
+#define FL_MARK_STARTED 0      // the block left the claim wait
+#define FL_MARK_PROLOGUE 1     // steps in shared memory, tiles planned
+#define FL_MARK_FIRST_STEP 2   // the first step (unpack) of its last tile done
+#define FL_MARK_TILES 3        // all its tiles done, before it counts in
+#define FL_MARK_COMBINED 4     // the last block: partials combined, before publishing
+#define FL_MARK_RELEASED 5     // block 0 released the other blocks (claim handshake done)
+FL_DEVICE void fl_mark(uint32_t* marks, const FrameDesc* fd, uint32_t which) {
+#ifdef FL_TILED_PHASES
+  if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - fd->detect_ns));
+#else
+  (void)marks, (void)fd, (void)which;
+#endif
+}
+
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
-                               const FlStreamState* stream, const uint8_t* staged) {
+                               const FlStreamState* stream, const uint8_t* staged, uint32_t* marks) {
+  fl_mark(marks, fd, FL_MARK_STARTED);
   // Copied as 16-byte words: aligned for them whatever else the kernel keeps in shared memory.
   __shared__ __align__(16) FusedStep steps[FL_FUSED_MAX_STEPS];
   // Each reduction step's partial over this block's tiles.
@@ -255,6 +276,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   const uint32_t tiles = tile ? (n + tile - 1) / tile : 0;
   float* b0 = (float*)fl_tiled_smem;
   float* b1 = b0 + span;
+  fl_mark(marks, fd, FL_MARK_PROLOGUE);
   for (uint32_t k = blockIdx.x; k < tiles; k += gridDim.x) {
     FlTile t;
     t.n = n;
@@ -305,6 +327,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       }
       // The next step reads what this one wrote.
       __syncthreads();
+      if (i == 0) fl_mark(marks, fd, FL_MARK_FIRST_STEP);
     }
     if (samples != nullptr) {
       const float* x = current ? b1 : b0;
@@ -335,6 +358,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       *bad = 0xdeadu;
     }
   }
+  fl_mark(marks, fd, FL_MARK_TILES);
   if (threadIdx.x == 0) {
     FlPartial* slot = &scratch->partial[blockIdx.x];
     __stcg(&slot->sum, mine.sum);
@@ -351,6 +375,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   FlPartial p = threadIdx.x < gridDim.x ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
   p = fl_block_combine(p);
   if (threadIdx.x != 0) return;
+  fl_mark(marks, fd, FL_MARK_COMBINED);
   fd->n_samples = n;
   if (has_stats) fl_write_result<true, false>(out, p, n);
   if (has_detect) fl_write_result<false, true>(out, p, n);
@@ -369,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                    const FlStreamState* stream, const uint8_t* staged) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged);
+  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr);
 }
 
 // The tiled chain claiming its own frames: the loop body is
@@ -439,6 +464,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     claim->verdict = verdict;
     // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
     fl_store_release_gpu32(&claim->generation, claim->generation + 1);
+    if (verdict == FL_VERDICT_READY) fl_mark(p.st->user, &p.st->desc, FL_MARK_RELEASED);
     // The loop's counters (and on a stop, the WHILE value) once the other blocks are on their way.
     fl_end_iteration(p, verdict, t0, false);
     return verdict;
@@ -489,5 +515,5 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
   if (verdict == FL_VERDICT_NONE && streaming) fl_tiled_pull(claim, stream, (uint4*)staged);
   if (verdict != FL_VERDICT_READY) return;
   DeviceLoopState* st = params->st;
-  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged);
+  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged, st->user);
 }

@@ -104,6 +104,28 @@ pub struct ModeResult {
     pub gpu_detect_to_done_p50_us: Option<f64>,
     /// The same at the 99.9th percentile, µs.
     pub gpu_detect_to_done_p999_us: Option<f64>,
+    /// With kernels built with `FL_TILED_PHASES` (`FRAMELOOP_NVRTC_DEFINES`),
+    /// the claiming tiled kernel's phase marks, p50 µs after detection, in
+    /// [`PHASE_MARKS`] order; `None` when no result carried any.
+    pub gpu_phase_p50_us: Option<Vec<f64>>,
+}
+
+/// The claiming tiled kernel's phase marks (`FL_MARK_*`, kernels/fused_tiled.cu),
+/// by user result word.
+pub const PHASE_MARKS: [&str; 6] =
+    ["started", "prologue", "first step", "tiles done", "combined", "released"];
+
+/// p50 of each phase mark over `records`, or `None` when none carries marks.
+fn phase_marks_p50_us(records: &[crate::ring::ResultRecord]) -> Option<Vec<f64>> {
+    if records.iter().all(|r| r.user[..PHASE_MARKS.len()].iter().all(|&w| w == 0)) {
+        return None;
+    }
+    let p50 = |word: usize| {
+        let mut ns: Vec<u64> = records.iter().map(|r| u64::from(r.user[word])).collect();
+        ns.sort_unstable();
+        quantile_us(&ns, 0.5).unwrap_or(0.0)
+    };
+    Some((0..PHASE_MARKS.len()).map(p50).collect())
 }
 
 /// One target of the issue and whether this run met it.
@@ -180,6 +202,13 @@ impl CompareReport {
                 m.gpu_detect_to_done_p999_us.map_or("-".into(), |g| format!("{g:.2}")),
             ));
         }
+        for m in &self.modes {
+            if let Some(marks) = &m.gpu_phase_p50_us {
+                let marks: Vec<String> =
+                    PHASE_MARKS.iter().zip(marks).map(|(name, us)| format!("{name} {us:.2}")).collect();
+                s.push_str(&format!("phases of {} (p50 µs after detection): {}\n", m.mode, marks.join(", ")));
+            }
+        }
         for row in self.floors.rows(self.chain_bytes, &self.floor_multiples) {
             s.push_str(&format!("{row}\n"));
         }
@@ -232,6 +261,7 @@ fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> Mo
         publish_in_last_kernel: None,
         gpu_detect_to_done_p50_us: None,
         gpu_detect_to_done_p999_us: None,
+        gpu_phase_p50_us: None,
     }
 }
 
@@ -486,6 +516,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     gpu.sort_unstable();
     r.gpu_detect_to_done_p50_us = quantile_us(&gpu, 0.5);
     r.gpu_detect_to_done_p999_us = quantile_us(&gpu, 0.999);
+    r.gpu_phase_p50_us = phase_marks_p50_us(records.get(o.warmup..).unwrap_or_default());
     Ok(r)
 }
 
@@ -971,6 +1002,27 @@ mod tests {
         );
         let err = load_compare_chain(&dir.join("no-such.toml")).unwrap_err().to_string();
         assert!(err.contains("--compare-chain") && err.contains("no-such.toml"), "{err}");
+    }
+
+    #[test]
+    fn phase_marks_are_reported_only_when_results_carry_them() {
+        let plain = crate::ring::ResultRecord::default();
+        assert_eq!(phase_marks_p50_us(&[plain; 3]), None, "built-in kernels leave the words zero");
+        let marked: Vec<_> = [1_000u32, 3_000, 2_000]
+            .iter()
+            .map(|&ns| {
+                let mut r = crate::ring::ResultRecord::default();
+                for (w, word) in r.user.iter_mut().take(PHASE_MARKS.len()).enumerate() {
+                    *word = ns * (w as u32 + 1);
+                }
+                r
+            })
+            .collect();
+        let p50 = phase_marks_p50_us(&marked).expect("marks");
+        assert_eq!(p50.len(), PHASE_MARKS.len());
+        for (w, us) in p50.iter().enumerate() {
+            assert!((us - 2.0 * (w + 1) as f64).abs() < 0.01, "word {w}: {us}");
+        }
     }
 
     #[test]

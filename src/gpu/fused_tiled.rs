@@ -246,9 +246,16 @@ impl FusedTiledOp {
         let attr = |a| cuda.attribute(a).map_err(|e| ctx.enqueue_error("reading the device's limits", e));
         let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let optin = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
-        let static_bytes = f
-            .shared_size_bytes()
-            .map_err(|e| ctx.enqueue_error("reading fl_fused_tiled's shared memory", e))?;
+        let looping = ctx.kernel(LOOP_KERNEL)?;
+        let kernels = [(f, "fl_fused_tiled"), (looping, LOOP_KERNEL)];
+        // The dynamic shared memory either kernel may take beside its own static share.
+        let mut static_bytes = 0;
+        for (k, _) in kernels {
+            let bytes = k
+                .shared_size_bytes()
+                .map_err(|e| ctx.enqueue_error("reading the tiled kernels' static shared memory", e))?;
+            static_bytes = static_bytes.max(bytes);
+        }
         let limit = usize::try_from(optin - static_bytes).unwrap_or(0);
         let halo = chain_halo(&self.chain.program);
         let capacity = self.chain.program.capacity as usize;
@@ -258,8 +265,6 @@ impl FusedTiledOp {
             plan_tiles(capacity, halo, sms, limit, self.source).map_err(|e| self.problem(e.to_string()))?;
         // The grid never holds more blocks than the GPU runs at once: the
         // kernel that claims its own frames needs all of them resident.
-        let looping = ctx.kernel(LOOP_KERNEL)?;
-        let kernels = [(f, "fl_fused_tiled"), (looping, LOOP_KERNEL)];
         // Both kernels may use the one-per-SM plan's shared memory, the most
         // any plan below uses (more blocks, shorter tiles).
         for (k, _) in kernels {

@@ -11,6 +11,23 @@ use std::path::{Path, PathBuf};
 /// NVRTC options every source is compiled with (besides the architecture).
 const BASE_OPTIONS: &[&str] = &["-std=c++17", "--device-as-default-execution-space", "-lineinfo"];
 
+/// Environment variable of extra preprocessor definitions for every kernel,
+/// for kernel development: whitespace-separated `NAME` or `NAME=VALUE`, each
+/// passed as `-D`. `FL_TILED_PHASES` makes the claiming tiled kernel write
+/// its phase times into the frame's user result words (`bench --compare`
+/// reports them; docs/gpu.md).
+pub const DEFINES_ENV: &str = "FRAMELOOP_NVRTC_DEFINES";
+
+/// The `-D` options [`DEFINES_ENV`] asks for, in order.
+fn extra_defines() -> Vec<String> {
+    std::env::var(DEFINES_ENV).map(|list| define_options(&list)).unwrap_or_default()
+}
+
+/// `-D` options of a whitespace-separated list of definitions.
+fn define_options(list: &str) -> Vec<String> {
+    list.split_whitespace().map(|d| format!("-D{d}")).collect()
+}
+
 fn nvrtc_check(call: &'static str, r: sys::nvrtcResult) -> Result<(), String> {
     if r == sys::nvrtcResult::NVRTC_SUCCESS {
         return Ok(());
@@ -108,6 +125,10 @@ impl Compiler {
         for o in BASE_OPTIONS {
             parts.push(o.as_bytes());
         }
+        let defines = extra_defines();
+        for d in &defines {
+            parts.push(d.as_bytes());
+        }
         let stem =
             file.trim_end_matches(".cu").replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "_");
         self.cache.as_ref().map(|d| d.join(format!("{stem}-{}-{}.cubin", self.arch, stable_hash(&parts))))
@@ -202,6 +223,9 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     let prog = Program(prog);
     let mut options: Vec<CString> = BASE_OPTIONS.iter().map(|o| c(o)).collect::<Result<_, _>>()?;
     options.push(c(&format!("--gpu-architecture={arch}"))?);
+    for d in extra_defines() {
+        options.push(c(&d)?);
+    }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|s| s.as_ptr()).collect();
     // SAFETY: live program; options are NUL-terminated strings that outlive the call.
     let compiled =
@@ -253,6 +277,12 @@ fn program_log(prog: &Program) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_listed_definition_becomes_one_define_option() {
+        assert_eq!(define_options(" FL_TILED_PHASES  N=3\tM "), ["-DFL_TILED_PHASES", "-DN=3", "-DM"]);
+        assert!(define_options("  ").is_empty());
+    }
 
     #[test]
     fn hash_depends_on_every_part_and_is_stable() {
