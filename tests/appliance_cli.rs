@@ -310,6 +310,36 @@ fn rdma_transport_without_a_device_fails_and_auto_falls_back_to_udp() {
     assert!(report["listen"].as_str().is_some_and(|l| l.starts_with("127.0.0.1:")), "{report:#}");
 }
 
+#[test]
+fn send_refuses_a_link_pace_for_rdma_writes_naming_the_flag() {
+    let f = run_to_end(&[
+        "send",
+        "--to",
+        "127.0.0.1:9",
+        "--transport",
+        "rdma",
+        "--link-gbps",
+        "10",
+        "--count",
+        "1",
+    ]);
+    assert!(!f.status.success(), "{}", f.stderr);
+    assert!(f.stderr.contains("--link-gbps 10") && f.stderr.contains("--transport udp"), "{}", f.stderr);
+    let f = run_to_end(&[
+        "send",
+        "--to",
+        "127.0.0.1:9",
+        "--link-gbps",
+        "0.001",
+        "--rate",
+        "1000",
+        "--count",
+        "1",
+    ]);
+    assert!(!f.status.success(), "{}", f.stderr);
+    assert!(f.stderr.contains("raise --link-gbps or lower --rate"), "{}", f.stderr);
+}
+
 /// `[service]` thread placement reaches the receiver, result and loop
 /// threads; a core that does not exist stops start-up with the reason.
 #[test]

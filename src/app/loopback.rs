@@ -143,6 +143,11 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
     signals::install().map_err(AppError::Signals)?;
     let mut progress = Progress::new();
     if args.transport == crate::rdma::Transport::Rdma {
+        if let Some(gbps) = args.send.link_gbps {
+            return Err(AppError::Unsupported(format!(
+                "--link-gbps {gbps} paces UDP datagrams and RDMA writes are not paced; drop --link-gbps or use --transport udp"
+            )));
+        }
         #[cfg(feature = "rdma")]
         {
             let stats =
