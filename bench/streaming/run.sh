@@ -67,6 +67,8 @@ case_run() {
   wait $pid
   local line
   line=$(grep -m1 -E "^last_rx_to_seen " "$dir/run.txt")
+  # A run that could not start or measured nothing says why in the summary.
+  [ -n "$line" ] || line="no figures: $(grep -m1 -E "^frameloop: |ERROR" "$dir/run.txt" | cut -c1-160)"
   local frames
   frames=$(grep -m2 -E "^  (complete|incomplete) " "$dir/run.txt" | tr -s ' ' | tr '\n' ' ')
   printf "%-22s %-4s %s | %s\n" "$name" "$stream" "$line" "$frames" >> "$OUT/summary.txt"
