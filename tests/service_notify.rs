@@ -6,7 +6,7 @@
 mod service_support;
 
 use frameloop::service::thread_stall::{TEST_STALL_THREAD_AFTER_ENV, TEST_STALL_THREAD_ENV};
-use service_support::{NotifySocket, count_line, http_get, parse_exposition};
+use service_support::{Exposition, NotifySocket, count_line, http_get, parse_exposition};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +40,11 @@ impl Appliance {
     /// Starts `frameloop run` on the host backend with a fake NOTIFY_SOCKET
     /// and WATCHDOG_USEC, plus `env`.
     fn start(watchdog: Duration, env: &[(&str, &str)]) -> Self {
+        Self::start_with_slots(watchdog, env, 16)
+    }
+
+    /// [`Appliance::start`] with a ring of `slots` slots.
+    fn start_with_slots(watchdog: Duration, env: &[(&str, &str)], slots: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let udp_port = free_udp_port();
         let metrics = free_tcp_addr();
@@ -48,7 +53,7 @@ impl Appliance {
             &config,
             format!(
                 "backend = \"host\"\n\
-                 [ring]\nslots = 16\nslot_bytes = 4096\n\
+                 [ring]\nslots = {slots}\nslot_bytes = 4096\n\
                  [ingest]\nbind = \"127.0.0.1:{udp_port}\"\n\
                  [service]\nmetrics_addr = \"{metrics}\"\nshutdown_timeout_ms = 5000\n"
             ),
@@ -265,12 +270,30 @@ fn ready_then_watchdog_then_clean_stop_with_flushed_log() {
 
 #[test]
 fn a_scrape_right_after_a_burst_sees_the_final_count() {
-    let mut app = Appliance::start(Duration::from_secs(10), &[]);
+    // A ring longer than the burst: on a loaded machine the chain may fall
+    // behind, but no frame is dropped for a full ring.
+    let mut app = Appliance::start_with_slots(Duration::from_secs(10), &[], 512);
     app.wait_ready();
     let burst = 300;
     send_frames(app.udp_port, burst);
-    // Long enough for the last frame's result on a loaded machine, far
-    // shorter than a fixed republish interval would need to be right.
+    // Wait until the loop has run every frame (its own counters, read live
+    // at each scrape: non-idle iterations), then give the result path the
+    // time this test is about.
+    let looped = |exp: &Exposition| {
+        let all = exp.value("frameloop_loop_iterations_total", &[]).unwrap_or(0.0);
+        all - exp.value("frameloop_loop_idle_iterations_total", &[]).unwrap_or(0.0)
+    };
+    let looped_by = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, _, body) = http_get(app.metrics, "/metrics").unwrap();
+        let exp = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+        if looped(&exp) >= burst as f64 {
+            break;
+        }
+        assert!(Instant::now() < looped_by, "the loop never ran the whole burst\n{body}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Far shorter than a fixed republish interval would need to be right.
     std::thread::sleep(Duration::from_millis(100));
     let (status, _, body) = http_get(app.metrics, "/metrics").unwrap();
     assert_eq!(status, 200);
@@ -278,7 +301,7 @@ fn a_scrape_right_after_a_burst_sees_the_final_count() {
     assert_eq!(
         exp.value("frameloop_frames_total", &[("outcome", "processed")]),
         Some(burst as f64),
-        "one scrape 100 ms after the burst\n{body}"
+        "one scrape 100 ms after the loop ran the last frame\n{body}"
     );
     app.sigterm();
     let (status, _, stderr, _, _dir) = app.wait_exit();
