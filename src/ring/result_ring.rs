@@ -115,11 +115,6 @@ impl ResultRing {
         self.wake.wait(timeout, || self.head() > seen)
     }
 
-    /// Unparks the reader if it waits in [`ResultRing::wait_past`].
-    fn wake_reader(&self) {
-        self.wake.wake();
-    }
-
     fn record_ptr(&self, seq: u64) -> *mut ResultRecord {
         debug_assert!(seq > 0);
         let index = ((seq - 1) % self.slots as u64) as usize;
@@ -165,7 +160,7 @@ impl ResultWriter {
         // by re-reading the head after copying (see `ResultReader::drain`).
         unsafe { std::ptr::write_volatile(self.ring.record_ptr(seq), r) };
         self.ring.header().head_seq.store(seq, Ordering::Release);
-        self.ring.wake_reader();
+        self.ring.wake.wake();
         seq
     }
 }

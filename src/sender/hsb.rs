@@ -50,8 +50,7 @@ fn validate(args: &SendArgs) -> Result<usize, SendError> {
         return Err(SendError::FrameBytes { frame_bytes: args.frame_bytes });
     }
     let chunk = args.packet_bytes - HEADER_LEN;
-    let count = args.frame_bytes.div_ceil(chunk as u64);
-    args.validate_link(LinkPace::wire_bytes(args.frame_bytes + count * HEADER_LEN as u64, count))?;
+    args.validate_link(args.frame_bytes.div_ceil(chunk as u64), HEADER_LEN)?;
     Ok(chunk)
 }
 
@@ -75,6 +74,7 @@ pub fn run_hsb_sender_on(
     mut progress: impl FnMut(&SenderStats),
 ) -> Result<SenderStats, SendError> {
     let chunk = validate(args)?;
+    let link = args.link_pace();
     let frame_bytes = args.frame_bytes as usize;
     let schedule =
         Schedule::new(monotonic_ns(), args.rate, args.count, args.duration.map(Duration::from_secs_f64));
@@ -88,7 +88,7 @@ pub fn run_hsb_sender_on(
         let Some(woke) = wait_until(schedule.due_ns(k), stop) else { break };
         let mut wire_before = 0;
         for d in &datagrams {
-            if let Some(link) = args.link_pace() {
+            if let Some(link) = link {
                 if wait_until(link.due_ns(woke, wire_before), stop).is_none() {
                     stats.errors.abandoned_packets += 1;
                     continue;

@@ -257,8 +257,7 @@ impl SendArgs {
             return Err(SendError::Streams);
         }
         let geometry = FrameGeometry::new(self.frame_bytes, self.packet_bytes)?;
-        let count = u64::from(geometry.packet_count());
-        self.validate_link(LinkPace::wire_bytes(self.frame_bytes + count * HEADER_LEN as u64, count))?;
+        self.validate_link(u64::from(geometry.packet_count()), HEADER_LEN)?;
         Ok(geometry)
     }
 
@@ -267,10 +266,13 @@ impl SendArgs {
         self.link_gbps.map(LinkPace::new)
     }
 
-    /// Checks `--link-gbps` against the frame rate: frames of
-    /// `frame_wire_bytes` link bytes each must fit the link at `--rate`.
-    fn validate_link(&self, frame_wire_bytes: u64) -> Result<(), SendError> {
+    /// Checks `--link-gbps` against the frame rate: frames of `--frame-bytes`
+    /// in `datagrams` datagrams with a `header_len`-byte header each must fit
+    /// the link at `--rate`.
+    fn validate_link(&self, datagrams: u64, header_len: usize) -> Result<(), SendError> {
         let Some(gbps) = self.link_gbps else { return Ok(()) };
+        let frame_wire_bytes =
+            LinkPace::wire_bytes(self.frame_bytes + datagrams * header_len as u64, datagrams);
         if !(gbps.is_finite() && gbps > 0.0) {
             return Err(SendError::LinkGbps { gbps });
         }
@@ -350,6 +352,7 @@ pub fn run_sender_on(
     let duration = args.duration.map(Duration::from_secs_f64);
     let mut schedule = Schedule::new(monotonic_ns(), args.rate, args.count, duration);
     let mut run = RunTotals::new(&schedule, geometry.packet_count());
+    let link = args.link_pace();
 
     if args.pacing == Pacing::Sleep
         && let Err(e) = crate::realtime::set_current_thread_timer_slack(1_000)
@@ -371,7 +374,7 @@ pub fn run_sender_on(
             due
         };
         frame.write_headers(stream, seq, realtime_ns());
-        let sent = tx.send_frame(&frame, args.link_pace(), monotonic_ns(), stop, &mut run.stats.errors)?;
+        let sent = tx.send_frame(&frame, link, monotonic_ns(), stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);
         k += 1;
         if run.progress_due(woke) {
