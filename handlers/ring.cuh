@@ -183,7 +183,13 @@ struct alignas(64) DeviceLoopState {
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed after each publish (and by
                                        // a prologue), published in ResultRecord::user
   uint64_t param_select;  // the ParamControl::select value the handler last took (and acknowledged)
-  uint64_t _pad1[7];
+  // While frames stream into device memory (kernels/stream.cuh): the received
+  // mark of the frame being pulled (mapped), and the value it must pass for a
+  // pull to have new words to copy. The poll ends early when it does, so the
+  // pull runs (fl_poll_watching). Null: nothing to watch.
+  const uint64_t* pull_watch_mark;
+  uint64_t pull_watch_above;
+  uint64_t _pad1[5];
 };
 
 // The live parameter banks (src/gpu/param_banks.rs): two copies of the

@@ -58,20 +58,31 @@ FL_DEVICE void fl_take_params(const LoopParams& p, uint64_t sel) {
   fl_store_relaxed_sys(&p.param_ctl->ack.v, sel);
 }
 
+// A word the poll watches besides the head (kernels/stream.cuh): the poll
+// also ends, with no frame, once `*mark` (mapped memory) holds a value above
+// `above` with the same upper half. A null `mark` watches nothing.
+struct FlPollWatch {
+  const uint64_t* mark;
+  uint64_t above;
+};
+
 // Polls the frame ring for up to poll_budget_ns (one thread). Returns the
 // verdict; on FL_VERDICT_READY `*head` is the head sequence seen. With no
-// frame it sleeps sleep_ns (Holoscan style) if asked.
-FL_DEVICE uint32_t fl_poll(const LoopParams& p, uint64_t t0, uint64_t* head_out) {
+// frame it sleeps sleep_ns (Holoscan style) if asked, unless the watched
+// mark ended the poll (then it returns at once, so a pull may run).
+FL_DEVICE uint32_t fl_poll_watching(const LoopParams& p, uint64_t t0, uint64_t* head_out, FlPollWatch watch) {
   DeviceLoopState* st = p.st;
   if (st->last_frame_ns == 0) st->last_frame_ns = t0;
   const uint64_t last = st->last_claimed;
   uint32_t verdict = FL_VERDICT_NONE;
   uint64_t head = last;
   uint64_t now = t0;
+  bool progressed = false;
   for (;;) {
-    // Both loads are in flight together (neither result is used before the
-    // second is issued), so a poll costs one PCIe round trip, not two.
+    // The loads are in flight together (no result is used before the last
+    // is issued), so a poll costs one PCIe round trip, not two or three.
     const uint64_t stop = fl_load_relaxed_sys(&p.ctl->tear_down.v);
+    const uint64_t mark = watch.mark != nullptr ? fl_load_relaxed_sys(watch.mark) : 0ull;
     if (!p.host_driven) head = fl_load_acquire_sys(&p.ring->head_seq);
     if (stop) {
       verdict = FL_VERDICT_STOP;
@@ -90,16 +101,27 @@ FL_DEVICE uint32_t fl_poll(const LoopParams& p, uint64_t t0, uint64_t* head_out)
       st->stop_state = (uint32_t)FL_STATE_TIMED_OUT;
       break;
     }
+    if (watch.mark != nullptr && (mark >> 32) == (watch.above >> 32) && mark > watch.above) {
+      progressed = true;
+      break;
+    }
     if (now - t0 >= p.poll_budget_ns) break;
     if (p.poll_interval_ns != 0) __nanosleep((unsigned)p.poll_interval_ns);
   }
-  if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0) fl_sleep_interruptible(p, p.sleep_ns);
+  if (verdict == FL_VERDICT_NONE && p.sleep_ns != 0 && !progressed) fl_sleep_interruptible(p, p.sleep_ns);
   // No frame runs between iterations: take a new parameter set now, so that
   // the host may rewrite the other bank while no frame arrives.
   if (verdict == FL_VERDICT_NONE && p.param_ctl != nullptr) fl_take_params(p, fl_load_relaxed_sys(&p.param_ctl->select.v));
   st->verdict = verdict;
   *head_out = head;
   return verdict;
+}
+
+// fl_poll_watching with the watch the loop's pulls left in the loop state
+// (none unless frames stream into device memory).
+FL_DEVICE uint32_t fl_poll(const LoopParams& p, uint64_t t0, uint64_t* head_out) {
+  const FlPollWatch watch = {p.st->pull_watch_mark, p.st->pull_watch_above};
+  return fl_poll_watching(p, t0, head_out, watch);
 }
 
 // The sequence to claim when the head is `head` under the ring's policy
@@ -149,6 +171,7 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot
   }
   fl_reset_chain_result(c);
   st->last_claimed = seq;
+  st->pull_watch_mark = nullptr;  // it watched this frame or an older one
   st->last_frame_ns = d->detect_ns;
   st->skipped += d->skipped;
 }

@@ -416,7 +416,8 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // in an iteration that finds no frame, block 0 reads the next frame's
 // received mark after its poll and hands the words to copy to every block
 // with the verdict; the last block to finish its share records them in the
-// FlStreamState.
+// FlStreamState. Block 0's poll also ends as soon as that frame has new
+// words to pull (fl_pull_watch), so the pulls keep up with the receiver.
 struct FlTiledClaim {
   uint32_t arrived;     // blocks other than 0 waiting for this launch's verdict
   uint32_t generation;  // bumped once per launch by block 0, after `verdict` and the pull
@@ -453,7 +454,9 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     const LoopParams p = *params;
     const uint64_t t0 = fl_globaltimer();
     uint64_t head = 0;
-    const uint32_t verdict = fl_poll(p, t0, &head);
+    // While frames stream, the poll also ends when the next frame has new words to pull.
+    const FlPollWatch watch = stream != nullptr ? fl_pull_watch(p, stream, staged_words) : FlPollWatch{nullptr, 0ull};
+    const uint32_t verdict = fl_poll_watching(p, t0, &head, watch);
     if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
     if (verdict == FL_VERDICT_NONE && stream != nullptr) claim->pull = fl_next_pull(p, stream, staged_words);
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {

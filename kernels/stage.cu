@@ -60,6 +60,10 @@ extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
       s->pulled = ~atomicExch(&s->pending_not, 0ull);
       s->seq = r.seq;
       s->ticket = 0;
+      // The handler that follows polls until this frame has new words (or a frame is ready).
+      const FlPollWatch w = fl_pull_watch(p, s, capacity_words);
+      p.st->pull_watch_above = w.above;
+      p.st->pull_watch_mark = w.mark;
     }
   }
 }

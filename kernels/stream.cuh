@@ -5,6 +5,7 @@
 // buffer and the rest from the slot itself.
 #pragma once
 #include "ops_common.cuh"
+#include "ring_ready.cuh"
 
 // Device memory, zeroed at allocation. `seq`/`pulled`: the staging buffer
 // holds bytes [0, pulled) of ring sequence `seq` (pulled a multiple of 16).
@@ -43,4 +44,19 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
     if (words > r.end) r.end = (uint32_t)words;
   }
   return r;
+}
+
+// What the poll of the frame after the last claimed one watches
+// (FlPollWatch, handlers/ring_ready.cuh): its received mark, to pass the
+// pulled length by at least one 16-byte word, so the poll ends for a pull
+// as soon as one has words to copy. Nothing to watch once the staging
+// buffer is full.
+FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
+  const uint64_t seq = p.st->last_claimed + 1;
+  const uint64_t pulled = s->seq == seq ? s->pulled : 0ull;
+  FlPollWatch w = {nullptr, 0ull};
+  if (pulled / 16u >= capacity_words || pulled + 15u > 0xffffffffull) return w;
+  w.mark = &((const SlotHeader*)fl_slot_dptr(p, seq))->received_mark;
+  w.above = ((seq & 0xffffffffull) << 32) | (pulled + 15u);
+  return w;
 }

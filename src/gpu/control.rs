@@ -83,7 +83,13 @@ pub struct DeviceLoopState {
     pub user: [u32; USER_RESULT_WORDS],
     /// The [`ParamControl::select`] value the handler last took (and acknowledged).
     pub param_select: u64,
-    pub _pad1: [u64; 7],
+    /// While frames stream into device memory: the device address of the
+    /// received mark of the frame being pulled (0: none), written by the
+    /// pull; the data-ready poll ends early once the mark passes
+    /// `pull_watch_above`, so the next pull runs (kernels/stream.cuh).
+    pub pull_watch_mark: u64,
+    pub pull_watch_above: u64,
+    pub _pad1: [u64; 5],
 }
 
 /// The live parameter banks' control block (mapped host memory; see
@@ -204,7 +210,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped, params_dptr, param_generation);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
-    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user, param_select);
+    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user, param_select, pull_watch_mark, pull_watch_above);
     offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program, param_generation, param_ctl, banks, bank_bytes);
     offsets!(ParamControl: select, ack);
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);

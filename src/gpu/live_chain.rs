@@ -376,6 +376,8 @@ impl ExecutorCore {
         c.tear_down.store(0);
         c.state.store(STATE_RUNNING);
         self.state.write(std::mem::offset_of!(DeviceLoopState, last_frame_ns), &0u64.to_ne_bytes())?;
+        // The new graph's pulls (if it streams) set their own watch.
+        self.state.write(std::mem::offset_of!(DeviceLoopState, pull_watch_mark), &0u64.to_ne_bytes())?;
         if let Some(select) = &self.param_select {
             let word = select.select();
             self.state.write(std::mem::offset_of!(DeviceLoopState, param_select), &word.to_ne_bytes())?;

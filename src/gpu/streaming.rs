@@ -16,7 +16,10 @@
 //!   chain reads device memory.
 //!
 //! The handler's poll budget is capped at [`STREAM_POLL_BUDGET_NS`] so that
-//! pulls run while a frame arrives. The slot's completeness rules are the
+//! pulls run while a frame arrives, and the poll ends sooner once the
+//! frame's received mark has passed the pulled length (the pull leaves the
+//! mark to watch in the loop state, `pull_watch_mark`): a pull runs as soon
+//! as there is something to copy. The slot's completeness rules are the
 //! reassembler's and do not change: an incomplete frame is published with
 //! its flags and its missing ranges zeroed, all above the mark, and the tail
 //! copies those from the published slot.
