@@ -229,7 +229,9 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 // Built with FL_TILED_PHASES (FRAMELOOP_NVRTC_DEFINES, src/gpu/nvrtc.rs),
 // the kernel records where the frame's GPU time goes in `marks` (the loop
 // state's user result words, so each result carries its own): nanoseconds
-// after detection, the latest block at each point (FL_MARK_*). Null marks
+// after detection, the latest block at each point (FL_MARK_*), and the
+// bytes of the frame its tiles read from the slot over the bus rather than
+// from the pulls' copy in device memory (FL_MARK_SLOT_BYTES). Null marks
 // record nothing.
 #define FL_MARK_STARTED 0      // the block left the claim wait
 #define FL_MARK_PROLOGUE 1     // steps in shared memory, tiles planned
@@ -237,11 +239,22 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 #define FL_MARK_TILES 3        // all its tiles done, before it counts in
 #define FL_MARK_COMBINED 4     // the last block: partials combined, before publishing
 #define FL_MARK_RELEASED 5     // block 0 released the other blocks (claim handshake done)
+#define FL_MARK_SLOT_BYTES 6   // not a time: payload bytes above the pulled length (all of them in place)
 FL_DEVICE void fl_mark(uint32_t* marks, const FrameDesc* fd, uint32_t which) {
 #ifdef FL_TILED_PHASES
   if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - fd->detect_ns));
 #else
   (void)marks, (void)fd, (void)which;
+#endif
+}
+
+// FL_MARK_SLOT_BYTES of a frame of `len` bytes whose first `pulled` are in device memory.
+FL_DEVICE void fl_mark_slot_bytes(uint32_t* marks, uint32_t len, uint64_t pulled) {
+#ifdef FL_TILED_PHASES
+  if (marks != nullptr && threadIdx.x == 0 && blockIdx.x == 0)
+    marks[FL_MARK_SLOT_BYTES] = (uint64_t)len > pulled ? (uint32_t)((uint64_t)len - pulled) : 0u;
+#else
+  (void)marks, (void)len, (void)pulled;
 #endif
 }
 
@@ -267,6 +280,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   const uint8_t* payload = (const uint8_t*)fd->payload_dptr;
   FlTiledSource source = {payload, staged, 0};
   if (stream != nullptr && staged != nullptr && stream->seq == fd->ring_seq) source.pulled = stream->pulled;
+  fl_mark_slot_bytes(marks, fd->payload_len, source.pulled);
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, fd->payload_len, prog->capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most that fit.

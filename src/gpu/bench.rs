@@ -108,6 +108,10 @@ pub struct ModeResult {
     /// the claiming tiled kernel's phase marks, p50 µs after detection, in
     /// [`PHASE_MARKS`] order; `None` when no result carried any.
     pub gpu_phase_p50_us: Option<Vec<f64>>,
+    /// With the same marks: the bytes of each frame its tiles read from the
+    /// slot over the bus after the claim (in place: all of them; streamed:
+    /// what the pulls had not moved), p50, KiB.
+    pub gpu_slot_read_p50_kib: Option<f64>,
 }
 
 /// The claiming tiled kernel's phase marks (`FL_MARK_*`, kernels/fused_tiled.cu),
@@ -115,17 +119,25 @@ pub struct ModeResult {
 pub const PHASE_MARKS: [&str; 6] =
     ["started", "prologue", "first step", "tiles done", "combined", "released"];
 
-/// p50 of each phase mark over `records`, or `None` when none carries marks.
-fn phase_marks_p50_us(records: &[crate::ring::ResultRecord]) -> Option<Vec<f64>> {
+/// The user result word after the phase marks: the bytes a frame's tiles
+/// read from the slot after the claim (`FL_MARK_SLOT_BYTES`).
+const SLOT_BYTES_MARK: usize = PHASE_MARKS.len();
+
+/// The median of user result word `word` over `records`.
+fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
+    let mut v: Vec<u64> = records.iter().map(|r| u64::from(r.user[word])).collect();
+    v.sort_unstable();
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
+/// p50 of each phase mark over `records` (µs), and of the bytes read from
+/// the slot after the claim (KiB), or `None` when no record carries marks.
+fn phase_marks_p50(records: &[crate::ring::ResultRecord]) -> Option<(Vec<f64>, f64)> {
     if records.iter().all(|r| r.user[..PHASE_MARKS.len()].iter().all(|&w| w == 0)) {
         return None;
     }
-    let p50 = |word: usize| {
-        let mut ns: Vec<u64> = records.iter().map(|r| u64::from(r.user[word])).collect();
-        ns.sort_unstable();
-        quantile_us(&ns, 0.5).unwrap_or(0.0)
-    };
-    Some((0..PHASE_MARKS.len()).map(p50).collect())
+    let times = (0..PHASE_MARKS.len()).map(|w| user_word_p50(records, w) as f64 / 1e3).collect();
+    Some((times, user_word_p50(records, SLOT_BYTES_MARK) as f64 / 1024.0))
 }
 
 /// One target of the issue and whether this run met it.
@@ -206,7 +218,14 @@ impl CompareReport {
             if let Some(marks) = &m.gpu_phase_p50_us {
                 let marks: Vec<String> =
                     PHASE_MARKS.iter().zip(marks).map(|(name, us)| format!("{name} {us:.2}")).collect();
-                s.push_str(&format!("phases of {} (p50 µs after detection): {}\n", m.mode, marks.join(", ")));
+                let read = m.gpu_slot_read_p50_kib.map_or(String::new(), |kib| {
+                    format!("; read from the slot after the claim: p50 {kib:.1} KiB")
+                });
+                s.push_str(&format!(
+                    "phases of {} (p50 µs after detection): {}{read}\n",
+                    m.mode,
+                    marks.join(", ")
+                ));
             }
         }
         for row in self.floors.rows(self.chain_bytes, &self.floor_multiples) {
@@ -262,6 +281,7 @@ fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> Mo
         gpu_detect_to_done_p50_us: None,
         gpu_detect_to_done_p999_us: None,
         gpu_phase_p50_us: None,
+        gpu_slot_read_p50_kib: None,
     }
 }
 
@@ -516,7 +536,10 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     gpu.sort_unstable();
     r.gpu_detect_to_done_p50_us = quantile_us(&gpu, 0.5);
     r.gpu_detect_to_done_p999_us = quantile_us(&gpu, 0.999);
-    r.gpu_phase_p50_us = phase_marks_p50_us(records.get(o.warmup..).unwrap_or_default());
+    if let Some((times, kib)) = phase_marks_p50(records.get(o.warmup..).unwrap_or_default()) {
+        r.gpu_phase_p50_us = Some(times);
+        r.gpu_slot_read_p50_kib = Some(kib);
+    }
     Ok(r)
 }
 
@@ -1007,7 +1030,7 @@ mod tests {
     #[test]
     fn phase_marks_are_reported_only_when_results_carry_them() {
         let plain = crate::ring::ResultRecord::default();
-        assert_eq!(phase_marks_p50_us(&[plain; 3]), None, "built-in kernels leave the words zero");
+        assert_eq!(phase_marks_p50(&[plain; 3]), None, "built-in kernels leave the words zero");
         let marked: Vec<_> = [1_000u32, 3_000, 2_000]
             .iter()
             .map(|&ns| {
@@ -1015,14 +1038,16 @@ mod tests {
                 for (w, word) in r.user.iter_mut().take(PHASE_MARKS.len()).enumerate() {
                     *word = ns * (w as u32 + 1);
                 }
+                r.user[SLOT_BYTES_MARK] = ns * 64;
                 r
             })
             .collect();
-        let p50 = phase_marks_p50_us(&marked).expect("marks");
+        let (p50, kib) = phase_marks_p50(&marked).expect("marks");
         assert_eq!(p50.len(), PHASE_MARKS.len());
         for (w, us) in p50.iter().enumerate() {
             assert!((us - 2.0 * (w + 1) as f64).abs() < 0.01, "word {w}: {us}");
         }
+        assert!((kib - 125.0).abs() < 0.01, "2,000 x 64 bytes: {kib} KiB");
     }
 
     #[test]
