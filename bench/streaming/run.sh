@@ -13,7 +13,10 @@
 # LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop],
 # INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest]. LINK_GBPS
 # (say 25) has the sender put each frame on the wire at that link's pace
-# (`frameloop send --link-gbps`) instead of in one burst.
+# (`frameloop send --link-gbps`) instead of in one burst. SEND_EXTRA (say
+# '--gso off': every datagram paced on its own, as a sensor sends them,
+# rather than 64 KiB messages back to back) is added to the sender's
+# arguments.
 #
 # With the argument `crossover` it runs the default chain at 64, 256, 512
 # and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
@@ -61,7 +64,7 @@ case_run() {
   local pid=$!
   for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
   "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
-    --packet-bytes 8972 ${LINK_GBPS:+--link-gbps "$LINK_GBPS"} > "$dir/send.txt" 2>&1
+    --packet-bytes 8972 ${LINK_GBPS:+--link-gbps "$LINK_GBPS"} ${SEND_EXTRA:-} > "$dir/send.txt" 2>&1
   sleep 1
   kill -INT $pid
   wait $pid
