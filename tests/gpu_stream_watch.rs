@@ -1,0 +1,112 @@
+//! The data-ready poll of a streaming loop ends for a pull as soon as the
+//! next frame has new words to copy, not on the poll budget's timer
+//! (`fl_poll_watching`, handlers/ring_ready.cuh), checked on a real GPU
+//! (ignored without one): `cargo test --release --test gpu_stream_watch --
+//! --include-ignored`.
+//!
+//! The kernels are built with `FL_TILED_PHASES`, so each result of the
+//! claiming tiled kernel carries the bytes its tiles read from the slot over
+//! the bus after the claim (user result word 6, `FL_MARK_SLOT_BYTES`). Each
+//! frame is written whole, marked received, and published a few
+//! microseconds later. A poll that watches the mark ends within a bus round
+//! trip of it, so the pull has moved the frame before the claim and the
+//! tiles read nothing from the slot. A poll that ended only on its 20 µs
+//! budget would see the frame in the same look in most frames and leave
+//! all of it in the slot.
+
+use frameloop::config::LoopConfig;
+use frameloop::gpu::bench::{MappedRings, fill_frame};
+use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags};
+use frameloop::gpu::fused::FusedChain;
+use frameloop::gpu::fused_tiled::{FrameSource, tiled_fragment};
+use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::ops::{CpuChain, default_chain};
+use frameloop::ring::layout::SlotHeader;
+use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const FRAME_BYTES: usize = 786_432;
+const FRAMES: u64 = 40;
+/// Between a frame's mark and its publication.
+const HOLD: Duration = Duration::from_micros(5);
+/// The user result word of `FL_MARK_SLOT_BYTES` (kernels/fused_tiled.cu).
+const SLOT_BYTES_WORD: usize = 6;
+
+fn wait_results(reader: &mut ResultReader, out: &mut Vec<ResultRecord>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while out.len() < n {
+        reader.drain(out);
+        assert!(Instant::now() < deadline, "only {} of {n} results arrived", out.len());
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_streamed_frame_marked_received_is_pulled_before_its_claim() {
+    // SAFETY: the only test of this binary, run before anything else reads
+    // the environment (the runtime, which compiles the kernels, starts below).
+    unsafe { std::env::set_var("FRAMELOOP_NVRTC_DEFINES", "FL_TILED_PHASES") };
+    let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
+    let seed = 0x3a7c ^ frameloop::clock::realtime_ns();
+    eprintln!("random seed {seed:#x}");
+    let chain = default_chain();
+    let rings = MappedRings::new(&rt, 8, FRAME_BYTES, 64, OverrunPolicy::Every).unwrap();
+    let mut reader = ResultReader::new(Arc::clone(&rings.results));
+    let mut opts = ExecutorOptions::new(LoopConfig::default());
+    opts.stream = true;
+    opts.workload_claims_frames = true;
+    let encoded = FusedChain::encode(&chain, FRAME_BYTES).unwrap();
+    let mut ex = ResidentExecutor::new(
+        Arc::clone(&rt),
+        tiled_fragment(encoded, FrameSource::DeviceMemory).unwrap(),
+        Arc::clone(&rings.frames),
+        Arc::clone(&rings.results),
+        chain_flags(&chain),
+        opts,
+    )
+    .unwrap();
+    assert!(ex.workload_claims_frames());
+    let mut w = rings.frames.writer().unwrap();
+    ex.launch().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut out = Vec::new();
+    for i in 0..FRAMES {
+        let seq = w.reserve().unwrap();
+        fill_frame(seed, i, &mut w.payload_mut(seq)[..FRAME_BYTES]);
+        w.mark_received(seq, FRAME_BYTES as u32);
+        let marked = Instant::now();
+        while marked.elapsed() < HOLD {
+            std::hint::spin_loop();
+        }
+        let header = SlotHeader {
+            frame_seq: i,
+            payload_len: FRAME_BYTES as u32,
+            received_mark: frameloop::ring::layout::received_mark(seq, FRAME_BYTES as u32),
+            ..Default::default()
+        };
+        w.publish(seq, &header);
+        wait_results(&mut reader, &mut out, i as usize + 1);
+        // The loop idles again before the next frame.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stats = ex.tear_down().unwrap();
+    assert_eq!(stats.frames_processed, FRAMES);
+    let mut cpu = CpuChain::new(&chain, FRAME_BYTES).unwrap();
+    let mut payload = vec![0u8; FRAME_BYTES];
+    for r in &out {
+        fill_frame(seed, r.frame_seq, &mut payload);
+        let want = cpu.run(&payload);
+        let s = want.stats.expect("the default chain has stats");
+        assert_eq!((r.min, r.max), (s.min, s.max), "frame {}: min/max", r.frame_seq);
+        assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "frame {}", r.frame_seq);
+    }
+    let read: Vec<u32> = out.iter().map(|r| r.user[SLOT_BYTES_WORD]).collect();
+    assert!(read.iter().all(|&b| b as usize <= FRAME_BYTES), "at most the frame: {read:?}");
+    let pulled_first = read.iter().filter(|&&b| b == 0).count();
+    eprintln!("{pulled_first} of {FRAMES} frames pulled whole before their claim; slot bytes read: {read:?}");
+    assert!(
+        pulled_first * 2 >= FRAMES as usize,
+        "the pull should follow the mark within {HOLD:?} in most frames: {read:?}"
+    );
+}
