@@ -29,13 +29,31 @@ struct FlPullRange {
   unsigned int end;
 };
 
+// The frame the pulls work on, the one after the last claimed: its ring
+// sequence, its slot's device address and the bytes of it the staging
+// buffer holds.
+struct FlPullTarget {
+  uint64_t seq;
+  uint64_t slot;
+  uint64_t pulled;
+};
+
+FL_DEVICE FlPullTarget fl_pull_target(const LoopParams& p, const FlStreamState* s) {
+  FlPullTarget t;
+  t.seq = p.st->last_claimed + 1;
+  t.slot = fl_slot_dptr(p, t.seq);
+  t.pulled = s->seq == t.seq ? s->pulled : 0ull;
+  return t;
+}
+
 // One thread: reads the mark over the bus. Bytes under the mark never change
 // until the slot is reused, which needs this frame consumed first.
 FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
+  const FlPullTarget t = fl_pull_target(p, s);
   FlPullRange r;
-  r.seq = p.st->last_claimed + 1;
-  r.slot = fl_slot_dptr(p, r.seq);
-  r.from = s->seq == r.seq ? (uint32_t)(s->pulled / 16u) : 0u;
+  r.seq = t.seq;
+  r.slot = t.slot;
+  r.from = (uint32_t)(t.pulled / 16u);
   r.end = r.from;
   const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)r.slot)->received_mark);
   if ((uint32_t)(mark >> 32) == (uint32_t)r.seq) {
@@ -52,11 +70,10 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
 // as soon as one has words to copy. Nothing to watch once the staging
 // buffer is full.
 FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
-  const uint64_t seq = p.st->last_claimed + 1;
-  const uint64_t pulled = s->seq == seq ? s->pulled : 0ull;
+  const FlPullTarget t = fl_pull_target(p, s);
   FlPollWatch w = {nullptr, 0ull};
-  if (pulled / 16u >= capacity_words || pulled + 15u > 0xffffffffull) return w;
-  w.mark = &((const SlotHeader*)fl_slot_dptr(p, seq))->received_mark;
-  w.above = ((seq & 0xffffffffull) << 32) | (pulled + 15u);
+  if (t.pulled / 16u >= capacity_words || t.pulled + 15u > 0xffffffffull) return w;
+  w.mark = &((const SlotHeader*)t.slot)->received_mark;
+  w.above = ((t.seq & 0xffffffffull) << 32) | (t.pulled + 15u);
   return w;
 }

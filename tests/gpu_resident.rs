@@ -5,6 +5,8 @@
 //! terminates, a timeout tears the graph down by itself, and host-driven
 //! data-ready and the latest policy work on both paths.
 
+mod gpu_support;
+
 use frameloop::backend::{BackendError, ResidentLoop};
 use frameloop::config::{FusedChainMode, LoopConfig, StreamToGpu};
 use frameloop::fragment::Fragment;
@@ -14,32 +16,23 @@ use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::fused_tiled::{FrameSource, LargePath, MEASURED, choose_large, tiled_fragment};
-use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
 use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
+use gpu_support::{runtime, wait_results};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const FRAME_BYTES: usize = 8192;
+/// How long a test waits for its results.
+const RESULTS_WITHIN: Duration = Duration::from_secs(5);
 
-fn runtime() -> Arc<GpuRuntime> {
-    GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU")
-}
+const FRAME_BYTES: usize = 8192;
 
 /// Fills the result records with a pattern no real result has.
 fn poison_results(rings: &MappedRings) {
     let mem = rings.results.memory();
     // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
     unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
-}
-
-fn wait_results(reader: &mut ResultReader, out: &mut Vec<ResultRecord>, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while out.len() < n {
-        reader.drain(out);
-        assert!(Instant::now() < deadline, "only {} of {n} results arrived", out.len());
-    }
 }
 
 fn close(a: f32, b: f32, rel: f32) -> bool {
@@ -127,7 +120,7 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
             let len = if i % 7 == 3 { 1 + (i as usize * 131) % FRAME_BYTES } else { FRAME_BYTES };
             publish(&mut w, seed, i, len).unwrap();
             lens.push(len);
-            wait_results(&mut reader, &mut out, i as usize + 1);
+            wait_results(&mut reader, &mut out, i as usize + 1, RESULTS_WITHIN);
         }
         assert!(lp.is_launched(), "the graph stays launched across frames");
         let stats = lp.tear_down().unwrap();
@@ -186,7 +179,7 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
             let len = if i % 5 == 2 { 1 + (i as usize * 40_009) % frame_bytes } else { frame_bytes };
             publish(&mut w, seed, i, len).unwrap();
             lens.push(len);
-            wait_results(&mut reader, &mut out, i as usize + 1);
+            wait_results(&mut reader, &mut out, i as usize + 1, RESULTS_WITHIN);
         }
         assert_eq!(lp.tear_down().unwrap().frames_processed, n as u64);
         assert_eq!(out.iter().map(|r| r.ring_seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>());
@@ -264,7 +257,7 @@ fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
                         true => publish_streamed(&mut w, seed, i as u64, len).unwrap(),
                         false => publish(&mut w, seed, i as u64, len).unwrap(),
                     };
-                    wait_results(&mut reader, &mut out, i + 1);
+                    wait_results(&mut reader, &mut out, i + 1, RESULTS_WITHIN);
                 }
                 // A wait with no frame, then tear-down from inside it.
                 std::thread::sleep(Duration::from_millis(5));

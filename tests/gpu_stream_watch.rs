@@ -14,17 +14,22 @@
 //! budget would see the frame in the same look in most frames and leave
 //! all of it in the slot.
 
+mod gpu_support;
+
 use frameloop::config::LoopConfig;
 use frameloop::gpu::bench::{MappedRings, fill_frame};
-use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags};
+use frameloop::gpu::executor::{ExecutorOptions, ResidentExecutor, chain_flags};
 use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::fused_tiled::{FrameSource, tiled_fragment};
-use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, default_chain};
 use frameloop::ring::layout::SlotHeader;
-use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
+use frameloop::ring::{OverrunPolicy, ResultReader};
+use gpu_support::{runtime, wait_results};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long a test waits for its results.
+const RESULTS_WITHIN: Duration = Duration::from_secs(5);
 
 const FRAME_BYTES: usize = 786_432;
 const FRAMES: u64 = 40;
@@ -33,21 +38,13 @@ const HOLD: Duration = Duration::from_micros(5);
 /// The user result word of `FL_MARK_SLOT_BYTES` (kernels/fused_tiled.cu).
 const SLOT_BYTES_WORD: usize = 6;
 
-fn wait_results(reader: &mut ResultReader, out: &mut Vec<ResultRecord>, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while out.len() < n {
-        reader.drain(out);
-        assert!(Instant::now() < deadline, "only {} of {n} results arrived", out.len());
-    }
-}
-
 #[test]
 #[ignore = "needs a GPU"]
 fn a_streamed_frame_marked_received_is_pulled_before_its_claim() {
     // SAFETY: the only test of this binary, run before anything else reads
     // the environment (the runtime, which compiles the kernels, starts below).
     unsafe { std::env::set_var("FRAMELOOP_NVRTC_DEFINES", "FL_TILED_PHASES") };
-    let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
+    let rt = runtime();
     let seed = 0x3a7c ^ frameloop::clock::realtime_ns();
     eprintln!("random seed {seed:#x}");
     let chain = default_chain();
@@ -86,7 +83,7 @@ fn a_streamed_frame_marked_received_is_pulled_before_its_claim() {
             ..Default::default()
         };
         w.publish(seq, &header);
-        wait_results(&mut reader, &mut out, i as usize + 1);
+        wait_results(&mut reader, &mut out, i as usize + 1, RESULTS_WITHIN);
         // The loop idles again before the next frame.
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -9,13 +9,13 @@
 //! runs the same from a config (`[handler]`, `ingest.format = "hsb"`).
 
 mod appliance_support;
+mod gpu_support;
 
 use appliance_support::{Running, check_result as check_expected, reference_chain};
 use frameloop::config::{BackendChoice, LoopConfig};
 use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
-use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::user_handler::UserHandlerSource;
 use frameloop::ingest::hsb::{HsbDma, HsbReceiver};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};
@@ -24,17 +24,17 @@ use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
 use frameloop::sender::hsb::{hsb_frame_payload, run_hsb_sender};
 use frameloop::sender::{GsoMode, Pattern, SendArgs};
 use frameloop::wire::hsb;
+use gpu_support::{runtime, wait_results};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// How long a test waits for its results.
+const RESULTS_WITHIN: Duration = Duration::from_secs(10);
+
 const FRAME_BYTES: usize = 8192;
 const SLOTS: usize = 64;
-
-fn runtime() -> Arc<GpuRuntime> {
-    GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU")
-}
 
 fn chain() -> Vec<OpSpec> {
     vec![
@@ -69,14 +69,6 @@ fn executor(rt: &Arc<GpuRuntime>, rings: &MappedRings, loop_cfg: LoopConfig) -> 
         opts,
     )
     .expect("the executor builds around the user handler")
-}
-
-fn wait_results(reader: &mut ResultReader, out: &mut Vec<ResultRecord>, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while out.len() < n {
-        reader.drain(out);
-        assert!(Instant::now() < deadline, "only {} of {n} results arrived", out.len());
-    }
 }
 
 fn close(a: f32, b: f32) -> bool {
@@ -134,7 +126,7 @@ fn every_frame_of_the_emulated_hsb_sensor_is_found_by_the_user_handler() {
     let sent = run_hsb_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, frames);
     let mut out = Vec::new();
-    wait_results(&mut reader, &mut out, frames as usize);
+    wait_results(&mut reader, &mut out, frames as usize, RESULTS_WITHIN);
     stop.store(true, Ordering::Relaxed);
     let counters = receiver.join().unwrap();
     assert_eq!(counters.frames_complete, frames, "{counters:?}");
@@ -178,7 +170,7 @@ fn a_lossy_frame_arrives_flagged_with_zeroes_and_a_lost_frame_is_stepped_over() 
         expected.push((counter, seen));
     }
     let mut out = Vec::new();
-    wait_results(&mut reader, &mut out, 4);
+    wait_results(&mut reader, &mut out, 4, RESULTS_WITHIN);
     ex.tear_down().unwrap();
     assert_eq!(out.iter().map(|r| r.frame_seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
     let flags: Vec<u32> = out.iter().map(|r| r.slot_flags).collect();

@@ -18,12 +18,9 @@ mkdir -p "$OUT"
 gcc -O2 -o "$OUT/rx_floor" "$(dirname "$0")/rx_floor.c" -lpthread
 send() { taskset -c 0 "$B" send --to 127.0.0.1:$PORT --rate 1000 --count 3000 --frame-bytes 8192 --packet-bytes 8972 --pacing sleep > "$OUT/send.txt" 2>&1; }
 
-# The floor, receiving from frameloop's sender (rx_floor's own sender is off with EXT).
-sed -e "s/int port=5799;/int port=$PORT;/" -e 's/pthread_t t;pthread_create(&t,0,snd,0);/pthread_t t; if(!getenv("EXT"))pthread_create(\&t,0,snd,0); else done=0;/' \
-  -e 's/while(!done||n<3000)/while(n<3000)/' "$(dirname "$0")/rx_floor.c" > "$OUT/rx_ext.c"
-gcc -O2 -o "$OUT/rx_ext" "$OUT/rx_ext.c" -lpthread
+# The floor, receiving from frameloop's sender.
 for i in 1 2 3; do
-  EXT=1 taskset -c 1 "$OUT/rx_ext" gro > "$OUT/floor-$i.txt" 2>&1 &
+  RX_FLOOR_EXTERNAL=1 RX_FLOOR_PORT=$PORT taskset -c 1 "$OUT/rx_floor" gro > "$OUT/floor-$i.txt" 2>&1 &
   sleep 0.3; send; wait
   echo "floor (receiver on core 1)     $(cat "$OUT/floor-$i.txt")" >> "$OUT/summary.txt"
 done

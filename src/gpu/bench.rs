@@ -127,7 +127,7 @@ const SLOT_BYTES_MARK: usize = PHASE_MARKS.len();
 fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
     let mut v: Vec<u64> = records.iter().map(|r| u64::from(r.user[word])).collect();
     v.sort_unstable();
-    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+    quantile(&v, 0.5).unwrap_or(0)
 }
 
 /// p50 of each phase mark over `records` (µs), and of the bytes read from
@@ -259,8 +259,13 @@ impl Rng {
 
 /// The `q` quantile of ascending nanoseconds, in µs; `None` when empty.
 fn quantile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
-    let last = sorted_ns.len().checked_sub(1)?;
-    Some(sorted_ns[((q * sorted_ns.len() as f64) as usize).min(last)] as f64 / 1000.0)
+    quantile(sorted_ns, q).map(|ns| ns as f64 / 1000.0)
+}
+
+/// The value at quantile `q` of `sorted` (the rank `q * len`, rounded down), or `None` when empty.
+fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(sorted[((q * sorted.len() as f64) as usize).min(last)])
 }
 
 fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> ModeResult {
