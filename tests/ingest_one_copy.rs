@@ -214,7 +214,12 @@ fn traffic(seed: u64, kind: Kind) -> Vec<Vec<Vec<u8>>> {
 /// Sends every seed's traffic to a copying and a one-copy receiver and
 /// checks they publish the same frames and count the same; returns the
 /// payloads the kernel placed and those accepted, over all seeds.
-fn compare(kind: Kind, seeds: std::ops::RangeInclusive<u64>) -> (u64, u64) {
+///
+/// The sender waits for both receivers to have read everything after every
+/// `burst` sends: a paced sensor (`1`: every receive finds one buffer) or
+/// bursts the receiver has to catch up with (how many buffers one receive
+/// finds then depends on the scheduler).
+fn compare(kind: Kind, seeds: std::ops::RangeInclusive<u64>, burst: usize) -> (u64, u64) {
     let (mut placed, mut accepted) = (0, 0);
     for seed in seeds {
         let sends = traffic(seed, kind);
@@ -226,7 +231,7 @@ fn compare(kind: Kind, seeds: std::ops::RangeInclusive<u64>) -> (u64, u64) {
             send(&sock, copying.addr, s);
             send(&sock, one_copy.addr, s);
             sent += s.len() as u64;
-            if i % 16 == 15 {
+            if i % burst == burst - 1 {
                 copying.wait_for_datagrams(sent);
                 one_copy.wait_for_datagrams(sent);
             }
@@ -256,12 +261,15 @@ fn compare(kind: Kind, seeds: std::ops::RangeInclusive<u64>) -> (u64, u64) {
 
 #[test]
 fn mixed_traffic_gives_the_copying_receivers_frames_and_counters() {
-    let (placed, accepted) = compare(Kind::Mixed, 1..=6);
+    let (placed, accepted) = compare(Kind::Mixed, 1..=6, 16);
     assert!(placed > 0, "no payload was placed by the kernel ({accepted} accepted)");
 }
 
 #[test]
 fn a_steady_stream_is_placed_by_the_kernel() {
-    let (placed, accepted) = compare(Kind::Steady, 1..=4);
-    assert!(placed * 10 >= accepted * 8, "only {placed} of {accepted} payloads placed by the kernel");
+    // Paced, so that what is placed does not depend on the scheduler: only
+    // the first frame of a seed (nothing to predict from yet) and the frames
+    // with a lost, duplicated or swapped datagram may be copied.
+    let (placed, accepted) = compare(Kind::Steady, 1..=4, 1);
+    assert!(placed * 100 >= accepted * 95, "only {placed} of {accepted} payloads placed by the kernel");
 }
