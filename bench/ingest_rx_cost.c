@@ -16,109 +16,22 @@
 // (SO_RXQ_OVFL) are reported too: a run that dropped measured a receiver
 // that could not keep up.
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <errno.h>
 #include <liburing.h>
-#include <netinet/udp.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-#define BATCH 16
-#define BUF_BYTES 65536
-#define RING_BYTES (16u << 20)
+#include "rx_probe.h"
+
 #define URING_BUFS 64
-#define CTRL_BYTES 64
 
-static char *slots;
-static size_t slot_at;
-static uint64_t bytes, datagrams, drops;
+static double t0, c0;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
+static void rx_started(void) {
+  if (t0 == 0) t0 = now_s(), c0 = thread_cpu_s();
 }
 
-static double thread_cpu_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-// The copy into the frame ring, and the counts.
-static void take(const char *data, size_t len, int segment) {
-  if (slot_at + len > RING_BYTES) slot_at = 0;
-  memcpy(slots + slot_at, data, len);
-  slot_at += (len + 63) & ~(size_t)63;
-  bytes += len;
-  datagrams += segment > 0 ? (len + segment - 1) / segment : 1;
-}
-
-static void read_cmsgs(struct msghdr *m, struct cmsghdr *first, int *segment) {
-  for (struct cmsghdr *c = first; c; c = CMSG_NXTHDR(m, c)) {
-    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) memcpy(segment, CMSG_DATA(c), sizeof(int));
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-      uint32_t d;
-      memcpy(&d, CMSG_DATA(c), 4);
-      drops = d;
-    }
-  }
-}
-
-static int open_socket(int port) {
-  int s = socket(AF_INET, SOCK_DGRAM, 0), one = 1, rcvbuf = 4 << 20;
-  setsockopt(s, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
-  setsockopt(s, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
-  setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(0x7f000001);
-  if (bind(s, (struct sockaddr *)&a, sizeof a) != 0) {
-    perror("bind");
-    exit(1);
-  }
-  return s;
-}
-
-static void run_recvmmsg(int s, double seconds, double *t0, double *c0) {
-  static char bufs[BATCH][BUF_BYTES];
-  static char ctrl[BATCH][CTRL_BYTES];
-  struct mmsghdr msgs[BATCH];
-  struct iovec iov[BATCH];
-  int ep = epoll_create1(0);
-  struct epoll_event ev = {.events = EPOLLIN};
-  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
-  for (;;) {
-    if (*t0 > 0 && now_s() - *t0 >= seconds) return;
-    if (epoll_wait(ep, &ev, 1, 100) <= 0) continue;
-    for (;;) {
-      for (int i = 0; i < BATCH; i++) {
-        iov[i] = (struct iovec){bufs[i], BUF_BYTES};
-        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-        msgs[i].msg_hdr.msg_control = ctrl[i];
-        msgs[i].msg_hdr.msg_controllen = CTRL_BYTES;
-      }
-      int n = recvmmsg(s, msgs, BATCH, MSG_DONTWAIT, NULL);
-      if (n <= 0) break;
-      if (*t0 == 0) *t0 = now_s(), *c0 = thread_cpu_s();
-      for (int i = 0; i < n; i++) {
-        int segment = 0;
-        read_cmsgs(&msgs[i].msg_hdr, CMSG_FIRSTHDR(&msgs[i].msg_hdr), &segment);
-        take(bufs[i], msgs[i].msg_len, segment);
-      }
-    }
-  }
-}
-
-static void run_uring(int s, double seconds, double *t0, double *c0) {
+static void run_uring(int s, double seconds) {
   struct io_uring ring;
   if (io_uring_queue_init(64, &ring, 0) != 0) {
     fprintf(stderr, "io_uring_queue_init failed\n");
@@ -142,7 +55,7 @@ static void run_uring(int s, double seconds, double *t0, double *c0) {
   want.msg_controllen = CTRL_BYTES;
   int armed = 0;
   for (;;) {
-    if (*t0 > 0 && now_s() - *t0 >= seconds) return;
+    if (t0 > 0 && now_s() - t0 >= seconds) return;
     if (!armed) {
       struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
       io_uring_prep_recvmsg_multishot(sqe, s, &want, 0);
@@ -162,7 +75,7 @@ static void run_uring(int s, double seconds, double *t0, double *c0) {
         if (cqe->res != -ENOBUFS) fprintf(stderr, "recvmsg: %s\n", strerror(-cqe->res));
         continue;
       }
-      if (*t0 == 0) *t0 = now_s(), *c0 = thread_cpu_s();
+      rx_started();
       int id = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
       char *buf = bufs + (size_t)id * each;
       struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(buf, cqe->res, &want);
@@ -186,14 +99,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s recvmmsg|uring PORT SECONDS\n", argv[0]);
     return 2;
   }
-  slots = aligned_alloc(4096, RING_BYTES);
-  memset(slots, 0, RING_BYTES);
-  int s = open_socket(atoi(argv[2]));
-  double seconds = atof(argv[3]), t0 = 0, c0 = 0;
+  alloc_ring();
+  struct in_addr loopback = {.s_addr = htonl(INADDR_LOOPBACK)};
+  int s = open_socket(loopback, atoi(argv[2]));
+  double seconds = atof(argv[3]);
   if (strcmp(argv[1], "uring") == 0)
-    run_uring(s, seconds, &t0, &c0);
+    run_uring(s, seconds);
   else
-    run_recvmmsg(s, seconds, &t0, &c0);
+    run_recvmmsg(s, seconds, &t0);
   const double cpu = thread_cpu_s() - c0, wall = now_s() - t0, gbit = bytes * 8 / 1e9;
   printf("mode=%s gbps=%.2f datagrams=%llu kernel_drops=%llu cpu_s=%.3f cpu_s_per_gbit=%.4f ns_per_datagram=%.0f\n",
          argv[1], gbit / wall, (unsigned long long)datagrams, (unsigned long long)drops, cpu, cpu / gbit,
