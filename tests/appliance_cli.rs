@@ -340,6 +340,19 @@ fn send_refuses_a_link_pace_for_rdma_writes_naming_the_flag() {
     assert!(f.stderr.contains("raise --link-gbps or lower --rate"), "{}", f.stderr);
 }
 
+#[test]
+fn bench_refuses_a_stream_part_below_64_bytes_naming_the_flag() {
+    for (value, says) in [("63", "64 or more"), ("0", "64 or more"), ("lots", "byte count")] {
+        let f = run_to_end(&["bench", "--compare", "--stream-part-bytes", value]);
+        assert_eq!(f.status.code(), Some(2), "{value}: {}", f.stderr);
+        assert!(f.stderr.contains("--stream-part-bytes") && f.stderr.contains(says), "{value}: {}", f.stderr);
+    }
+    // Without --compare it means nothing: refused too.
+    let f = run_to_end(&["bench", "--stream-part-bytes", "8924"]);
+    assert_eq!(f.status.code(), Some(2), "{}", f.stderr);
+    assert!(f.stderr.contains("--compare"), "{}", f.stderr);
+}
+
 /// `[service]` thread placement reaches the receiver, result and loop
 /// threads; a core that does not exist stops start-up with the reason.
 #[test]

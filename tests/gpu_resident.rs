@@ -11,7 +11,7 @@ use frameloop::backend::{BackendError, ResidentLoop};
 use frameloop::config::{FusedChainMode, LoopConfig, StreamToGpu};
 use frameloop::fragment::Fragment;
 use frameloop::gpu::CudaLoop;
-use frameloop::gpu::bench::{MappedRings, fill_frame, publish, publish_streamed};
+use frameloop::gpu::bench::{MappedRings, STREAMED_PART_BYTES, fill_frame, publish, publish_streamed};
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::fused::FusedChain;
@@ -254,7 +254,7 @@ fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
                 let mut out = Vec::new();
                 for (i, &len) in lens.iter().enumerate() {
                     match streamed {
-                        true => publish_streamed(&mut w, seed, i as u64, len).unwrap(),
+                        true => publish_streamed(&mut w, seed, i as u64, len, STREAMED_PART_BYTES).unwrap(),
                         false => publish(&mut w, seed, i as u64, len).unwrap(),
                     };
                     wait_results(&mut reader, &mut out, i + 1, RESULTS_WITHIN);

@@ -99,6 +99,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
             .map(crate::gpu::bench::load_compare_chain)
             .transpose()?,
         paths_only: args.paths_only,
+        stream_part_bytes: args.stream_part_bytes,
         ..Default::default()
     };
     // The measuring thread publishes frames and spins on results, like the

@@ -283,6 +283,25 @@ pub struct BenchArgs {
     /// sweeps over frame sizes.
     #[arg(long, requires = "compare")]
     pub paths_only: bool,
+    /// With --compare: bytes the streamed modes' publisher writes between
+    /// two received marks, i.e. what one receive batch of the UDP receiver
+    /// holds: 65536 models GRO buffers, one datagram's payload (8924 for
+    /// 8972-byte datagrams) a receiver that gets datagrams one at a time; at
+    /// least 64. The frame's last part is what crosses the bus after the
+    /// frame is published.
+    #[arg(long, requires = "compare", value_name = "N", value_parser = parse_stream_part_bytes,
+          default_value_t = crate::gpu::bench::STREAMED_PART_BYTES)]
+    pub stream_part_bytes: usize,
+}
+
+/// `--stream-part-bytes`: at least 64 (shorter parts would time the
+/// publisher's marks rather than the loop).
+fn parse_stream_part_bytes(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}; give a byte count such as 8924"))?;
+    if n < 64 {
+        return Err(format!("{n} bytes is below the 64 a part must hold; give 64 or more"));
+    }
+    Ok(n)
 }
 
 /// Arguments of `frameloop run`.

@@ -58,6 +58,9 @@ pub struct CompareOptions {
     /// picks, one kernel per operator in the IF body, the tiled fused kernel,
     /// a graph launch per frame) and the floors: a sweep over frame sizes.
     pub paths_only: bool,
+    /// Bytes the streamed modes' publisher writes between two received
+    /// marks ([`publish_streamed`]): one receive batch of the UDP receiver.
+    pub stream_part_bytes: usize,
 }
 
 impl Default for CompareOptions {
@@ -76,6 +79,7 @@ impl Default for CompareOptions {
             cache: CacheDir::Default,
             compare_chain: None,
             paths_only: false,
+            stream_part_bytes: STREAMED_PART_BYTES,
         }
     }
 }
@@ -157,6 +161,8 @@ pub struct CompareReport {
     pub compare_chain: Option<Vec<String>>,
     pub frame_bytes: usize,
     pub frames_per_mode: usize,
+    /// Bytes the streamed modes' publisher wrote between two received marks.
+    pub stream_part_bytes: usize,
     pub clock_error_ns: u64,
     pub modes: Vec<ModeResult>,
     pub targets: Vec<TargetCheck>,
@@ -185,6 +191,12 @@ impl CompareReport {
         );
         if let Some(other) = &self.compare_chain {
             s.push_str(&format!("compare chain {}\n", other.join(" → ")));
+        }
+        if self.modes.iter().any(|m| m.mode.contains("streamed")) {
+            s.push_str(&format!(
+                "streamed modes: the frame written and marked received {} B at a time\n",
+                self.stream_part_bytes
+            ));
         }
         s.push_str(&format!(
             "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9}  {:>12} {:>9} {:>9} {:>9}\n",
@@ -302,26 +314,36 @@ pub fn fill_frame(rng_seed: u64, frame: u64, out: &mut [u8]) {
     FrameFill::new(rng_seed, frame).fill(out);
 }
 
-/// The generator of one frame's payload, written in consecutive parts.
-struct FrameFill(Rng);
+/// The generator of one frame's payload, written in consecutive parts of
+/// any lengths: the bytes are those of one fill of the whole payload.
+struct FrameFill {
+    rng: Rng,
+    /// The last word generated, of which the first `8 - left` bytes were written.
+    word: [u8; 8],
+    left: usize,
+}
 
 impl FrameFill {
     fn new(rng_seed: u64, frame: u64) -> Self {
-        Self(Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1))
+        Self { rng: Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1), word: [0; 8], left: 0 }
     }
 
-    /// Writes the next `out.len()` bytes of the payload; every part but the
-    /// last must be a multiple of 8 bytes long.
+    /// Writes the next `out.len()` bytes of the payload.
     fn fill(&mut self, out: &mut [u8]) {
-        for chunk in out.chunks_mut(8) {
-            let v = self.0.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
+        let carried = self.left.min(out.len());
+        out[..carried].copy_from_slice(&self.word[8 - self.left..8 - self.left + carried]);
+        self.left -= carried;
+        for chunk in out[carried..].chunks_mut(8) {
+            self.word = self.rng.next().to_le_bytes();
+            chunk.copy_from_slice(&self.word[..chunk.len()]);
+            self.left = 8 - chunk.len();
         }
     }
 }
 
-/// Bytes the streamed publisher writes between two received marks: about
-/// what one receive batch of the UDP receiver holds (a GRO buffer).
+/// Bytes the streamed publisher writes between two received marks by
+/// default: about what one receive batch of the UDP receiver holds (a GRO
+/// buffer).
 pub const STREAMED_PART_BYTES: usize = 64 * 1024;
 
 /// Rings in mapped memory for one mode.
@@ -357,22 +379,29 @@ pub fn publish(w: &mut RingWriter, seed: u64, index: u64, len: usize) -> Result<
 }
 
 /// Publishes one frame as the UDP receiver does while it streams: the
-/// payload written [`STREAMED_PART_BYTES`] at a time, the slot's received
-/// mark advanced after each part (so the loop's pulls may move it into
-/// device memory before the frame is published), then the header and the
-/// head release. The same bytes as [`publish`]; returns the publish time.
+/// payload written `part_bytes` at a time (one receive batch, e.g.
+/// [`STREAMED_PART_BYTES`]), the slot's received mark advanced
+/// after each part (so the loop's pulls may move it into device memory
+/// before the frame is published), then the header and the head release.
+/// The same bytes as [`publish`]; returns the publish time.
 pub fn publish_streamed(
     w: &mut RingWriter,
     seed: u64,
     index: u64,
     len: usize,
+    part_bytes: usize,
 ) -> Result<(u64, u64), GpuError> {
+    if part_bytes == 0 {
+        return Err(GpuError::Setup(
+            "a streamed part of 0 bytes never ends the frame; give at least 1".into(),
+        ));
+    }
     let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
     let mut fill = FrameFill::new(seed, index);
     let too_long = || GpuError::Setup(format!("a {len}-byte frame is too long to stream"));
     let mut written = 0;
     while written < len {
-        let end = (written + STREAMED_PART_BYTES).min(len);
+        let end = (written + part_bytes).min(len);
         fill.fill(&mut w.payload_mut(seq)[written..end]);
         w.mark_received(seq, u32::try_from(end).map_err(|_| too_long())?);
         written = end;
@@ -501,7 +530,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     let mut records = Vec::with_capacity(o.warmup + o.frames);
     for f in 0..(o.warmup + o.frames) as u64 {
         let (_, t0) = if m.streamed {
-            publish_streamed(&mut w, o.seed, f, o.frame_bytes)?
+            publish_streamed(&mut w, o.seed, f, o.frame_bytes, o.stream_part_bytes)?
         } else {
             publish(&mut w, o.seed, f, o.frame_bytes)?
         };
@@ -889,6 +918,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         compare_chain: o.compare_chain.as_deref().map(|c| operator_names(c, o.frame_bytes)).transpose()?,
         frame_bytes: o.frame_bytes,
         frames_per_mode: o.frames,
+        stream_part_bytes: o.stream_part_bytes,
         clock_error_ns: rt.clock().error_ns,
         modes: results,
         targets,
@@ -1001,11 +1031,23 @@ mod tests {
         assert_eq!(whole.header.received_mark, 0);
         let whole_bytes = whole.payload[..len].to_vec();
         r.finish(1);
-        publish_streamed(&mut w, 7, 11, len).unwrap();
-        let streamed = r.claim().unwrap();
-        assert_eq!(streamed.header.received_mark, received_mark(2, len as u32));
-        assert_eq!(streamed.header.payload_len as usize, len);
-        assert!(streamed.payload[..len] == whole_bytes[..], "the same generator bytes");
+        // Parts shorter than the generator's word, of one word, of a
+        // datagram's payload (not a whole number of words), of a GRO buffer,
+        // and longer than the frame.
+        for (k, part) in [3, 8, 8924, STREAMED_PART_BYTES, len + 8].into_iter().enumerate() {
+            let seq = 2 + k as u64;
+            publish_streamed(&mut w, 7, 11, len, part).unwrap();
+            let streamed = r.claim().unwrap();
+            assert_eq!(streamed.header.received_mark, received_mark(seq, len as u32), "parts of {part}");
+            assert_eq!(streamed.header.payload_len as usize, len);
+            assert!(
+                streamed.payload[..len] == whole_bytes[..],
+                "the same generator bytes in parts of {part}"
+            );
+            r.finish(seq);
+        }
+        let err = publish_streamed(&mut w, 7, 11, len, 0).unwrap_err().to_string();
+        assert!(err.contains("at least 1"), "{err}");
     }
 
     #[test]
