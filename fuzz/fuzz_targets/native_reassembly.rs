@@ -14,6 +14,9 @@ use frameloop::wire::native;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 
+#[path = "../common/framing.rs"]
+mod framing;
+
 const SLOTS: usize = 4;
 const CAPACITY: usize = 4096;
 const MS: u64 = 1_000_000;
@@ -30,12 +33,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut reassembler = Reassembler::new(cfg, ring.writer().expect("one writer"), Arc::default());
     let mut now = 1_000 * MS;
-    let mut rest = data;
     let mut fed = 0u64;
-    while rest.len() >= 2 {
-        let len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
-        let datagram = &rest[2..(2 + len).min(rest.len())];
-        rest = &rest[(2 + len).min(rest.len())..];
+    for datagram in framing::datagrams(data) {
         // Time moves on by the datagram's first byte (ms), so timeouts happen.
         now += datagram.first().copied().unwrap_or(0) as u64 / 32 * MS;
         if datagram.len() >= native::HEADER_LEN {
