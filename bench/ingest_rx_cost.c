@@ -11,6 +11,7 @@
 //   /tmp/rx_cost recvmmsg 5811 6 &
 //   frameloop send --to 127.0.0.1:5811 --rate 7629 --frame-bytes 65536 --packet-bytes 8972 --duration 5
 //   (then `uring` the same way; bench/ingest_rx_cost.sh runs both at several rates)
+//   (RX_COPY=nt in the environment: the ring copy by non-temporal stores)
 //
 // The receiver stops SECONDS after its first datagram. Kernel drops
 // (SO_RXQ_OVFL) are reported too: a run that dropped measured a receiver

@@ -7,6 +7,7 @@
 #ifndef FRAMELOOP_RX_PROBE_H
 #define FRAMELOOP_RX_PROBE_H
 #include <arpa/inet.h>
+#include <emmintrin.h>
 #include <netinet/udp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,10 +45,26 @@ static void alloc_ring(void) {
   memset(slots, 0, RING_BYTES);
 }
 
+// RX_COPY=nt in the environment: the copy into the ring by non-temporal
+// stores (then a store fence), not memcpy.
+static int copy_nt = -1;
+
+static void copy_into_ring(char *dst, const char *src, size_t len) {
+  if (copy_nt < 0) copy_nt = getenv("RX_COPY") && strcmp(getenv("RX_COPY"), "nt") == 0;
+  if (!copy_nt) {
+    memcpy(dst, src, len);
+    return;
+  }
+  size_t k = 0;
+  for (; k + 16 <= len; k += 16) _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+  memcpy(dst + k, src + k, len - k);
+  _mm_sfence();
+}
+
 // The copy into the frame ring, and the counts (GRO buffers by their segment size).
 static void take(const char *data, size_t len, int segment) {
   if (slot_at + len > RING_BYTES) slot_at = 0;
-  memcpy(slots + slot_at, data, len);
+  copy_into_ring(slots + slot_at, data, len);
   slot_at += (len + 63) & ~(size_t)63;
   bytes += len;
   datagrams += segment > 0 ? (len + segment - 1) / segment : 1;
