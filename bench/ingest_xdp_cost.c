@@ -32,6 +32,13 @@
 #ifndef SOL_XDP
 #define SOL_XDP 283
 #endif
+// Multi-buffer sockets (Linux 6.6); older headers lack them.
+#ifndef XDP_USE_SG
+#define XDP_USE_SG (1 << 4)
+#endif
+#ifndef XDP_PKT_CONTD
+#define XDP_PKT_CONTD (1 << 0)
+#endif
 
 #define FRAMES 4096
 #define FRAME_BYTES XSK_UMEM__DEFAULT_FRAME_SIZE
@@ -59,20 +66,58 @@ static void rx_started(void) {
   if (t0 == 0) t0 = now_s(), c0 = thread_cpu_s(), m0 = machine_busy_s();
 }
 
-// The UDP payload of an Ethernet frame, if it is IPv4 UDP to addr:port.
-static const char *udp_payload(const char *frame, uint32_t len, struct in_addr addr, int port, size_t *out) {
-  if (len < sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr)) return NULL;
+// Where the UDP payload of an Ethernet frame of `total` bytes starts (its
+// headers within the first `first` bytes) and how long it is, if the frame
+// is IPv4 UDP to addr:port; 0 otherwise.
+static size_t udp_payload_at(const char *frame, size_t first, size_t total, struct in_addr addr, int port,
+                             size_t *len) {
+  if (first < sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr)) return 0;
   const struct ethhdr *eth = (const struct ethhdr *)frame;
-  if (eth->h_proto != htons(ETH_P_IP)) return NULL;
+  if (eth->h_proto != htons(ETH_P_IP)) return 0;
   const struct iphdr *ip = (const struct iphdr *)(eth + 1);
   const size_t ihl = (size_t)ip->ihl * 4;
-  if (ip->protocol != IPPROTO_UDP || ihl < sizeof *ip || ip->daddr != addr.s_addr) return NULL;
-  if (sizeof *eth + ihl + sizeof(struct udphdr) > len) return NULL;
+  if (ip->protocol != IPPROTO_UDP || ihl < sizeof *ip || ip->daddr != addr.s_addr) return 0;
+  const size_t at = sizeof *eth + ihl + sizeof(struct udphdr);
+  if (at > first) return 0;
   const struct udphdr *udp = (const struct udphdr *)((const char *)ip + ihl);
   const size_t udp_len = ntohs(udp->len);
-  if (udp->dest != htons(port) || udp_len < sizeof *udp || sizeof *eth + ihl + udp_len > len) return NULL;
-  *out = udp_len - sizeof *udp;
-  return (const char *)(udp + 1);
+  if (udp->dest != htons(port) || udp_len < sizeof *udp || sizeof *eth + ihl + udp_len > total) return 0;
+  *len = udp_len - sizeof *udp;
+  return at;
+}
+
+// The fragments of one packet (multi-buffer AF_XDP: a datagram larger than
+// a UMEM frame comes in several descriptors, all but the last flagged).
+#define MAX_FRAGMENTS 8
+struct packet {
+  const char *data[MAX_FRAGMENTS];
+  size_t len[MAX_FRAGMENTS];
+  int count, overflow;
+};
+
+// Copies the packet's UDP payload into the ring, fragment by fragment.
+static void take_packet(struct packet *pk, struct in_addr addr, int port) {
+  size_t total = 0, len;
+  for (int f = 0; f < pk->count; f++) total += pk->len[f];
+  const size_t at = pk->overflow ? 0 : udp_payload_at(pk->data[0], pk->len[0], total, addr, port, &len);
+  if (at == 0) {
+    not_ours++;
+  } else if (pk->count == 1) {
+    take(pk->data[0] + at, len, 0);
+  } else {
+    // The copy into the ring in pieces, counted as one datagram.
+    size_t skip = at, left = len;
+    for (int f = 0; f < pk->count && left > 0; f++) {
+      const size_t n = pk->len[f] > skip ? pk->len[f] - skip : 0;
+      const size_t piece = n < left ? n : left;
+      if (piece) take(pk->data[f] + skip, piece, 0);
+      datagrams -= piece ? 1 : 0;
+      left -= piece;
+      skip = skip > pk->len[f] ? skip - pk->len[f] : 0;
+    }
+    datagrams++;
+  }
+  pk->count = 0, pk->overflow = 0;
 }
 
 static void run_xdp(const char *ifname, int skb_mode, struct in_addr addr, int port, double seconds,
@@ -99,7 +144,15 @@ static void run_xdp(const char *ifname, int skb_mode, struct in_addr addr, int p
                                    .tx_size = XSK_RING_PROD__DEFAULT_NUM_DESCS,
                                    .xdp_flags = skb_mode ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE,
                                    .bind_flags = XDP_COPY};
+  // Multi-buffer where the kernel has it (datagrams larger than a frame), else one frame a packet.
+  scfg.bind_flags = XDP_COPY | XDP_USE_SG;
   err = xsk_socket__create(&xsk, ifname, 0, umem, &rx, NULL, &scfg);
+  if (err == -EINVAL || err == -EOPNOTSUPP) {
+    scfg.bind_flags = XDP_COPY;
+    err = xsk_socket__create(&xsk, ifname, 0, umem, &rx, NULL, &scfg);
+  }
+  fprintf(stderr, "AF_XDP socket on %s queue 0, %s attach, %s\n", ifname, skb_mode ? "generic" : "driver",
+          scfg.bind_flags & XDP_USE_SG ? "multi-buffer" : "one frame a packet");
   if (err) {
     fprintf(stderr, "xsk_socket__create on %s queue 0: %s\n", ifname, strerror(-err));
     exit(1);
@@ -112,6 +165,7 @@ static void run_xdp(const char *ifname, int skb_mode, struct in_addr addr, int p
   for (uint32_t i = 0; i < FRAMES; i++) *xsk_ring_prod__fill_addr(&fill, idx + i) = (uint64_t)i * FRAME_BYTES;
   xsk_ring_prod__submit(&fill, FRAMES);
   struct pollfd pfd = {.fd = xsk_socket__fd(xsk), .events = POLLIN};
+  struct packet pk = {0};
   for (;;) {
     if (t0 > 0 && now_s() - t0 >= seconds) break;
     uint32_t at;
@@ -126,12 +180,15 @@ static void run_xdp(const char *ifname, int skb_mode, struct in_addr addr, int p
     }
     for (uint32_t i = 0; i < n; i++) {
       const struct xdp_desc *d = xsk_ring_cons__rx_desc(&rx, at + i);
-      size_t len;
-      const char *p = udp_payload(xsk_umem__get_data(area, d->addr), d->len, addr, port, &len);
-      if (p)
-        take(p, len, 0);
-      else
-        not_ours++;
+      if (pk.count < MAX_FRAGMENTS) {
+        pk.data[pk.count] = xsk_umem__get_data(area, d->addr);
+        pk.len[pk.count++] = d->len;
+      } else {
+        pk.overflow = 1;
+      }
+      // A packet's frames go back to the fill ring once it is copied: here,
+      // after this batch (the fill ring holds every frame, so none is short).
+      if (!(d->options & XDP_PKT_CONTD)) take_packet(&pk, addr, port);
       *xsk_ring_prod__fill_addr(&fill, fidx + i) = xsk_umem__extract_addr(d->addr);
     }
     xsk_ring_prod__submit(&fill, n);
