@@ -105,14 +105,14 @@ static void take_packet(struct packet *pk, struct in_addr addr, int port) {
   } else if (pk->count == 1) {
     take(pk->data[0] + at, len, 0);
   } else {
-    // The copy into the ring in pieces, counted as one datagram.
-    size_t skip = at, left = len;
-    for (int f = 0; f < pk->count && left > 0; f++) {
+    // One datagram, copied into its place in the ring fragment by fragment.
+    char *dst = ring_reserve(len);
+    size_t skip = at, done = 0;
+    for (int f = 0; f < pk->count && done < len; f++) {
       const size_t n = pk->len[f] > skip ? pk->len[f] - skip : 0;
-      const size_t piece = n < left ? n : left;
-      if (piece) take(pk->data[f] + skip, piece, 0);
-      datagrams -= piece ? 1 : 0;
-      left -= piece;
+      const size_t piece = n < len - done ? n : len - done;
+      if (piece) copy_into_ring(dst + done, pk->data[f] + skip, piece);
+      done += piece;
       skip = skip > pk->len[f] ? skip - pk->len[f] : 0;
     }
     datagrams++;
@@ -186,8 +186,10 @@ static void run_xdp(const char *ifname, int skb_mode, struct in_addr addr, int p
       } else {
         pk.overflow = 1;
       }
-      // A packet's frames go back to the fill ring once it is copied: here,
-      // after this batch (the fill ring holds every frame, so none is short).
+      // Every frame goes back to the fill ring at the end of this batch, also
+      // those of a packet that goes on in the next one: the kernel fills
+      // frames in ring order, so it reuses them only after the other
+      // FRAMES - 1, long after the copy.
       if (!(d->options & XDP_PKT_CONTD)) take_packet(&pk, addr, port);
       *xsk_ring_prod__fill_addr(&fill, fidx + i) = xsk_umem__extract_addr(d->addr);
     }

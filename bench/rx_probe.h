@@ -61,12 +61,19 @@ static void copy_into_ring(char *dst, const char *src, size_t len) {
   _mm_sfence();
 }
 
-// The copy into the frame ring, and the counts (GRO buffers by their segment size).
-static void take(const char *data, size_t len, int segment) {
+// Room for `len` received bytes in the ring (from its start again when
+// they do not fit before its end), counted.
+static char *ring_reserve(size_t len) {
   if (slot_at + len > RING_BYTES) slot_at = 0;
-  copy_into_ring(slots + slot_at, data, len);
+  char *at = slots + slot_at;
   slot_at += (len + 63) & ~(size_t)63;
   bytes += len;
+  return at;
+}
+
+// The copy into the frame ring, and the counts (GRO buffers by their segment size).
+static void take(const char *data, size_t len, int segment) {
+  copy_into_ring(ring_reserve(len), data, len);
   datagrams += segment > 0 ? (len + segment - 1) / segment : 1;
 }
 
