@@ -240,11 +240,11 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 #define FL_MARK_COMBINED 4     // the last block: partials combined, before publishing
 #define FL_MARK_RELEASED 5     // block 0 released the other blocks (claim handshake done)
 #define FL_MARK_SLOT_BYTES 6   // not a time: payload bytes above the pulled length (all of them in place)
-FL_DEVICE void fl_mark(uint32_t* marks, const FrameDesc* fd, uint32_t which) {
+FL_DEVICE void fl_mark(uint32_t* marks, uint64_t detect_ns, uint32_t which) {
 #ifdef FL_TILED_PHASES
-  if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - fd->detect_ns));
+  if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - detect_ns));
 #else
-  (void)marks, (void)fd, (void)which;
+  (void)marks, (void)detect_ns, (void)which;
 #endif
 }
 
@@ -258,30 +258,50 @@ FL_DEVICE void fl_mark_slot_bytes(uint32_t* marks, uint32_t len, uint64_t pulled
 #endif
 }
 
+// One block's ticket (one thread): an acquire-release add, so the slot this
+// thread wrote before it is visible device-wide before the ticket counts it
+// (release), and the block that takes the last ticket sees every slot
+// counted before (acquire; a barrier then extends that to its other
+// threads). One round trip where a fence and a relaxed add took two.
+FL_DEVICE uint32_t fl_take_ticket(uint32_t* ticket) {
+  uint32_t before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(ticket) : "memory");
+  return before;
+}
+
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
                                const FlStreamState* stream, const uint8_t* staged, uint32_t* marks) {
-  fl_mark(marks, fd, FL_MARK_STARTED);
+  // Everything the block needs of the frame, the chain and the pulls, as
+  // loads in flight together (one memory round trip, not one per use).
+  struct {
+    uint64_t payload_dptr, ring_seq, detect_ns, params_dptr;
+    uint32_t payload_len;
+  } const frame = {fd->payload_dptr, fd->ring_seq, fd->detect_ns, fd->params_dptr, fd->payload_len};
+  const uint32_t prog_steps = prog->step_count, capacity = prog->capacity;
+  const bool has_staged = stream != nullptr && staged != nullptr;
+  const uint64_t pulled_seq = has_staged ? stream->seq : 0, pulled_bytes = has_staged ? stream->pulled : 0;
+  fl_mark(marks, frame.detect_ns, FL_MARK_STARTED);
   // Copied as 16-byte words: aligned for them whatever else the kernel keeps in shared memory.
   __shared__ __align__(16) FusedStep steps[FL_FUSED_MAX_STEPS];
   // Each reduction step's partial over this block's tiles.
   __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
   __shared__ bool last;
-  const uint32_t step_count = prog->step_count < FL_FUSED_MAX_STEPS ? prog->step_count : FL_FUSED_MAX_STEPS;
+  const uint32_t step_count = prog_steps < FL_FUSED_MAX_STEPS ? prog_steps : FL_FUSED_MAX_STEPS;
   {
     // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
-    const uint4* from = fd->params_dptr != 0 ? (const uint4*)fd->params_dptr : (const uint4*)prog->steps;
+    const uint4* from = frame.params_dptr != 0 ? (const uint4*)frame.params_dptr : (const uint4*)prog->steps;
     uint4* to = (uint4*)steps;
     for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += blockDim.x)
       to[w] = from[w];
   }
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
-  const uint8_t* payload = (const uint8_t*)fd->payload_dptr;
+  const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
   FlTiledSource source = {payload, staged, 0};
-  if (stream != nullptr && staged != nullptr && stream->seq == fd->ring_seq) source.pulled = stream->pulled;
-  fl_mark_slot_bytes(marks, fd->payload_len, source.pulled);
-  const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, fd->payload_len, prog->capacity) : 0;
+  if (has_staged && pulled_seq == frame.ring_seq) source.pulled = pulled_bytes;
+  fl_mark_slot_bytes(marks, frame.payload_len, source.pulled);
+  const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, frame.payload_len, capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most that fit.
   const uint32_t room = span > 2u * halo ? (span - 2u * halo) & ~3u : 0u;
@@ -290,7 +310,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   const uint32_t tiles = tile ? (n + tile - 1) / tile : 0;
   float* b0 = (float*)fl_tiled_smem;
   float* b1 = b0 + span;
-  fl_mark(marks, fd, FL_MARK_PROLOGUE);
+  fl_mark(marks, frame.detect_ns, FL_MARK_PROLOGUE);
   for (uint32_t k = blockIdx.x; k < tiles; k += gridDim.x) {
     FlTile t;
     t.n = n;
@@ -341,7 +361,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       }
       // The next step reads what this one wrote.
       __syncthreads();
-      if (i == 0) fl_mark(marks, fd, FL_MARK_FIRST_STEP);
+      if (i == 0) fl_mark(marks, frame.detect_ns, FL_MARK_FIRST_STEP);
     }
     if (samples != nullptr) {
       const float* x = current ? b1 : b0;
@@ -367,12 +387,12 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       const uint64_t start = fl_globaltimer();
       while (fl_globaltimer() - start < s.delay_ns) __nanosleep(256);
     }
-    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_FAULT_AT && fd->ring_seq >= s.count) {
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_FAULT_AT && frame.ring_seq >= s.count) {
       volatile uint32_t* bad = (volatile uint32_t*)8ull;
       *bad = 0xdeadu;
     }
   }
-  fl_mark(marks, fd, FL_MARK_TILES);
+  fl_mark(marks, frame.detect_ns, FL_MARK_TILES);
   if (threadIdx.x == 0) {
     FlPartial* slot = &scratch->partial[blockIdx.x];
     __stcg(&slot->sum, mine.sum);
@@ -380,16 +400,15 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     __stcg(&slot->max, mine.max);
     __stcg(&slot->count, mine.count);
     __stcg(&slot->first, mine.first);
-    __threadfence();  // the slot is visible device-wide before the ticket counts it
-    last = atomicAdd(&scratch->ticket, 1u) == gridDim.x - 1;
+    last = fl_take_ticket(&scratch->ticket) == gridDim.x - 1;
   }
+  // Thread 0's acquire, then the barrier: every counted slot is visible to this block's reads below.
   __syncthreads();
   if (!last) return;
-  __threadfence();  // every counted slot is visible to this block's reads below
   FlPartial p = threadIdx.x < gridDim.x ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
   p = fl_block_combine(p);
   if (threadIdx.x != 0) return;
-  fl_mark(marks, fd, FL_MARK_COMBINED);
+  fl_mark(marks, frame.detect_ns, FL_MARK_COMBINED);
   fd->n_samples = n;
   if (has_stats) fl_write_result<true, false>(out, p, n);
   if (has_detect) fl_write_result<false, true>(out, p, n);
@@ -481,7 +500,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     claim->verdict = verdict;
     // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
     fl_store_release_gpu32(&claim->generation, claim->generation + 1);
-    if (verdict == FL_VERDICT_READY) fl_mark(p.st->user, &p.st->desc, FL_MARK_RELEASED);
+    if (verdict == FL_VERDICT_READY) fl_mark(p.st->user, p.st->desc.detect_ns, FL_MARK_RELEASED);
     // The loop's counters (and on a stop, the WHILE value) once the other blocks are on their way.
     fl_end_iteration(p, verdict, t0, false);
     return verdict;
