@@ -258,17 +258,6 @@ FL_DEVICE void fl_mark_slot_bytes(uint32_t* marks, uint32_t len, uint64_t pulled
 #endif
 }
 
-// One block's ticket (one thread): an acquire-release add, so the slot this
-// thread wrote before it is visible device-wide before the ticket counts it
-// (release), and the block that takes the last ticket sees every slot
-// counted before (acquire; a barrier then extends that to its other
-// threads). One round trip where a fence and a relaxed add took two.
-FL_DEVICE uint32_t fl_take_ticket(uint32_t* ticket) {
-  uint32_t before;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(ticket) : "memory");
-  return before;
-}
-
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
                                const FlStreamState* stream, const uint8_t* staged, uint32_t* marks) {
@@ -526,9 +515,8 @@ FL_DEVICE void fl_tiled_pull(FlTiledClaim* claim, FlStreamState* stream, uint4* 
                 gridDim.x * blockDim.x);
   __syncthreads();
   if (threadIdx.x != 0) return;
-  __threadfence();  // this block's copies before its count
-  if (atomicAdd(&claim->pull_done, 1u) != gridDim.x - 1) return;
-  __threadfence();  // every block's copies before the length that covers them
+  // This block's copies before its count; every block's before the length that covers them.
+  if (fl_take_ticket(&claim->pull_done) != gridDim.x - 1) return;
   stream->pulled = (uint64_t)end * 16u;
   stream->seq = claim->pull.seq;
   claim->pull_done = 0;

@@ -25,6 +25,19 @@ FL_DEVICE uint32_t fl_frame_samples(const FrameDesc* fd, uint32_t capacity) {
   return n < capacity ? n : capacity;
 }
 
+// One block's ticket (one thread, after a barrier that followed the
+// block's writes): an acquire-release add. Release: what the block wrote
+// before it is visible device-wide before the ticket counts it. Acquire:
+// the thread that takes the last ticket sees what every block counted
+// before wrote (a barrier then extends that to its block's other threads).
+// One round trip where a fence and a relaxed add took two. Returns the
+// count before this block's.
+FL_DEVICE uint32_t fl_take_ticket(uint32_t* ticket) {
+  uint32_t before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(ticket) : "memory");
+  return before;
+}
+
 // This thread's index in the grid, and the grid's thread count.
 FL_DEVICE uint64_t fl_grid_thread() { return (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 FL_DEVICE uint64_t fl_grid_threads() { return (uint64_t)gridDim.x * blockDim.x; }

@@ -188,12 +188,11 @@ FL_DEVICE bool fl_reduce_grid(const FrameDesc* fd, const float* x, uint32_t capa
     __stcg(&scratch->partial[blockIdx.x].max, p.max);
     __stcg(&scratch->partial[blockIdx.x].count, p.count);
     __stcg(&scratch->partial[blockIdx.x].first, p.first);
-    __threadfence();  // the slot is visible device-wide before the ticket counts it
-    last = atomicAdd(&scratch->ticket, 1u) == parts - 1;
+    last = fl_take_ticket(&scratch->ticket) == parts - 1;
   }
+  // Thread 0's acquire, then the barrier: every counted slot is visible to this block's reads below.
   __syncthreads();
   if (!last) return false;
-  __threadfence();  // every counted slot is visible to this block's reads below
   // parts <= FL_REDUCE_MAX_BLOCKS == FL_REDUCE_THREADS: one slot per thread, combined by the fixed tree.
   p = threadIdx.x < parts ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
   p = fl_block_combine(p);

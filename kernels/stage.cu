@@ -54,9 +54,8 @@ extern "C" __global__ void __launch_bounds__(FL_STREAM_THREADS)
   __syncthreads();
   if (threadIdx.x == 0) {
     atomicMax(&s->pending_not, ~end);
-    __threadfence();
-    if (atomicAdd(&s->ticket, 1u) == gridDim.x - 1) {
-      __threadfence();
+    // This block's copies and end before its count; every block's before the length.
+    if (fl_take_ticket(&s->ticket) == gridDim.x - 1) {
       s->pulled = ~atomicExch(&s->pending_not, 0ull);
       s->seq = r.seq;
       s->ticket = 0;
