@@ -64,16 +64,24 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
   return r;
 }
 
+// How far the received mark must pass the pulled length before the poll
+// ends for a pull (bytes): by default one 16-byte word, so a pull runs as
+// soon as it has words to copy. A larger step pulls less often (the poll's
+// own budget still ends it for whatever is there).
+#ifndef FL_PULL_WATCH_BYTES
+#define FL_PULL_WATCH_BYTES 16u
+#endif
+
 // What the poll of the frame after the last claimed one watches
 // (FlPollWatch, handlers/ring_ready.cuh): its received mark, to pass the
-// pulled length by at least one 16-byte word, so the poll ends for a pull
-// as soon as one has words to copy. Nothing to watch once the staging
+// pulled length by FL_PULL_WATCH_BYTES. Nothing to watch once the staging
 // buffer is full.
 FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
   const FlPullTarget t = fl_pull_target(p, s);
   FlPollWatch w = {nullptr, 0ull};
-  if (t.pulled / 16u >= capacity_words || t.pulled + 15u > 0xffffffffull) return w;
+  const uint64_t above = t.pulled + (uint64_t)FL_PULL_WATCH_BYTES - 1u;
+  if (t.pulled / 16u >= capacity_words || above > 0xffffffffull) return w;
   w.mark = &((const SlotHeader*)t.slot)->received_mark;
-  w.above = ((t.seq & 0xffffffffull) << 32) | (t.pulled + 15u);
+  w.above = ((t.seq & 0xffffffffull) << 32) | above;
   return w;
 }

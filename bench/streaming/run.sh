@@ -18,6 +18,9 @@
 # rather than 64 KiB messages back to back) is added to the sender's
 # arguments.
 #
+# CASES (say 'image-768k-on default-2m-on') runs only the cases named, by
+# their directory names (small-8k, image-768k-off, ..., default-8m-on).
+#
 # With the argument `crossover` it runs the default chain at 64, 256, 512
 # and 768 KiB instead (1,000 frames/s), to find where streaming starts to pay.
 set -u
@@ -45,6 +48,7 @@ level = 0.9
 # case NAME BYTES RATE COUNT STREAM CHAIN
 case_run() {
   local name=$1 bytes=$2 rate=$3 count=$4 stream=$5 chain=$6 dir="$OUT/$1"
+  if [ -n "${CASES:-}" ] && [[ " $CASES " != *" $name "* ]]; then return; fi
   mkdir -p "$dir"
   {
     echo 'backend = "cuda"'
