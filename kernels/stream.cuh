@@ -12,14 +12,18 @@
 // `pending_not`/`ticket`: the running pull's agreement (fl_stream_pull, stage.cu).
 // `last_len`: the payload bytes of the last frame the claiming tiled kernel
 // claimed (0: none yet, or frames claimed by a handler), what the next frame
-// of the stream is expected to hold.
+// of the stream is expected to hold. `end_guard`: written by the host once
+// (loop.pull_end_guard_bytes, src/gpu/streaming.rs): the last bytes of the
+// expected length the poll does not end a pull for (0: pull to the end).
 struct FlStreamState {
   unsigned long long seq;
   unsigned long long pulled;
   unsigned long long pending_not;  // max over blocks of ~end (0: none yet)
   unsigned int ticket;             // blocks of the running pull that are done
   unsigned int last_len;
+  unsigned long long end_guard;    // at byte 32 (END_GUARD_OFFSET, src/gpu/streaming.rs)
 };
+static_assert(sizeof(FlStreamState) == 40, "FlStreamState: end_guard must stay last, at byte 32");
 
 // The next pull: the frame after the last claimed one (ring sequence `seq`,
 // its slot's device address `slot`) and the 16-byte words [from, end) of it
@@ -75,25 +79,19 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
 #define FL_PULL_WATCH_BYTES 16u
 #endif
 
-// The end of the frame the poll does not end a pull for (bytes): once the
-// pulled length is within this of the frame's expected length
-// (FlStreamState::last_len), the poll waits for the frame to be published
-// (or its budget to run out) rather than start a pull that would hold the
-// grid when it is. 0: pull up to the end.
-#ifndef FL_PULL_END_GUARD_BYTES
-#define FL_PULL_END_GUARD_BYTES 0u
-#endif
-
 // What the poll of the frame after the last claimed one watches
 // (FlPollWatch, handlers/ring_ready.cuh): its received mark, to pass the
 // pulled length by FL_PULL_WATCH_BYTES. Nothing to watch once the staging
-// buffer is full, or once the pulls reach FL_PULL_END_GUARD_BYTES of the end.
+// buffer is full, or once the pulls are within `end_guard` of the frame's
+// expected length: then the poll waits for the frame to be published (or
+// its budget to run out) rather than start a pull that would hold the grid
+// when it is.
 FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
   const FlPullTarget t = fl_pull_target(p, s);
   FlPollWatch w = {nullptr, 0ull};
   const uint64_t above = t.pulled + (uint64_t)FL_PULL_WATCH_BYTES - 1u;
   if (t.pulled / 16u >= capacity_words || above > 0xffffffffull) return w;
-  const uint64_t guard = FL_PULL_END_GUARD_BYTES, expected = s->last_len;
+  const uint64_t guard = s->end_guard, expected = s->last_len;
   if (guard != 0 && expected > guard && above >= expected - guard) return w;
   w.mark = &((const SlotHeader*)t.slot)->received_mark;
   w.above = ((t.seq & 0xffffffffull) << 32) | above;

@@ -207,7 +207,10 @@ fn auto_runs_large_frames_as_one_tiled_kernel_like_the_cpu_chain() {
 /// place and frames streamed into device memory part by part, at lengths
 /// that are no multiple of a tile, a block or a sample (1, 3, 4095, ...);
 /// the claiming loop idles between frames and stops on tear-down while it
-/// waits for one.
+/// waits for one. Streamed, the claiming kernel also runs with
+/// `loop.pull_end_guard_bytes` (pulls leaving the last 64 KiB of the frame's
+/// expected length to the claim, the lengths changing from frame to frame):
+/// the same bits again.
 #[test]
 #[ignore = "needs a GPU"]
 fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
@@ -227,14 +230,20 @@ fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
     ] {
         for streamed in [false, true] {
             let mut runs: Vec<Vec<ResultRecord>> = Vec::new();
-            for claims in [true, false] {
-                let what = format!("{chain:?}, streamed {streamed}, claiming {claims}");
+            let variants: &[(bool, u32)] =
+                if streamed { &[(true, 0), (false, 0), (true, 65_536)] } else { &[(true, 0), (false, 0)] };
+            for &(claims, end_guard) in variants {
+                let what =
+                    format!("{chain:?}, streamed {streamed}, claiming {claims}, end guard {end_guard}");
                 let rings = MappedRings::new(&rt, 8, frame_bytes, 64, OverrunPolicy::Every).unwrap();
                 poison_results(&rings);
                 let mut reader = ResultReader::new(Arc::clone(&rings.results));
                 let encoded = FusedChain::encode(&chain, frame_bytes).unwrap();
                 let source = if streamed { FrameSource::DeviceMemory } else { FrameSource::MappedSlot };
-                let mut opts = ExecutorOptions::new(LoopConfig::default());
+                let mut opts = ExecutorOptions::new(LoopConfig {
+                    pull_end_guard_bytes: end_guard,
+                    ..LoopConfig::default()
+                });
                 opts.stream = streamed;
                 opts.workload_claims_frames = claims;
                 let mut ex = ResidentExecutor::new(
@@ -277,14 +286,19 @@ fn tiled_kernel_claiming_its_frames_matches_the_handler_and_if_path() {
                 assert_eq!(rings.frames.consumed(), lens.len() as u64, "{what}: every slot handed back");
                 runs.push(out);
             }
-            for (a, b) in runs[0].iter().zip(&runs[1]) {
-                assert_eq!(
-                    (a.sum.to_bits(), a.min.to_bits(), a.max.to_bits(), a.mean.to_bits()),
-                    (b.sum.to_bits(), b.min.to_bits(), b.max.to_bits(), b.mean.to_bits()),
-                    "frame {}: the same bits claiming or not ({chain:?}, streamed {streamed})",
-                    a.frame_seq
-                );
-                assert_eq!((a.detect_count, a.first_detect_index), (b.detect_count, b.first_detect_index));
+            for (other, variant) in runs[1..].iter().zip(&variants[1..]) {
+                for (a, b) in runs[0].iter().zip(other) {
+                    assert_eq!(
+                        (a.sum.to_bits(), a.min.to_bits(), a.max.to_bits(), a.mean.to_bits()),
+                        (b.sum.to_bits(), b.min.to_bits(), b.max.to_bits(), b.mean.to_bits()),
+                        "frame {}: the same bits claiming and {variant:?} ({chain:?}, streamed {streamed})",
+                        a.frame_seq
+                    );
+                    assert_eq!(
+                        (a.detect_count, a.first_detect_index),
+                        (b.detect_count, b.first_detect_index)
+                    );
+                }
             }
         }
     }

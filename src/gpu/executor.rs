@@ -371,7 +371,11 @@ impl ExecutorCore {
                         .into(),
                 ));
             }
-            Some(super::streaming::StreamBuffers::new(&rt, frame_ring.payload_capacity())?)
+            Some(super::streaming::StreamBuffers::new(
+                &rt,
+                frame_ring.payload_capacity(),
+                opts.loop_cfg.pull_end_guard_bytes,
+            )?)
         } else {
             None
         };

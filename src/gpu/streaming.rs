@@ -46,6 +46,9 @@ pub const STREAM_POLL_BUDGET_NS: u64 = 20_000;
 pub const AUTO_MIN_SLOT_BYTES: usize = 768 * 1024;
 /// Bytes of `FlStreamState` (kernels/stream.cuh), rounded up.
 const STATE_BYTES: usize = 64;
+/// Offset of `FlStreamState::end_guard` (kernels/stream.cuh asserts the
+/// struct's size, with the field last).
+const END_GUARD_OFFSET: usize = 32;
 
 /// Whether the loop streams, from `loop.stream_to_gpu`, the slot capacity
 /// and whether the receiver reports progress (the native UDP reassembler);
@@ -84,16 +87,16 @@ pub(super) struct StreamBuffers {
 }
 
 impl StreamBuffers {
-    /// Device memory for frames of up to `capacity` bytes.
-    pub(super) fn new(rt: &GpuRuntime, capacity: usize) -> Result<Self, GpuError> {
+    /// Device memory for frames of up to `capacity` bytes; the pulls leave
+    /// the last `end_guard` bytes of a frame to the claim
+    /// (`loop.pull_end_guard_bytes`).
+    pub(super) fn new(rt: &GpuRuntime, capacity: usize, end_guard: u32) -> Result<Self, GpuError> {
         let bytes = capacity.max(1).next_multiple_of(16);
         let words = u32::try_from(bytes / 16)
             .map_err(|_| GpuError::Setup(format!("a {capacity}-byte slot is too large to stream")))?;
-        Ok(Self {
-            staging: DeviceBuffer::new(&rt.ctx, bytes, 0)?,
-            state: DeviceBuffer::new(&rt.ctx, STATE_BYTES, 0)?,
-            words,
-        })
+        let state = DeviceBuffer::new(&rt.ctx, STATE_BYTES, 0)?;
+        state.write(END_GUARD_OFFSET, &u64::from(end_guard).to_ne_bytes())?;
+        Ok(Self { staging: DeviceBuffer::new(&rt.ctx, bytes, 0)?, state, words })
     }
 
     /// Where the frames are staged, for an operator that reads them itself.
@@ -124,8 +127,8 @@ impl StreamBuffers {
         ];
         let dims = LaunchDims { grid: (PULL_BLOCKS, 1, 1), block: (STREAM_THREADS, 1, 1), shared_bytes: 0 };
         // SAFETY: (LoopParams, FlStreamState*, uint4*, uint32_t) is fl_stream_pull's
-        // signature; the state is STATE_BYTES >= sizeof(FlStreamState) of zeroed device
-        // memory and the staging buffer `words` 16-byte words, both kept as long as the graph.
+        // signature; the state is STATE_BYTES >= sizeof(FlStreamState) of device memory,
+        // zeroed but for the host's end_guard, and the staging buffer `words` 16-byte words, both kept as long as the graph.
         unsafe { body.add_kernel(deps, f, dims, &mut args) }
     }
 
