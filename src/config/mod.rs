@@ -145,6 +145,16 @@ impl LoopConfig {
                  set one of them to \"auto\" or \"off\"",
             ));
         }
+        if self.stream_to_gpu == StreamToGpu::Off && self.pull_end_guard_bytes != 0 {
+            problems.push(ConfigProblem::new(
+                "loop.pull_end_guard_bytes",
+                format!(
+                    "is {} but loop.stream_to_gpu = \"off\" pulls nothing; set it to 0, or let frames stream \
+                     (loop.stream_to_gpu = \"auto\" or \"on\")",
+                    self.pull_end_guard_bytes
+                ),
+            ));
+        }
         if self.poll_interval_ns > self.poll_budget_us * 1000 && self.poll_budget_us > 0 {
             problems.push(ConfigProblem::new(
                 "loop.poll_interval_ns",
@@ -477,6 +487,11 @@ mod tests {
         assert!(p.message.contains("1073741824"), "{}", p.message);
         let err = parse("[loop]\npull_end_guard_bytes = -1\n").unwrap_err().to_string();
         assert!(err.contains("pull_end_guard_bytes"), "{err}");
+        let err = parse("[loop]\nstream_to_gpu = \"off\"\npull_end_guard_bytes = 4096\n").unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!(p.key, "loop.pull_end_guard_bytes");
+        assert!(p.message.contains("stream_to_gpu"), "{}", p.message);
+        assert!(parse("[loop]\nstream_to_gpu = \"off\"\npull_end_guard_bytes = 0\n").is_ok());
     }
 
     #[test]

@@ -128,7 +128,8 @@ impl StreamBuffers {
         let dims = LaunchDims { grid: (PULL_BLOCKS, 1, 1), block: (STREAM_THREADS, 1, 1), shared_bytes: 0 };
         // SAFETY: (LoopParams, FlStreamState*, uint4*, uint32_t) is fl_stream_pull's
         // signature; the state is STATE_BYTES >= sizeof(FlStreamState) of device memory,
-        // zeroed but for the host's end_guard, and the staging buffer `words` 16-byte words, both kept as long as the graph.
+        // zeroed but for the host's end_guard, and the staging buffer `words` 16-byte
+        // words, both kept as long as the graph.
         unsafe { body.add_kernel(deps, f, dims, &mut args) }
     }
 
