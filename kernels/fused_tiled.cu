@@ -468,9 +468,8 @@ FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
 #define FL_TILED_SPIN_NS 100u
 
 // This launch's verdict, in thread 0 of every block (see above); `stream`
-// null when frames do not stream (else block 0 records a claimed frame's
-// length there, what fl_pull_watch expects of the next).
-FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim, FlStreamState* stream,
+// null when frames do not stream.
+FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim, const FlStreamState* stream,
                                   uint32_t staged_words) {
   const uint32_t others = gridDim.x - 1;
   if (blockIdx.x == 0) {
@@ -480,10 +479,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     // While frames stream, the poll also ends when the next frame has new words to pull.
     const FlPollWatch watch = stream != nullptr ? fl_pull_watch(p, stream, staged_words) : FlPollWatch{nullptr, 0ull};
     const uint32_t verdict = fl_poll_watching(p, t0, &head, watch);
-    if (verdict == FL_VERDICT_READY) {
-      fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
-      if (stream != nullptr) stream->last_len = p.st->desc.payload_len;
-    }
+    if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
     if (verdict == FL_VERDICT_NONE && stream != nullptr) claim->pull = fl_next_pull(p, stream, staged_words);
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;

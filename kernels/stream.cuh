@@ -10,17 +10,15 @@
 // Device memory, zeroed at allocation. `seq`/`pulled`: the staging buffer
 // holds bytes [0, pulled) of ring sequence `seq` (pulled a multiple of 16).
 // `pending_not`/`ticket`: the running pull's agreement (fl_stream_pull, stage.cu).
-// `last_len`: the payload bytes of the last frame the claiming tiled kernel
-// claimed (0: none yet, or frames claimed by a handler), what the next frame
-// of the stream is expected to hold. `end_guard`: written by the host once
-// (loop.pull_end_guard_bytes, src/gpu/streaming.rs): the last bytes of the
-// expected length the poll does not end a pull for (0: pull to the end).
+// `end_guard`: written by the host once (loop.pull_end_guard_bytes,
+// src/gpu/streaming.rs): the last bytes of a frame's expected length (the
+// last claimed frame's) the poll does not end a pull for (0: pull to the end).
 struct FlStreamState {
   unsigned long long seq;
   unsigned long long pulled;
   unsigned long long pending_not;  // max over blocks of ~end (0: none yet)
   unsigned int ticket;             // blocks of the running pull that are done
-  unsigned int last_len;
+  unsigned int _pad;
   unsigned long long end_guard;    // at byte 32 (END_GUARD_OFFSET, src/gpu/streaming.rs)
 };
 static_assert(sizeof(FlStreamState) == 40, "FlStreamState: end_guard must stay last, at byte 32");
@@ -83,7 +81,8 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
 // (FlPollWatch, handlers/ring_ready.cuh): its received mark, to pass the
 // pulled length by FL_PULL_WATCH_BYTES. Nothing to watch once the staging
 // buffer is full, or once the pulls are within `end_guard` of the frame's
-// expected length: then the poll waits for the frame to be published (or
+// expected length (the last claimed frame's, whichever handler claimed it):
+// then the poll waits for the frame to be published (or
 // its budget to run out) rather than start a pull that would hold the grid
 // when it is.
 FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
@@ -91,7 +90,7 @@ FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s,
   FlPollWatch w = {nullptr, 0ull};
   const uint64_t above = t.pulled + (uint64_t)FL_PULL_WATCH_BYTES - 1u;
   if (t.pulled / 16u >= capacity_words || above > 0xffffffffull) return w;
-  const uint64_t guard = s->end_guard, expected = s->last_len;
+  const uint64_t guard = s->end_guard, expected = p.st->desc.payload_len;
   if (guard != 0 && expected > guard && above >= expected - guard) return w;
   w.mark = &((const SlotHeader*)t.slot)->received_mark;
   w.above = ((t.seq & 0xffffffffull) << 32) | above;

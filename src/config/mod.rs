@@ -40,9 +40,9 @@ pub struct LoopConfig {
     /// streaming, `src/gpu/streaming.rs`). `auto` streams slots of at least
     /// [`crate::gpu::streaming::AUTO_MIN_SLOT_BYTES`] and reads smaller ones in place.
     pub stream_to_gpu: StreamToGpu,
-    /// CUDA backend, frames streaming into GPU memory and claimed by the
-    /// tiled kernel: the last bytes of a frame (its expected length: the
-    /// previous frame's) the loop does not start a pull for, so that when
+    /// CUDA backend, frames streaming into GPU memory: the last bytes of a
+    /// frame (its expected length: the previous frame's) the loop does not
+    /// start a pull for, so that when
     /// the frame is published the GPU is waiting for it rather than copying
     /// (detected sooner) and reads those bytes after the claim instead
     /// (computes longer). 0 pulls up to the end. Whether the trade pays
