@@ -82,9 +82,8 @@ FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, 
 // pulled length by FL_PULL_WATCH_BYTES. Nothing to watch once the staging
 // buffer is full, or once the pulls are within `end_guard` of the frame's
 // expected length (the last claimed frame's, whichever handler claimed it):
-// then the poll waits for the frame to be published (or
-// its budget to run out) rather than start a pull that would hold the grid
-// when it is.
+// then the poll waits for the frame to be published (or its budget to run
+// out) rather than start a pull that would hold the grid when it is.
 FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
   const FlPullTarget t = fl_pull_target(p, s);
   FlPollWatch w = {nullptr, 0ull};
