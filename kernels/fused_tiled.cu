@@ -210,7 +210,7 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
   return n < cap ? n : cap;
 }
 
-// One frame, every block of the grid: `fd` the claimed frame (payload_len,
+// One frame, blocks [0, `blocks`) of the grid (blockIdx.x < blocks): `fd` the claimed frame (payload_len,
 // payload_dptr; n_samples is written by the last block), `prog` the chain (its buffers and staging
 // fields are not used), `out` the loop's ChainResult, `scratch` a zeroed
 // FlReduceScratch kept between frames, `halo` the samples the filter steps
@@ -223,7 +223,10 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 // reference), `stream`/`staged` null, or for a frame that streams into
 // device memory the pulls' state and their staging buffer: the kernel then
 // reads the pulled part of the frame from there and the rest from the slot,
-// so no tail copy runs before it. Blocks of FL_REDUCE_THREADS, gridDim.x <= FL_REDUCE_MAX_BLOCKS,
+// so no tail copy runs before it; `pulling` null, or the round of a puller
+// block that runs beside the tiles (fl_tiled_puller): each tile then looks
+// at the pulled length when it starts, waiting for that round where it
+// covers the tile. Blocks of FL_REDUCE_THREADS, blocks <= FL_REDUCE_MAX_BLOCKS,
 // 2 * span * 4 bytes of dynamic shared memory.
 //
 // Built with FL_TILED_PHASES (FRAMELOOP_NVRTC_DEFINES, src/gpu/nvrtc.rs),
@@ -239,7 +242,7 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 #define FL_MARK_TILES 3        // all its tiles done, before it counts in
 #define FL_MARK_COMBINED 4     // the last block: partials combined, before publishing
 #define FL_MARK_RELEASED 5     // block 0 released the other blocks (claim handshake done)
-#define FL_MARK_SLOT_BYTES 6   // not a time: payload bytes above the pulled length (all of them in place)
+#define FL_MARK_SLOT_BYTES 6   // not a time: payload bytes above the lowest pulled length a tile read with
 FL_DEVICE void fl_mark(uint32_t* marks, uint64_t detect_ns, uint32_t which) {
 #ifdef FL_TILED_PHASES
   if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - detect_ns));
@@ -248,19 +251,67 @@ FL_DEVICE void fl_mark(uint32_t* marks, uint64_t detect_ns, uint32_t which) {
 #endif
 }
 
-// FL_MARK_SLOT_BYTES of a frame of `len` bytes whose first `pulled` are in device memory.
+// FL_MARK_SLOT_BYTES of a frame of `len` bytes of which a tile found the
+// first `pulled` in device memory (the largest over the frame's tiles).
 FL_DEVICE void fl_mark_slot_bytes(uint32_t* marks, uint32_t len, uint64_t pulled) {
 #ifdef FL_TILED_PHASES
-  if (marks != nullptr && threadIdx.x == 0 && blockIdx.x == 0)
-    marks[FL_MARK_SLOT_BYTES] = (uint64_t)len > pulled ? (uint32_t)((uint64_t)len - pulled) : 0u;
+  if (marks != nullptr && threadIdx.x == 0 && (uint64_t)len > pulled)
+    atomicMax(&marks[FL_MARK_SLOT_BYTES], (uint32_t)((uint64_t)len - pulled));
 #else
   (void)marks, (void)len, (void)pulled;
 #endif
 }
 
+// One past the last payload byte of samples [0, g1) under unpack step kind `kind`.
+FL_DEVICE uint64_t fl_tiled_bytes_through(uint32_t kind, int64_t g1) {
+  if (g1 <= 0) return 0;
+  if (kind == FL_STEP_UNPACK_U8) return fl_sample_end<FL_FMT_U8>(g1 - 1);
+  if (kind == FL_STEP_UNPACK_U16) return fl_sample_end<FL_FMT_U16>(g1 - 1);
+  return fl_sample_end<FL_FMT_U12>(g1 - 1);
+}
+
+FL_DEVICE uint64_t fl_load_acquire_gpu64(const unsigned long long* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE void fl_store_release_gpu64(unsigned long long* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Bytes of ring sequence `seq` the staging buffer holds (0 when it holds another frame's).
+FL_DEVICE uint64_t fl_stream_pulled_of(const FlStreamState* s, uint64_t seq) {
+  return fl_load_acquire_gpu64(&s->seq) == seq ? fl_load_acquire_gpu64(&s->pulled) : 0ull;
+}
+
+// How long a tile waits for the puller's round in flight before it reads
+// the slot itself instead (a round of FL_PULL_ROUND_WORDS takes a few
+// microseconds; this only bounds a round that went wrong).
+#define FL_TILED_PULL_WAIT_NS 200000u
+
+// One thread: the pulled length a tile that reads the frame's first `need`
+// bytes uses. While the grid's puller block runs (`pulling`: its round in
+// flight, FlTiledClaim), a round that will cover those bytes is waited
+// for: it started before the tile's own read over the bus would, so it
+// lands sooner. Otherwise what is pulled now; the tile reads the rest from
+// the slot, which holds the whole frame once it is published.
+FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const unsigned long long* pulling, uint64_t seq,
+                                   uint64_t need) {
+  uint64_t pulled = fl_stream_pulled_of(s, seq);
+  if (pulled >= need) return pulled;
+  const uint64_t round = fl_load_acquire_gpu64(pulling);
+  if ((uint32_t)(round >> 32) != (uint32_t)seq || (round & 0xffffffffull) * 16u < need) return pulled;
+  const uint64_t t0 = fl_globaltimer();
+  while ((pulled = fl_stream_pulled_of(s, seq)) < need && fl_globaltimer() - t0 < FL_TILED_PULL_WAIT_NS)
+    __nanosleep(32);
+  return pulled;
+}
+
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
-                               const FlStreamState* stream, const uint8_t* staged, uint32_t* marks) {
+                               const FlStreamState* stream, const uint8_t* staged, uint32_t* marks, uint32_t blocks,
+                               const unsigned long long* pulling) {
   // Everything the block needs of the frame, the chain and the pulls, as
   // loads in flight together (one memory round trip, not one per use).
   struct {
@@ -276,6 +327,8 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   // Each reduction step's partial over this block's tiles.
   __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
   __shared__ bool last;
+  // The pulled length this block's tile may use (fl_tiled_pulled), from thread 0.
+  __shared__ uint64_t tile_pulled;
   const uint32_t step_count = prog_steps < FL_FUSED_MAX_STEPS ? prog_steps : FL_FUSED_MAX_STEPS;
   {
     // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
@@ -288,24 +341,38 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
   FlTiledSource source = {payload, staged, 0};
-  if (has_staged && pulled_seq == frame.ring_seq) source.pulled = pulled_bytes;
-  fl_mark_slot_bytes(marks, frame.payload_len, source.pulled);
+  const uint64_t pulled_at_start = has_staged && pulled_seq == frame.ring_seq ? pulled_bytes : 0;
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, frame.payload_len, capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most that fit.
   const uint32_t room = span > 2u * halo ? (span - 2u * halo) & ~3u : 0u;
-  uint32_t tile = ((n + gridDim.x - 1) / gridDim.x + 3u) & ~3u;
+  uint32_t tile = ((n + blocks - 1) / blocks + 3u) & ~3u;
   tile = tile < room ? tile : room;
   const uint32_t tiles = tile ? (n + tile - 1) / tile : 0;
   float* b0 = (float*)fl_tiled_smem;
   float* b1 = b0 + span;
   fl_mark(marks, frame.detect_ns, FL_MARK_PROLOGUE);
-  for (uint32_t k = blockIdx.x; k < tiles; k += gridDim.x) {
+  for (uint32_t k = blockIdx.x; k < tiles; k += blocks) {
     FlTile t;
     t.n = n;
     t.t0 = (int64_t)k * tile;
     t.t1 = t.t0 + tile < t.n ? t.t0 + tile : t.n;
     t.base = t.t0 - (int64_t)halo;
+    if (has_staged) {
+      // The frame's bytes the tile's unpack reads (its halos included), in
+      // whole words the pulls can hold.
+      const int64_t g1 = t.t1 + (int64_t)halo < t.n ? t.t1 + (int64_t)halo : t.n;
+      uint64_t need = fl_tiled_bytes_through(steps[0].kind, g1);
+      const uint64_t whole_words = (uint64_t)(frame.payload_len & ~15u);
+      need = need < whole_words ? need : whole_words;
+      if (threadIdx.x == 0)
+        tile_pulled = pulling != nullptr && pulled_at_start < need
+                          ? fl_tiled_pulled(stream, pulling, frame.ring_seq, need)
+                          : pulled_at_start;
+      __syncthreads();
+      source.pulled = tile_pulled;
+      if (source.pulled < need) fl_mark_slot_bytes(marks, frame.payload_len, source.pulled);
+    }
     // Samples either side of the tile the current buffer still holds correctly.
     int64_t reach = halo;
     // The buffer holding the latest samples.
@@ -389,12 +456,12 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     __stcg(&slot->max, mine.max);
     __stcg(&slot->count, mine.count);
     __stcg(&slot->first, mine.first);
-    last = fl_take_ticket(&scratch->ticket) == gridDim.x - 1;
+    last = fl_take_ticket(&scratch->ticket) == blocks - 1;
   }
   // Thread 0's acquire, then the barrier: every counted slot is visible to this block's reads below.
   __syncthreads();
   if (!last) return;
-  FlPartial p = threadIdx.x < gridDim.x ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
+  FlPartial p = threadIdx.x < blocks ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
   p = fl_block_combine(p);
   if (threadIdx.x != 0) return;
   fl_mark(marks, frame.detect_ns, FL_MARK_COMBINED);
@@ -416,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                    const FlStreamState* stream, const uint8_t* staged) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr);
+  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr, gridDim.x, nullptr);
 }
 
 // The tiled chain claiming its own frames: the loop body is
@@ -426,27 +493,27 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // fl_end_iteration); the other blocks, already resident, wait for its
 // verdict in device memory and start on their tiles as soon as it says
 // "ready". FlTiledClaim is the handshake: each block other than 0 reads
-// `generation`, then counts itself in `arrived`; block 0 bumps `generation`
-// (with the verdict) only once all of them have arrived, so every block
-// sees exactly this launch's bump. That needs every block resident at
-// once: the executor sizes the grid to what the GPU holds at once
-// (src/gpu/fused_tiled.rs), and every wait also ends on tear-down, so a
-// grid that did not fit cannot hang the loop's stop.
+// `generation`, then counts itself in `arrived`; block 0 claims and bumps
+// `generation` (with the verdict) only once all of them have arrived, so
+// every block sees exactly this launch's bump. That needs every block
+// resident at once: the executor sizes the grid to what the GPU holds at
+// once (src/gpu/fused_tiled.rs), and every wait also ends on tear-down, so
+// a grid that did not fit cannot hang the loop's stop.
 //
-// While frames stream into device memory the kernel also does the pulls
-// (fl_stream_pull's work, kernels/stage.cu), so the loop has no pull node:
-// in an iteration that finds no frame, block 0 reads the next frame's
-// received mark after its poll and hands the words to copy to every block
-// with the verdict; the last block to finish its share records them in the
-// FlStreamState. Block 0's poll also ends as soon as that frame has new
-// words to pull (fl_pull_watch), so the pulls keep up with the receiver.
+// While frames stream into device memory the grid's last block is the
+// puller (fl_tiled_puller): for as long as block 0 polls, it copies what
+// the next frame's received mark says is final into the staging buffer,
+// round after round, so the pulls never hold up the poll or the claim and
+// a frame published while a round runs is claimed at once. The other
+// blocks compute the tiles; a tile whose bytes the puller's round in
+// flight covers waits for it rather than read them over the bus again.
 struct FlTiledClaim {
-  uint32_t arrived;     // blocks other than 0 waiting for this launch's verdict
-  uint32_t generation;  // bumped once per launch by block 0, after `verdict` and the pull
-  uint32_t verdict;     // this launch's FL_VERDICT_*
-  uint32_t pull_done;   // blocks done with this launch's pull
-  FlPullRange pull;     // this launch's pull (fl_next_pull), when it found no frame
-  uint64_t _pad[2];
+  uint32_t arrived;            // blocks other than 0 waiting for this launch's verdict
+  uint32_t generation;         // bumped once per launch by block 0, after the claim and `verdict`
+  uint32_t verdict;            // this launch's FL_VERDICT_*
+  uint32_t _pad0;
+  unsigned long long pulling;  // the puller's round in flight: ring sequence's low 32 bits << 32 | end word
+  uint64_t _pad[5];
 };
 static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
 
@@ -467,24 +534,22 @@ FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
 #define FL_TILED_SPIN_NS 100u
 
-// This launch's verdict, in thread 0 of every block (see above); `stream`
-// null when frames do not stream.
-FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim, const FlStreamState* stream,
-                                  uint32_t staged_words) {
+// This launch's verdict, in thread 0 of every block but the puller (see above).
+FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim) {
   const uint32_t others = gridDim.x - 1;
   if (blockIdx.x == 0) {
     const LoopParams p = *params;
     const uint64_t t0 = fl_globaltimer();
     uint64_t head = 0;
-    // While frames stream, the poll also ends when the next frame has new words to pull.
-    const FlPollWatch watch = stream != nullptr ? fl_pull_watch(p, stream, staged_words) : FlPollWatch{nullptr, 0ull};
-    const uint32_t verdict = fl_poll_watching(p, t0, &head, watch);
-    if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
-    if (verdict == FL_VERDICT_NONE && stream != nullptr) claim->pull = fl_next_pull(p, stream, staged_words);
+    // No pull ends this poll: the puller block pulls beside it.
+    const uint32_t verdict = fl_poll_watching(p, t0, &head, FlPollWatch{nullptr, 0ull});
+    // Every block in before the claim: the puller took its frame from the
+    // last claim before it counted in, so this claim cannot move it.
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
       __nanosleep(FL_TILED_SPIN_NS / 4);
     }
+    if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
     claim->arrived = 0;
     claim->verdict = verdict;
     // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
@@ -504,40 +569,101 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
   return claim->verdict;
 }
 
-// The pull block 0 planned (fl_next_pull), every block its share: word i
-// by global thread i modulo the grid's threads; the last block done
-// records the pulled length (in the FlStreamState) for the frame's claim.
-FL_DEVICE void fl_tiled_pull(FlTiledClaim* claim, FlStreamState* stream, uint4* staged) {
-  const uint32_t from = claim->pull.from, end = claim->pull.end;
-  if (end <= from) return;  // the same for every block: nothing new
-  const uint4* src = (const uint4*)(claim->pull.slot + FL_SLOT_PAYLOAD_OFFSET);
-  fl_copy_words(src + from, staged + from, end - from, blockIdx.x * blockDim.x + threadIdx.x,
-                gridDim.x * blockDim.x);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  // This block's copies before its count; every block's before the length that covers them.
-  if (fl_take_ticket(&claim->pull_done) != gridDim.x - 1) return;
-  stream->pulled = (uint64_t)end * 16u;
-  stream->seq = claim->pull.seq;
-  claim->pull_done = 0;
+// Words one puller round copies at most: four per thread, one load each,
+// all in flight together (64 KiB). A tile that waits for a round waits at
+// most that long.
+#define FL_PULL_ROUND_WORDS (4u * FL_REDUCE_THREADS)
+// Rounds of the puller between two looks at the tear-down flag.
+#define FL_PULL_ROUNDS_PER_STOP_CHECK 256u
+
+// The puller block, while frames stream: the frame after the last claimed
+// one, copied into the staging buffer round by round as its received mark
+// grows (at most FL_PULL_ROUND_WORDS a round; `end_guard` bytes short of
+// the last claimed frame's length until the claim, loop.pull_end_guard_bytes),
+// until block 0's verdict is out; then one last round, which finds the
+// mark of a frame just published final. Each round is announced in
+// `claim->pulling` before its copy and recorded in `stream` (pulled, then
+// seq, released) after it. Bytes under the mark never change until the
+// slot is reused, which needs this frame consumed first.
+FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, FlStreamState* stream, uint4* staged,
+                               uint32_t staged_words) {
+  __shared__ FlPullRange r;
+  __shared__ bool last_round;
+  uint32_t seen = 0;
+  uint64_t guard_end = ~0ull;
+  if (threadIdx.x == 0) {
+    seen = fl_load_acquire_gpu32(&claim->generation);
+    const FlPullTarget t = fl_pull_target(*params, stream);
+    r.seq = t.seq;
+    r.slot = t.slot;
+    r.from = (uint32_t)(t.pulled / 16u);
+    const uint64_t guard = stream->end_guard, expected = params->st->desc.payload_len;
+    if (guard != 0 && expected > guard) guard_end = (expected - guard) / 16u;
+    // The frame above taken before this block counts in (block 0 claims only after).
+    __threadfence();
+    atomicAdd(&claim->arrived, 1u);
+  }
+  for (uint32_t round = 1;; ++round) {
+    if (threadIdx.x == 0) {
+      bool last = fl_load_acquire_gpu32(&claim->generation) != seen;
+      if (round % FL_PULL_ROUNDS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&params->ctl->tear_down.v)) last = true;
+      const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)r.slot)->received_mark);
+      uint64_t end = r.from;
+      if ((uint32_t)(mark >> 32) == (uint32_t)r.seq) {
+        uint64_t words = (mark & 0xffffffffull) / 16u;
+        const uint64_t most = (uint64_t)r.from + FL_PULL_ROUND_WORDS;
+        words = words < most ? words : most;
+        words = words < staged_words ? words : staged_words;
+        if (!last && words > guard_end) words = guard_end;
+        end = words > end ? words : end;
+      }
+      r.end = (uint32_t)end;
+      last_round = last;
+      if (r.end > r.from) fl_store_release_gpu64(&claim->pulling, ((r.seq & 0xffffffffull) << 32) | r.end);
+    }
+    __syncthreads();
+    const uint32_t from = r.from, end = r.end;
+    const bool last = last_round;
+    if (end > from) {
+      const uint4* src = (const uint4*)(r.slot + FL_SLOT_PAYLOAD_OFFSET);
+      fl_copy_words(src + from, staged + from, end - from, threadIdx.x, blockDim.x);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        // Every thread's copies before the length that covers them.
+        __threadfence();
+        stream->pulled = (uint64_t)end * 16u;
+        fl_store_release_gpu64(&stream->seq, r.seq);
+        r.from = end;
+      }
+    }
+    // Everyone has read this round's range before thread 0 plans the next.
+    __syncthreads();
+    if (last) return;
+  }
 }
 
 // The loop body's one kernel (above): `params` the loop's parameters in
 // device memory, `claim` a zeroed FlTiledClaim kept between launches,
 // `stream`/`staged` null, or while frames stream the pulls' state and their
-// staging buffer of `staged_words` 16-byte words; the rest as
-// fl_fused_tiled's, on the loop state's FrameDesc and ChainResult. The last
-// block publishes the result.
+// staging buffer of `staged_words` 16-byte words (the grid then has one
+// block more than the tiles use, at least two); the rest as fl_fused_tiled's,
+// on the loop state's FrameDesc and ChainResult. The last tile block
+// publishes the result.
 extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
     fl_fused_tiled_loop(const LoopParams* params, const FusedProgram* prog, FlReduceScratch* scratch,
                         FlTiledClaim* claim, uint32_t halo, uint32_t span, float* samples, FlStreamState* stream,
                         uint8_t* staged, uint32_t staged_words) {
   __shared__ uint32_t verdict;
   const bool streaming = stream != nullptr && staged != nullptr;
-  if (threadIdx.x == 0) verdict = fl_tiled_claim(params, claim, streaming ? stream : nullptr, staged_words);
+  const uint32_t blocks = streaming ? gridDim.x - 1 : gridDim.x;
+  if (streaming && blockIdx.x == blocks) {
+    fl_tiled_puller(params, claim, stream, (uint4*)staged, staged_words);
+    return;
+  }
+  if (threadIdx.x == 0) verdict = fl_tiled_claim(params, claim);
   __syncthreads();
-  if (verdict == FL_VERDICT_NONE && streaming) fl_tiled_pull(claim, stream, (uint4*)staged);
   if (verdict != FL_VERDICT_READY) return;
   DeviceLoopState* st = params->st;
-  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged, st->user);
+  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged, st->user,
+                 blocks, streaming ? &claim->pulling : nullptr);
 }

@@ -195,6 +195,9 @@ const CLAIM_BYTES: usize = 64;
 struct Loaded {
     program: DeviceBuffer,
     plan: TilePlan,
+    /// Blocks launched beside the plan's: 1 for the puller of a kernel that
+    /// claims streamed frames (`fl_tiled_puller`), else 0.
+    pullers: u32,
 }
 
 /// The whole chain as one `fl_fused_tiled` kernel across many blocks. Port
@@ -234,11 +237,12 @@ impl FusedTiledOp {
         FragmentError::Operator { operator: self.name.clone(), problem }
     }
 
-    /// Plans the tiles for this GPU, allows the kernel their shared memory
-    /// and copies the program to the device (once).
-    fn load(&mut self, ctx: &ComputeContext<'_>) -> Result<(), FragmentError> {
+    /// Plans the tiles for this GPU with `pullers` blocks beside them,
+    /// allows the kernel their shared memory and copies the program to the
+    /// device (once for each number of pullers).
+    fn load(&mut self, ctx: &ComputeContext<'_>, pullers: u32) -> Result<(), FragmentError> {
         use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-        if self.loaded.is_some() {
+        if self.loaded.as_ref().is_some_and(|l| l.pullers == pullers) {
             return Ok(());
         }
         let f = ctx.kernel("fl_fused_tiled")?;
@@ -260,9 +264,11 @@ impl FusedTiledOp {
         let halo = chain_halo(&self.chain.program);
         let capacity = self.chain.program.capacity as usize;
         // One tile per SM first; a second per SM where two blocks fit at once.
+        // A puller takes an SM (or a place) from the tiles.
         let sms = u32::try_from(sms).unwrap_or(1).max(1);
-        let mut plan =
-            plan_tiles(capacity, halo, sms, limit, self.source).map_err(|e| self.problem(e.to_string()))?;
+        let tile_blocks = |resident: u32| resident.saturating_sub(pullers).max(1);
+        let mut plan = plan_tiles(capacity, halo, tile_blocks(sms), limit, self.source)
+            .map_err(|e| self.problem(e.to_string()))?;
         // The grid never holds more blocks than the GPU runs at once: the
         // kernel that claims its own frames needs all of them resident.
         // Both kernels may use the one-per-SM plan's shared memory, the most
@@ -294,7 +300,7 @@ impl FusedTiledOp {
             )));
         }
         if fit >= 2 {
-            let two = plan_tiles(capacity, halo, 2 * sms, limit, self.source)
+            let two = plan_tiles(capacity, halo, tile_blocks(2 * sms), limit, self.source)
                 .map_err(|e| self.problem(e.to_string()))?;
             debug_assert!(
                 two.shared_bytes() <= plan.shared_bytes(),
@@ -303,6 +309,14 @@ impl FusedTiledOp {
             if resident(&two)? >= 2 {
                 plan = two;
             }
+        }
+        let held = sms.saturating_mul(resident(&plan)?);
+        if plan.grid + pullers > held {
+            return Err(self.problem(format!(
+                "{} tile blocks and {pullers} puller need {} blocks resident at once where this GPU holds {held}; set loop.stream_to_gpu = \"off\"",
+                plan.grid,
+                plan.grid + pullers
+            )));
         }
         let program = *self.chain.program;
         let buffer = DeviceBuffer::new(cuda, std::mem::size_of::<FusedProgram>(), 0)
@@ -316,12 +330,12 @@ impl FusedTiledOp {
         };
         buffer.write(0, bytes).map_err(|e| self.problem(e.to_string()))?;
         tracing::debug!(
-            "tiled fused chain: {} blocks, halo {} samples, {} B of shared memory each",
+            "tiled fused chain: {} blocks (and {pullers} puller), halo {} samples, {} B of shared memory each",
             plan.grid,
             plan.halo,
             plan.shared_bytes()
         );
-        self.loaded = Some(Loaded { program: buffer, plan });
+        self.loaded = Some(Loaded { program: buffer, plan, pullers });
         Ok(())
     }
 }
@@ -350,25 +364,28 @@ impl GpuResidentOperator for FusedTiledOp {
     fn compute(&mut self, ctx: &mut ComputeContext<'_>) -> Result<(), FragmentError> {
         let scratch = ctx.port("scratch")?;
         let samples = if self.samples_port { ctx.port("samples")?.dptr } else { 0 };
-        self.load(ctx)?;
-        let Some(loaded) = &self.loaded else { unreachable!("loaded above") };
-        let plan = loaded.plan;
-        let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
-        let program = loaded.program.dptr();
-        // The only operator of its fragment: the kernel publishes the result.
-        let publisher = ctx.take_result_publisher().unwrap_or(0);
         // Planned for device memory, it reads a streaming frame's pulled part
         // from the staging buffer and the rest from the slot.
         let (stream_state, staged, staged_words) = match ctx.streamed_frame() {
             Some(s) if self.reads_streamed_frames() => (s.state, s.staging, s.staging_words),
             _ => (0, 0, 0),
         };
+        // Claiming streamed frames, the kernel pulls them with a block of its own.
+        let pullers = u32::from(ctx.claims_frames() && stream_state != 0);
+        self.load(ctx, pullers)?;
+        let Some(loaded) = &self.loaded else { unreachable!("loaded above") };
+        let plan = loaded.plan;
+        let (fd, result) = (ctx.frame_desc(), ctx.chain_result());
+        let program = loaded.program.dptr();
+        // The only operator of its fragment: the kernel publishes the result.
+        let publisher = ctx.take_result_publisher().unwrap_or(0);
         let cfg = LaunchConfig {
             grid_dim: (plan.grid, 1, 1),
             block_dim: (REDUCE_THREADS, 1, 1),
             shared_mem_bytes: plan.shared_bytes() as u32,
         };
         if ctx.claims_frames() {
+            let cfg = LaunchConfig { grid_dim: (plan.grid + pullers, 1, 1), ..cfg };
             if publisher == 0 {
                 return Err(self.problem("asked to claim the frames without the loop's parameters".into()));
             }
@@ -390,9 +407,11 @@ impl GpuResidentOperator for FusedTiledOp {
             // uint32_t, uint32_t, float*, FlStreamState*, uint8_t*, uint32_t) is
             // fl_fused_tiled_loop's signature; `publisher` is the loop's parameters in device
             // memory, `claim` this operator's zeroed CLAIM_BYTES port, `staged` 0 or the loop's
-            // staging buffer of `staged_words` 16-byte words (the pulls write at most that many),
-            // the rest as for fl_fused_tiled below; the grid holds no more blocks than the GPU
-            // runs at once (`load`), which the kernel's claim handshake needs.
+            // staging buffer of `staged_words` 16-byte words (the pulls write at most that many)
+            // with one block more than the tiles use for the puller, the rest as for
+            // fl_fused_tiled below; the grid holds no more blocks than the GPU runs at once
+            // (`load` plans the tiles for the GPU's blocks less the pullers), which the kernel's
+            // claim handshake needs.
             unsafe { launch.launch(cfg) }.map_err(|e| ctx.enqueue_error("fl_fused_tiled_loop", e))?;
             return Ok(());
         }
