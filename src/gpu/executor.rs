@@ -93,7 +93,7 @@ pub struct ExecutorOptions {
     /// otherwise ignored (the values stay kernel arguments).
     pub param_banks: Option<Vec<super::fused::FusedStep>>,
     /// Let a workload whose kernel can claim the frames itself (the tiled
-    /// fused chain) be the loop's whole body, `WHILE { [pull ;] workload }`,
+    /// fused chain) be the loop's whole body, `WHILE { workload }` (it pulls streamed frames itself),
     /// so that a frame waits for no handler exit and no IF body launch:
     /// resident style with the built-in handler, publishing from the last
     /// kernel, no stage markers, no output node, not host-driven. Off:

@@ -4,9 +4,11 @@
 //! block's shared memory. In the resident loop the kernel claims its own
 //! frames (`fl_fused_tiled_loop`: block 0 polls and claims as the built-in
 //! handler does while the other blocks wait on the device, so the loop body
-//! is `WHILE { [pull ;] kernel }` with no IF body to launch per frame);
-//! elsewhere the graph runs `handler ; IF { fl_fused_tiled }`. Either way
-//! the kernel's last block publishes the result.
+//! is `WHILE { kernel }` with no IF body to launch per frame; while frames
+//! stream, one more block of it pulls them into device memory as they
+//! arrive, beside the poll); elsewhere the graph runs `handler ; IF {
+//! fl_fused_tiled }`. Either way the kernel's last tile block publishes the
+//! result.
 //!
 //! Each block takes one tile of the frame plus a halo (the samples the
 //! chain's FIR and filter2d steps reach on either side), unpacks it straight

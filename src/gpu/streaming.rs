@@ -23,6 +23,11 @@
 //! reassembler's and do not change: an incomplete frame is published with
 //! its flags and its missing ranges zeroed, all above the mark, and the tail
 //! copies those from the published slot.
+//!
+//! A tiled kernel that claims its own frames (`WHILE { fl_fused_tiled_loop }`,
+//! [`super::fused_tiled`]) runs neither node: one block of its grid pulls
+//! beside block 0's poll, and its tiles read what is not pulled from the
+//! slot. It shares the staging buffer and the pulls' state (`StreamBuffers`).
 
 use super::GpuError;
 use super::control::LoopParams;
