@@ -13,8 +13,9 @@
 // filter exactly the tile is left, computed from inputs no other block had
 // to write. Nothing goes through global memory between steps.
 //
-// stats and threshold reduce the block's tile (each thread its samples in
-// increasing index, then the fixed tree of fl_block_combine) into the
+// stats and threshold reduce the block's tile (each thread of the few
+// warps the tile's length needs takes its samples in increasing index, then
+// the fixed tree of fl_block_combine_warps) into the
 // block's partial of that step (its tiles in order); after the last tile
 // every block writes the partial of the chain's last stats and last
 // threshold into
@@ -30,6 +31,18 @@
 
 // Dynamic shared memory: two buffers of `span` floats.
 extern __shared__ float4 fl_tiled_smem[];
+// The chain's steps, copied as 16-byte words (aligned for them whatever
+// else the kernel keeps in shared memory).
+__shared__ __align__(16) FusedStep fl_tiled_steps[FL_FUSED_MAX_STEPS];
+
+// Copies the first `count` steps at `from` into fl_tiled_steps, word w by
+// thread `first` + w modulo `threads` (threads [first, first + threads) of the block).
+FL_DEVICE void fl_tiled_copy_steps(const FusedStep* from, uint32_t count, uint32_t first, uint32_t threads) {
+  const uint4* src = (const uint4*)from;
+  uint4* to = (uint4*)fl_tiled_steps;
+  const uint32_t words = count * (uint32_t)(sizeof(FusedStep) / 16);
+  for (uint32_t w = threadIdx.x - first; threadIdx.x >= first && w < words; w += threads) to[w] = src[w];
+}
 
 // Where this block works: sample g of the frame is local sample g - base.
 struct FlTile {
@@ -173,22 +186,28 @@ FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int6
   }
 }
 
-// This thread's share of the tile: groups of four from 4 * threadIdx.x,
-// every 4 * blockDim.x samples, each in increasing index.
+// Samples each reducing thread takes of a tile at least: the tile's
+// reduction runs on as few warps as that allows (fl_tiled_reduce_warps),
+// since the warps' shuffle tree, not the samples, is most of its cost.
+#define FL_TILED_REDUCE_SAMPLES_PER_THREAD 16u
+
+// Warps that reduce a tile of `len` samples (1 to all of the block's).
+FL_DEVICE uint32_t fl_tiled_reduce_warps(uint32_t len) {
+  const uint32_t warps = (len + 32u * FL_TILED_REDUCE_SAMPLES_PER_THREAD - 1) / (32u * FL_TILED_REDUCE_SAMPLES_PER_THREAD);
+  return warps < 1u ? 1u : (warps > blockDim.x / 32 ? blockDim.x / 32 : warps);
+}
+
+// This thread's share of the tile when `warps` warps reduce it: samples
+// threadIdx.x, threadIdx.x + 32 * warps, ... in increasing index (threads
+// past the warps take none).
 template <bool STATS, bool THRESHOLD>
-FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float level) {
+FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float level, uint32_t warps) {
   FlPartial p = fl_partial_empty();
   const uint32_t len = (uint32_t)(t.t1 - t.t0);
   const float* tile = x + (t.t0 - t.base);
-  const uint32_t first = (uint32_t)t.t0;
-  for (uint32_t i = 4u * threadIdx.x; i < len; i += 4u * blockDim.x) {
-    if (i + 4 <= len) {
-#pragma unroll
-      for (uint32_t j = i; j < i + 4; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
-    } else {
-      for (uint32_t j = i; j < len; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
-    }
-  }
+  const uint32_t first = (uint32_t)t.t0, threads = 32u * warps;
+  if (threadIdx.x >= threads) return p;
+  for (uint32_t j = threadIdx.x; j < len; j += threads) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
   return p;
 }
 
@@ -196,7 +215,8 @@ FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float l
 // over the block's earlier tiles, in tile order).
 template <bool STATS, bool THRESHOLD>
 FL_DEVICE void fl_tiled_reduce(const float* x, const FlTile& t, float level, FlPartial* acc) {
-  const FlPartial p = fl_block_combine(fl_tiled_accumulate<STATS, THRESHOLD>(x, t, level));
+  const uint32_t warps = fl_tiled_reduce_warps((uint32_t)(t.t1 - t.t0));
+  const FlPartial p = fl_block_combine_warps(fl_tiled_accumulate<STATS, THRESHOLD>(x, t, level, warps), warps);
   if (threadIdx.x == 0) fl_combine(*acc, p);
 }
 
@@ -243,11 +263,36 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
 #define FL_MARK_COMBINED 4     // the last block: partials combined, before publishing
 #define FL_MARK_RELEASED 5     // block 0 released the other blocks (claim handshake done)
 #define FL_MARK_SLOT_BYTES 6   // not a time: payload bytes above the lowest pulled length a tile read with
+#define FL_MARK_BYTES_READY 7  // its last tile knows where its bytes are (after any wait for the puller)
+#define FL_MARK_SECOND_STEP 8  // the second step of its last tile done
+#define FL_MARK_THIRD_STEP 9   // the third step of its last tile done
+#define FL_MARK_SM_CLOCK_MHZ 10  // not a time: block 0's SM clock from its start to its tiles' end, MHz
 FL_DEVICE void fl_mark(uint32_t* marks, uint64_t detect_ns, uint32_t which) {
 #ifdef FL_TILED_PHASES
   if (marks != nullptr && threadIdx.x == 0) atomicMax(&marks[which], (uint32_t)(fl_globaltimer() - detect_ns));
 #else
   (void)marks, (void)detect_ns, (void)which;
+#endif
+}
+
+// Block 0's SM cycles and global time at its start, for FL_MARK_SM_CLOCK_MHZ.
+struct FlClockStart {
+  uint64_t cycles, ns;
+};
+FL_DEVICE FlClockStart fl_clock_start() {
+#ifdef FL_TILED_PHASES
+  return FlClockStart{(uint64_t)clock64(), fl_globaltimer()};
+#else
+  return FlClockStart{0, 0};
+#endif
+}
+FL_DEVICE void fl_mark_sm_clock(uint32_t* marks, FlClockStart from) {
+#ifdef FL_TILED_PHASES
+  const uint64_t cycles = (uint64_t)clock64() - from.cycles, ns = fl_globaltimer() - from.ns;
+  if (marks != nullptr && threadIdx.x == 0 && blockIdx.x == 0 && ns != 0)
+    marks[FL_MARK_SM_CLOCK_MHZ] = (uint32_t)(cycles * 1000u / ns);
+#else
+  (void)marks, (void)from;
 #endif
 }
 
@@ -311,7 +356,7 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const unsigned long l
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
                                const FlStreamState* stream, const uint8_t* staged, uint32_t* marks, uint32_t blocks,
-                               const unsigned long long* pulling) {
+                               const unsigned long long* pulling, bool steps_loaded) {
   // Everything the block needs of the frame, the chain and the pulls, as
   // loads in flight together (one memory round trip, not one per use).
   struct {
@@ -322,21 +367,19 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   const bool has_staged = stream != nullptr && staged != nullptr;
   const uint64_t pulled_seq = has_staged ? stream->seq : 0, pulled_bytes = has_staged ? stream->pulled : 0;
   fl_mark(marks, frame.detect_ns, FL_MARK_STARTED);
-  // Copied as 16-byte words: aligned for them whatever else the kernel keeps in shared memory.
-  __shared__ __align__(16) FusedStep steps[FL_FUSED_MAX_STEPS];
+  const FlClockStart clock_start = fl_clock_start();
+  const FusedStep* steps = fl_tiled_steps;
   // Each reduction step's partial over this block's tiles.
   __shared__ FlPartial acc[FL_FUSED_MAX_STEPS];
   __shared__ bool last;
   // The pulled length this block's tile may use (fl_tiled_pulled), from thread 0.
   __shared__ uint64_t tile_pulled;
   const uint32_t step_count = prog_steps < FL_FUSED_MAX_STEPS ? prog_steps : FL_FUSED_MAX_STEPS;
-  {
-    // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
-    const uint4* from = frame.params_dptr != 0 ? (const uint4*)frame.params_dptr : (const uint4*)prog->steps;
-    uint4* to = (uint4*)steps;
-    for (uint32_t w = threadIdx.x; w < step_count * (uint32_t)(sizeof(FusedStep) / 16); w += blockDim.x)
-      to[w] = from[w];
-  }
+  // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
+  if (frame.params_dptr != 0)
+    fl_tiled_copy_steps((const FusedStep*)frame.params_dptr, step_count, 0, blockDim.x);
+  else if (!steps_loaded)
+    fl_tiled_copy_steps(prog->steps, step_count, 0, blockDim.x);
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
@@ -373,6 +416,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       source.pulled = tile_pulled;
       if (source.pulled < need) fl_mark_slot_bytes(marks, frame.payload_len, source.pulled);
     }
+    fl_mark(marks, frame.detect_ns, FL_MARK_BYTES_READY);
     // Samples either side of the tile the current buffer still holds correctly.
     int64_t reach = halo;
     // The buffer holding the latest samples.
@@ -417,7 +461,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       }
       // The next step reads what this one wrote.
       __syncthreads();
-      if (i == 0) fl_mark(marks, frame.detect_ns, FL_MARK_FIRST_STEP);
+      if (i < 3) fl_mark(marks, frame.detect_ns, i == 0 ? FL_MARK_FIRST_STEP : FL_MARK_SECOND_STEP + i - 1);
     }
     if (samples != nullptr) {
       const float* x = current ? b1 : b0;
@@ -449,6 +493,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     }
   }
   fl_mark(marks, frame.detect_ns, FL_MARK_TILES);
+  fl_mark_sm_clock(marks, clock_start);
   if (threadIdx.x == 0) {
     FlPartial* slot = &scratch->partial[blockIdx.x];
     __stcg(&slot->sum, mine.sum);
@@ -462,7 +507,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   __syncthreads();
   if (!last) return;
   FlPartial p = threadIdx.x < blocks ? fl_load_partial(&scratch->partial[threadIdx.x]) : fl_partial_empty();
-  p = fl_block_combine(p);
+  p = fl_block_combine_warps(p, (blocks + 31u) / 32u);
   if (threadIdx.x != 0) return;
   fl_mark(marks, frame.detect_ns, FL_MARK_COMBINED);
   fd->n_samples = n;
@@ -483,7 +528,8 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                    const FlStreamState* stream, const uint8_t* staged) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr, gridDim.x, nullptr);
+  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr, gridDim.x, nullptr,
+                 false);
 }
 
 // The tiled chain claiming its own frames: the loop body is
@@ -532,7 +578,7 @@ FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
 // (CLAIMING_POLL_BUDGET_NS, src/gpu/fused_tiled.rs), so only a wait that
 // went wrong looks.
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
-#define FL_TILED_SPIN_NS 100u
+#define FL_TILED_SPIN_NS 20u
 
 // This launch's verdict, in thread 0 of every block but the puller (see above).
 FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim) {
@@ -660,10 +706,17 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
     fl_tiled_puller(params, claim, stream, (uint4*)staged, staged_words);
     return;
   }
-  if (threadIdx.x == 0) verdict = fl_tiled_claim(params, claim);
+  // While thread 0 waits for the verdict, the others copy the chain's steps
+  // into shared memory (a frame with a parameter bank copies its own after).
+  if (threadIdx.x == 0) {
+    verdict = fl_tiled_claim(params, claim);
+  } else {
+    const uint32_t count = prog->step_count;
+    fl_tiled_copy_steps(prog->steps, count < FL_FUSED_MAX_STEPS ? count : FL_FUSED_MAX_STEPS, 1, blockDim.x - 1);
+  }
   __syncthreads();
   if (verdict != FL_VERDICT_READY) return;
   DeviceLoopState* st = params->st;
   fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged, st->user,
-                 blocks, streaming ? &claim->pulling : nullptr);
+                 blocks, streaming ? &claim->pulling : nullptr, true);
 }

@@ -100,24 +100,36 @@ FL_DEVICE FlPartial fl_accumulate(const float* x, uint32_t n, uint32_t part, uin
   return p;
 }
 
-// The block's partials combined by a fixed tree (warps by shuffle, then warp
-// 0 over the warps); thread 0 returns the block's total, other threads
-// something meaningless. Block: FL_REDUCE_THREADS threads, all of which must
-// call it; it may be called again once it returned.
-FL_DEVICE FlPartial fl_block_combine(FlPartial p) {
+// The partials of the block's first `warps` warps (1 to 32; the other
+// threads' are ignored) combined by a fixed tree: each warp by shuffle, then
+// warp 0 over the warps, in as few levels as `warps` needs (the levels it
+// leaves out would only add empty partials, so the bits are those of the
+// full tree over the same partials). Thread 0 returns the total, other
+// threads something meaningless. Shuffles are what this costs (six per
+// level and warp), so leaving idle warps out shortens it. Block:
+// FL_REDUCE_THREADS threads, all of which must call it; it may be called
+// again once it returned.
+FL_DEVICE FlPartial fl_block_combine_warps(FlPartial p, uint32_t warps) {
   __shared__ FlPartial warp_part[FL_REDUCE_THREADS / 32];
-  for (int d = 16; d > 0; d /= 2) fl_combine(p, fl_shuffle_down(p, d));
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_part[warp] = p;
+  if (warp < warps) {
+    for (int d = 16; d > 0; d /= 2) fl_combine(p, fl_shuffle_down(p, d));
+    if (lane == 0) warp_part[warp] = p;
+  }
   __syncthreads();
   if (warp == 0) {
-    p = lane < FL_REDUCE_THREADS / 32 ? warp_part[lane] : fl_partial_empty();
-    for (int d = 16; d > 0; d /= 2) fl_combine(p, fl_shuffle_down(p, d));
+    p = lane < warps ? warp_part[lane] : fl_partial_empty();
+    int top = 1;
+    while (top < (int)warps) top *= 2;
+    for (int d = top / 2; d > 0; d /= 2) fl_combine(p, fl_shuffle_down(p, d));
   }
   // warp_part may be reused by the next call only after warp 0 read it.
   __syncthreads();
   return p;
 }
+
+// Every thread's partial combined (fl_block_combine_warps over all warps).
+FL_DEVICE FlPartial fl_block_combine(FlPartial p) { return fl_block_combine_warps(p, FL_REDUCE_THREADS / 32); }
 
 // The frame's total into `out` (one thread): an empty frame's stats are 0.
 template <bool STATS, bool THRESHOLD>

@@ -116,16 +116,32 @@ pub struct ModeResult {
     /// slot over the bus after the claim (in place: all of them; streamed:
     /// what the pulls had not moved), p50, KiB.
     pub gpu_slot_read_p50_kib: Option<f64>,
+    /// With the same marks: the SM clock block 0 ran at from its start to
+    /// its tiles' end (`FL_MARK_SM_CLOCK_MHZ`), p50, MHz.
+    pub gpu_sm_clock_p50_mhz: Option<f64>,
 }
 
-/// The claiming tiled kernel's phase marks (`FL_MARK_*`, kernels/fused_tiled.cu),
-/// by user result word.
-pub const PHASE_MARKS: [&str; 6] =
-    ["started", "prologue", "first step", "tiles done", "combined", "released"];
+/// The claiming tiled kernel's phase marks (`FL_MARK_*`, kernels/fused_tiled.cu):
+/// user result word and name, in the order a frame passes them.
+pub const PHASE_MARKS: [(usize, &str); 9] = [
+    (0, "started"),
+    (1, "prologue"),
+    (7, "bytes ready"),
+    (2, "first step"),
+    (8, "second step"),
+    (9, "third step"),
+    (3, "tiles done"),
+    (4, "combined"),
+    (5, "released"),
+];
 
-/// The user result word after the phase marks: the bytes a frame's tiles
-/// read from the slot after the claim (`FL_MARK_SLOT_BYTES`).
-const SLOT_BYTES_MARK: usize = PHASE_MARKS.len();
+/// The user result word of the bytes a frame's tiles read from the slot
+/// after the claim (`FL_MARK_SLOT_BYTES`).
+const SLOT_BYTES_MARK: usize = 6;
+
+/// The user result word of block 0's SM clock over its share of the frame, MHz
+/// (`FL_MARK_SM_CLOCK_MHZ`).
+const SM_CLOCK_MARK: usize = 10;
 
 /// The median of user result word `word` over `records`.
 fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
@@ -137,10 +153,10 @@ fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
 /// p50 of each phase mark over `records` (µs), and of the bytes read from
 /// the slot after the claim (KiB), or `None` when no record carries marks.
 fn phase_marks_p50(records: &[crate::ring::ResultRecord]) -> Option<(Vec<f64>, f64)> {
-    if records.iter().all(|r| r.user[..PHASE_MARKS.len()].iter().all(|&w| w == 0)) {
+    if records.iter().all(|r| PHASE_MARKS.iter().all(|&(w, _)| r.user[w] == 0)) {
         return None;
     }
-    let times = (0..PHASE_MARKS.len()).map(|w| user_word_p50(records, w) as f64 / 1e3).collect();
+    let times = PHASE_MARKS.iter().map(|&(w, _)| user_word_p50(records, w) as f64 / 1e3).collect();
     Some((times, user_word_p50(records, SLOT_BYTES_MARK) as f64 / 1024.0))
 }
 
@@ -229,10 +245,13 @@ impl CompareReport {
         for m in &self.modes {
             if let Some(marks) = &m.gpu_phase_p50_us {
                 let marks: Vec<String> =
-                    PHASE_MARKS.iter().zip(marks).map(|(name, us)| format!("{name} {us:.2}")).collect();
-                let read = m.gpu_slot_read_p50_kib.map_or(String::new(), |kib| {
+                    PHASE_MARKS.iter().zip(marks).map(|((_, name), us)| format!("{name} {us:.2}")).collect();
+                let mut read = m.gpu_slot_read_p50_kib.map_or(String::new(), |kib| {
                     format!("; read from the slot after the claim: p50 {kib:.1} KiB")
                 });
+                if let Some(mhz) = m.gpu_sm_clock_p50_mhz {
+                    read.push_str(&format!("; SM clock p50 {mhz:.0} MHz"));
+                }
                 s.push_str(&format!(
                     "phases of {} (p50 µs after detection): {}{read}\n",
                     m.mode,
@@ -299,6 +318,7 @@ fn percentiles(mode: &str, mut lat_ns: Vec<u64>, idle: Option<(f64, f64)>) -> Mo
         gpu_detect_to_done_p999_us: None,
         gpu_phase_p50_us: None,
         gpu_slot_read_p50_kib: None,
+        gpu_sm_clock_p50_mhz: None,
     }
 }
 
@@ -573,6 +593,8 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     if let Some((times, kib)) = phase_marks_p50(records.get(o.warmup..).unwrap_or_default()) {
         r.gpu_phase_p50_us = Some(times);
         r.gpu_slot_read_p50_kib = Some(kib);
+        let mhz = user_word_p50(records.get(o.warmup..).unwrap_or_default(), SM_CLOCK_MARK);
+        r.gpu_sm_clock_p50_mhz = (mhz != 0).then_some(mhz as f64);
     }
     Ok(r)
 }
@@ -1082,8 +1104,8 @@ mod tests {
             .iter()
             .map(|&ns| {
                 let mut r = crate::ring::ResultRecord::default();
-                for (w, word) in r.user.iter_mut().take(PHASE_MARKS.len()).enumerate() {
-                    *word = ns * (w as u32 + 1);
+                for &(w, _) in &PHASE_MARKS {
+                    r.user[w] = ns * (w as u32 + 1);
                 }
                 r.user[SLOT_BYTES_MARK] = ns * 64;
                 r
@@ -1091,8 +1113,8 @@ mod tests {
             .collect();
         let (p50, kib) = phase_marks_p50(&marked).expect("marks");
         assert_eq!(p50.len(), PHASE_MARKS.len());
-        for (w, us) in p50.iter().enumerate() {
-            assert!((us - 2.0 * (w + 1) as f64).abs() < 0.01, "word {w}: {us}");
+        for (&(w, name), us) in PHASE_MARKS.iter().zip(&p50) {
+            assert!((us - 2.0 * (w + 1) as f64).abs() < 0.01, "word {w} ({name}): {us}");
         }
         assert!((kib - 125.0).abs() < 0.01, "2,000 x 64 bytes: {kib} KiB");
     }
