@@ -46,7 +46,7 @@ FL_DEVICE void fl_tiled_copy_steps(const FusedStep* from, uint32_t count, uint32
 
 // Where this block works: sample g of the frame is local sample g - base.
 struct FlTile {
-  int64_t base;  // t0 - halo (may be negative)
+  int64_t base;  // t0 - the held halo (a multiple of 4; may be negative)
   int64_t t0;    // first output of the tile
   int64_t t1;    // one past its last (<= n)
   int64_t n;     // samples of the frame
@@ -82,8 +82,15 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
       uint32_t s[C::samples];
       fl_decode_chunk<FMT>(words, s);
       float* y = out + (first - t.base);
+      // Four samples a store: a chunk's samples are 32 or 64 bytes apart
+      // from the next thread's, which scalar stores would write into the
+      // same banks of shared memory one after another.
 #pragma unroll
-      for (uint32_t k = 0; k < C::samples; ++k) y[k] = fl_mul_add(__uint2float_rn(s[k]), scale, offset);
+      for (uint32_t k = 0; k < C::samples; k += 4)
+        *(float4*)(y + k) = make_float4(fl_mul_add(__uint2float_rn(s[k]), scale, offset),
+                                        fl_mul_add(__uint2float_rn(s[k + 1]), scale, offset),
+                                        fl_mul_add(__uint2float_rn(s[k + 2]), scale, offset),
+                                        fl_mul_add(__uint2float_rn(s[k + 3]), scale, offset));
     } else {
       const int64_t lo = first > g0 ? first : g0;
       const int64_t hi = first + C::samples < g1 ? first + C::samples : g1;
@@ -387,8 +394,11 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   const uint64_t pulled_at_start = has_staged && pulled_seq == frame.ring_seq ? pulled_bytes : 0;
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, frame.payload_len, capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
-  // same lanes): one per block when they fit in the buffers, else the most that fit.
-  const uint32_t room = span > 2u * halo ? (span - 2u * halo) & ~3u : 0u;
+  // same lanes): one per block when they fit in the buffers, else the most
+  // that fit. The buffers hold the halo rounded up to 4 either side
+  // (held_halo, src/gpu/fused_tiled.rs), so a tile starts 16-byte aligned.
+  const uint32_t halo_held = (halo + 3u) & ~3u;
+  const uint32_t room = span > 2u * halo_held ? (span - 2u * halo_held) & ~3u : 0u;
   uint32_t tile = ((n + blocks - 1) / blocks + 3u) & ~3u;
   tile = tile < room ? tile : room;
   const uint32_t tiles = tile ? (n + tile - 1) / tile : 0;
@@ -400,7 +410,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     t.n = n;
     t.t0 = (int64_t)k * tile;
     t.t1 = t.t0 + tile < t.n ? t.t0 + tile : t.n;
-    t.base = t.t0 - (int64_t)halo;
+    t.base = t.t0 - (int64_t)halo_held;
     if (has_staged) {
       // The frame's bytes the tile's unpack reads (its halos included), in
       // whole words the pulls can hold.

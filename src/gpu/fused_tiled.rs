@@ -88,9 +88,17 @@ pub struct TilePlan {
     /// Samples either side of a tile a block recomputes.
     pub halo: u32,
     /// Floats of each of the block's two shared buffers: a tile of
-    /// ceil(capacity / grid) rounded up to 4 plus twice the halo, or what
-    /// the shared memory holds.
+    /// ceil(capacity / grid) rounded up to 4 plus twice the held halo
+    /// ([`held_halo`]), or what the shared memory holds.
     pub span: u32,
+}
+
+/// The samples a block's buffers keep either side of its tile for a chain
+/// reaching `halo`: the halo rounded up to 4, so that every tile's first
+/// sample, and every unpacked chunk, starts on a 16-byte boundary of the
+/// buffer and is stored with vector stores (the kernel's `halo_held`).
+pub fn held_halo(halo: u64) -> u64 {
+    halo.next_multiple_of(4)
 }
 
 impl TilePlan {
@@ -101,9 +109,10 @@ impl TilePlan {
 
     /// Samples of a tile of a frame of `n` samples, as the kernel cuts it:
     /// ceil(n / grid) rounded up to 4, at most what a buffer holds beside
-    /// the halo (rounded down to 4).
+    /// the held halo (rounded down to 4).
     pub fn tile_len(&self, n: usize) -> usize {
-        let room = (self.span as usize).saturating_sub(2 * self.halo as usize) & !3;
+        let held = held_halo(u64::from(self.halo)) as usize;
+        let room = (self.span as usize).saturating_sub(2 * held) & !3;
         n.div_ceil(self.grid as usize).next_multiple_of(4).min(room)
     }
 
@@ -154,7 +163,7 @@ pub fn plan_tiles(
         h => u32::try_from((capacity as u64).div_ceil(ratio.saturating_mul(h))).unwrap_or(u32::MAX),
     };
     let grid = blocks.min(by_size).min(by_halo).clamp(1, REDUCE_MAX_BLOCKS);
-    let two_halos = 2 * halo.next_multiple_of(2);
+    let two_halos = 2 * held_halo(halo);
     let whole = capacity.div_ceil(grid as usize).next_multiple_of(4) as u64 + two_halos;
     let most = (shared_limit / 8) as u64 & !3;
     let span = whole.min(most).min(u64::from(u32::MAX) & !3);
@@ -608,10 +617,11 @@ mod tests {
 
     #[test]
     fn plans_follow_the_gpu_the_frame_and_the_shared_memory() {
-        // 2 MiB of u16: 1 Mi samples over 132 SMs, tiles of 7944 and a halo of 2.
+        // 2 MiB of u16: 1 Mi samples over 132 SMs, tiles of 7944 and a halo
+        // of 2, held as 4 either side (16-byte aligned tiles).
         let p = plan_tiles(1 << 20, 2, 132, 227 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!((p.grid, p.halo), (132, 2));
-        assert_eq!(p.span, (1u32 << 20).div_ceil(132).next_multiple_of(4) + 4);
+        assert_eq!(p.span, (1u32 << 20).div_ceil(132).next_multiple_of(4) + 8);
         assert_eq!(p.shared_bytes(), 8 * p.span as usize);
         assert_eq!(p.tile_len(1 << 20), 7944);
         // Small frames get fewer blocks: tiles of at least MIN_TILE_SAMPLES.
@@ -620,8 +630,8 @@ mod tests {
         // Too little shared memory for one tile per block: shorter tiles, more of them.
         let p = plan_tiles(1 << 20, 2, 132, 40 * 1024, FrameSource::MappedSlot).unwrap();
         assert_eq!((p.grid, p.span), (132, 5120));
-        assert_eq!(p.tile_len(1 << 20), 5116);
-        assert_eq!(p.tiles(1 << 20), (1usize << 20).div_ceil(5116));
+        assert_eq!(p.tile_len(1 << 20), 5112);
+        assert_eq!(p.tiles(1 << 20), (1usize << 20).div_ceil(5112));
         // A wide halo (a 1024-wide filter2d): fewer, longer tiles, so that
         // the halos each block reads again add at most 1/8 of the frame.
         let p = plan_tiles(524_288, 1025, 132, 227 * 1024, FrameSource::MappedSlot).unwrap();
