@@ -105,10 +105,9 @@ FL_DEVICE FlPartial fl_accumulate(const float* x, uint32_t n, uint32_t part, uin
 // warp 0 over the warps, in as few levels as `warps` needs (the levels it
 // leaves out would only add empty partials, so the bits are those of the
 // full tree over the same partials). Thread 0 returns the total, other
-// threads something meaningless. Shuffles are what this costs (six per
-// level and warp), so leaving idle warps out shortens it. Block:
-// FL_REDUCE_THREADS threads, all of which must call it; it may be called
-// again once it returned.
+// threads something meaningless. Warps with nothing to add take none of
+// the shuffles (six per level and warp). Block: FL_REDUCE_THREADS threads,
+// all of which must call it; it may be called again once it returned.
 FL_DEVICE FlPartial fl_block_combine_warps(FlPartial p, uint32_t warps) {
   __shared__ FlPartial warp_part[FL_REDUCE_THREADS / 32];
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
