@@ -406,6 +406,8 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   float* b0 = (float*)fl_tiled_smem;
   float* b1 = b0 + span;
   fl_mark(marks, frame.detect_ns, FL_MARK_PROLOGUE);
+  // Read in place, every byte crosses the bus after the claim.
+  if (!has_staged) fl_mark_slot_bytes(marks, frame.payload_len, 0);
   for (uint32_t k = blockIdx.x; k < tiles; k += blocks) {
     FlTile t;
     t.n = n;
