@@ -41,7 +41,8 @@ FL_DEVICE void fl_tiled_copy_steps(const FusedStep* from, uint32_t count, uint32
   const uint4* src = (const uint4*)from;
   uint4* to = (uint4*)fl_tiled_steps;
   const uint32_t words = count * (uint32_t)(sizeof(FusedStep) / 16);
-  for (uint32_t w = threadIdx.x - first; threadIdx.x >= first && w < words; w += threads) to[w] = src[w];
+  if (threadIdx.x < first) return;
+  for (uint32_t w = threadIdx.x - first; w < words; w += threads) to[w] = src[w];
 }
 
 // Where this block works: sample g of the frame is local sample g - base.
@@ -323,6 +324,17 @@ FL_DEVICE uint64_t fl_tiled_bytes_through(uint32_t kind, int64_t g1) {
   return fl_sample_end<FL_FMT_U12>(g1 - 1);
 }
 
+// Device-scope acquire loads and release stores between the grid's blocks.
+FL_DEVICE uint32_t fl_load_acquire_gpu32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 FL_DEVICE uint64_t fl_load_acquire_gpu64(const unsigned long long* p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -391,8 +403,8 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
-  FlTiledSource source = {payload, staged, 0};
   const uint64_t pulled_at_start = has_staged && pulled_seq == frame.ring_seq ? pulled_bytes : 0;
+  FlTiledSource source = {payload, staged, pulled_at_start};
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, frame.payload_len, capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most
@@ -421,12 +433,13 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       uint64_t need = fl_tiled_bytes_through(steps[0].kind, g1);
       const uint64_t whole_words = (uint64_t)(frame.payload_len & ~15u);
       need = need < whole_words ? need : whole_words;
-      if (threadIdx.x == 0)
-        tile_pulled = pulling != nullptr && pulled_at_start < need
-                          ? fl_tiled_pulled(stream, pulling, frame.ring_seq, need)
-                          : pulled_at_start;
-      __syncthreads();
-      source.pulled = tile_pulled;
+      // Only beside a puller can the pulled length grow while the tiles run.
+      if (pulling != nullptr) {
+        if (threadIdx.x == 0)
+          tile_pulled = pulled_at_start < need ? fl_tiled_pulled(stream, pulling, frame.ring_seq, need) : pulled_at_start;
+        __syncthreads();
+        source.pulled = tile_pulled;
+      }
       if (source.pulled < need) fl_mark_slot_bytes(marks, frame.payload_len, source.pulled);
     }
     fl_mark(marks, frame.detect_ns, FL_MARK_BYTES_READY);
@@ -576,16 +589,6 @@ struct FlTiledClaim {
 };
 static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
 
-FL_DEVICE uint32_t fl_load_acquire_gpu32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // Spins of a block's wait between two looks at the tear-down flag (a read
 // over the bus): hundreds of microseconds, far longer than a poll budget
 // (CLAIMING_POLL_BUDGET_NS, src/gpu/fused_tiled.rs), so only a wait that
@@ -649,15 +652,14 @@ FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, Fl
   __shared__ FlPullRange r;
   __shared__ bool last_round;
   uint32_t seen = 0;
-  uint64_t guard_end = ~0ull;
+  uint64_t guard_words = 0;
   if (threadIdx.x == 0) {
     seen = fl_load_acquire_gpu32(&claim->generation);
     const FlPullTarget t = fl_pull_target(*params, stream);
     r.seq = t.seq;
     r.slot = t.slot;
     r.from = (uint32_t)(t.pulled / 16u);
-    const uint64_t guard = stream->end_guard, expected = params->st->desc.payload_len;
-    if (guard != 0 && expected > guard) guard_end = (expected - guard) / 16u;
+    guard_words = fl_pull_guard_end(*params, stream) / 16u;
     // The frame above taken before this block counts in (block 0 claims only after).
     __threadfence();
     atomicAdd(&claim->arrived, 1u);
@@ -666,17 +668,11 @@ FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, Fl
     if (threadIdx.x == 0) {
       bool last = fl_load_acquire_gpu32(&claim->generation) != seen;
       if (round % FL_PULL_ROUNDS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&params->ctl->tear_down.v)) last = true;
-      const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)r.slot)->received_mark);
-      uint64_t end = r.from;
-      if ((uint32_t)(mark >> 32) == (uint32_t)r.seq) {
-        uint64_t words = (mark & 0xffffffffull) / 16u;
-        const uint64_t most = (uint64_t)r.from + FL_PULL_ROUND_WORDS;
-        words = words < most ? words : most;
-        words = words < staged_words ? words : staged_words;
-        if (!last && words > guard_end) words = guard_end;
-        end = words > end ? words : end;
-      }
-      r.end = (uint32_t)end;
+      uint64_t words = fl_marked_words(r.slot, r.seq, staged_words);
+      const uint64_t most = (uint64_t)r.from + FL_PULL_ROUND_WORDS;
+      words = words < most ? words : most;
+      if (!last && words > guard_words) words = guard_words;
+      r.end = (uint32_t)(words > r.from ? words : r.from);
       last_round = last;
       if (r.end > r.from) fl_store_release_gpu64(&claim->pulling, ((r.seq & 0xffffffffull) << 32) | r.end);
     }

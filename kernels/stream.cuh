@@ -51,21 +51,36 @@ FL_DEVICE FlPullTarget fl_pull_target(const LoopParams& p, const FlStreamState* 
   return t;
 }
 
-// One thread: reads the mark over the bus. Bytes under the mark never change
-// until the slot is reused, which needs this frame consumed first.
+// One thread: the 16-byte words of ring sequence `seq` that the received
+// mark of its slot (device address `slot`) says are final, at most
+// `capacity_words`; 0 while the mark is another frame's. Reads the mark over
+// the bus. Bytes under the mark never change until the slot is reused,
+// which needs this frame consumed first.
+FL_DEVICE uint32_t fl_marked_words(uint64_t slot, uint64_t seq, uint32_t capacity_words) {
+  const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)slot)->received_mark);
+  if ((uint32_t)(mark >> 32) != (uint32_t)seq) return 0;
+  const uint64_t words = (mark & 0xffffffffull) / 16u;
+  return words < capacity_words ? (uint32_t)words : capacity_words;
+}
+
+// The bytes of the frame after the last claimed one that the pulls may
+// take before it is claimed: its expected length (the last claimed
+// frame's) less `end_guard` (loop.pull_end_guard_bytes); no limit (~0) with
+// the guard off or a frame expected no longer than it.
+FL_DEVICE uint64_t fl_pull_guard_end(const LoopParams& p, const FlStreamState* s) {
+  const uint64_t guard = s->end_guard, expected = p.st->desc.payload_len;
+  return guard != 0 && expected > guard ? expected - guard : ~0ull;
+}
+
+// One thread: the next pull (fl_marked_words past what the staging buffer holds).
 FL_DEVICE FlPullRange fl_next_pull(const LoopParams& p, const FlStreamState* s, uint32_t capacity_words) {
   const FlPullTarget t = fl_pull_target(p, s);
   FlPullRange r;
   r.seq = t.seq;
   r.slot = t.slot;
   r.from = (uint32_t)(t.pulled / 16u);
-  r.end = r.from;
-  const uint64_t mark = fl_load_acquire_sys(&((const SlotHeader*)r.slot)->received_mark);
-  if ((uint32_t)(mark >> 32) == (uint32_t)r.seq) {
-    uint64_t words = (mark & 0xffffffffull) / 16u;
-    if (words > capacity_words) words = capacity_words;
-    if (words > r.end) r.end = (uint32_t)words;
-  }
+  const uint32_t words = fl_marked_words(r.slot, r.seq, capacity_words);
+  r.end = words > r.from ? words : r.from;
   return r;
 }
 
@@ -88,9 +103,7 @@ FL_DEVICE FlPollWatch fl_pull_watch(const LoopParams& p, const FlStreamState* s,
   const FlPullTarget t = fl_pull_target(p, s);
   FlPollWatch w = {nullptr, 0ull};
   const uint64_t above = t.pulled + (uint64_t)FL_PULL_WATCH_BYTES - 1u;
-  if (t.pulled / 16u >= capacity_words || above > 0xffffffffull) return w;
-  const uint64_t guard = s->end_guard, expected = p.st->desc.payload_len;
-  if (guard != 0 && expected > guard && above >= expected - guard) return w;
+  if (t.pulled / 16u >= capacity_words || above > 0xffffffffull || above >= fl_pull_guard_end(p, s)) return w;
   w.mark = &((const SlotHeader*)t.slot)->received_mark;
   w.above = ((t.seq & 0xffffffffull) << 32) | above;
   return w;
