@@ -57,6 +57,27 @@ FL_DEVICE void fl_store_relaxed_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Device-scope acquire loads and release stores, between blocks of one grid.
+FL_DEVICE uint32_t fl_load_acquire_gpu32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+FL_DEVICE uint64_t fl_load_acquire_gpu64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+FL_DEVICE void fl_store_release_gpu64(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 // Atomically takes a flag set by the host (returns its old value, leaves 0).
 FL_DEVICE uint64_t fl_take_flag_sys(uint64_t* p) {
   uint64_t v;

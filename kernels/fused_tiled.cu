@@ -324,27 +324,6 @@ FL_DEVICE uint64_t fl_tiled_bytes_through(uint32_t kind, int64_t g1) {
   return fl_sample_end<FL_FMT_U12>(g1 - 1);
 }
 
-// Device-scope acquire loads and release stores between the grid's blocks.
-FL_DEVICE uint32_t fl_load_acquire_gpu32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-FL_DEVICE void fl_store_release_gpu32(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-FL_DEVICE uint64_t fl_load_acquire_gpu64(const unsigned long long* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-FL_DEVICE void fl_store_release_gpu64(unsigned long long* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 // Bytes of ring sequence `seq` the staging buffer holds (0 when it holds another frame's).
 FL_DEVICE uint64_t fl_stream_pulled_of(const FlStreamState* s, uint64_t seq) {
   return fl_load_acquire_gpu64(&s->seq) == seq ? fl_load_acquire_gpu64(&s->pulled) : 0ull;
@@ -361,7 +340,7 @@ FL_DEVICE uint64_t fl_stream_pulled_of(const FlStreamState* s, uint64_t seq) {
 // for: it started before the tile's own read over the bus would, so it
 // lands sooner. Otherwise what is pulled now; the tile reads the rest from
 // the slot, which holds the whole frame once it is published.
-FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const unsigned long long* pulling, uint64_t seq,
+FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulling, uint64_t seq,
                                    uint64_t need) {
   uint64_t pulled = fl_stream_pulled_of(s, seq);
   if (pulled >= need) return pulled;
@@ -376,7 +355,7 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const unsigned long l
 FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
                                uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
                                const FlStreamState* stream, const uint8_t* staged, uint32_t* marks, uint32_t blocks,
-                               const unsigned long long* pulling, bool steps_loaded) {
+                               const uint64_t* pulling, bool steps_loaded) {
   // Everything the block needs of the frame, the chain and the pulls, as
   // loads in flight together (one memory round trip, not one per use).
   struct {
