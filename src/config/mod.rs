@@ -42,12 +42,13 @@ pub struct LoopConfig {
     pub stream_to_gpu: StreamToGpu,
     /// CUDA backend, frames streaming into GPU memory: the last bytes of a
     /// frame (its expected length: the previous frame's) the loop does not
-    /// start a pull for, so that when
-    /// the frame is published the GPU is waiting for it rather than copying
-    /// (detected sooner) and reads those bytes after the claim instead
-    /// (computes longer). 0 pulls up to the end. Whether the trade pays
-    /// depends on the link and the host: measured over loopback at a 25 Gb/s
-    /// pace, 65536 moved 768 KiB frames' wire-to-result p50 by -2.4, -1.3
+    /// pull before the claim; they are read after it instead (computes
+    /// longer). Where pulls run between polls (one kernel per operator in
+    /// the graph's IF body) the GPU is then waiting when the frame is
+    /// published (detected sooner); the tiled kernel's puller block never
+    /// delays detection, so there it only holds the puller back. 0 pulls up
+    /// to the end. Measured over loopback at a 25 Gb/s pace before the
+    /// puller, 65536 moved 768 KiB frames' wire-to-result p50 by -2.4, -1.3
     /// and +3.1 µs in three runs (docs/gpu.md).
     pub pull_end_guard_bytes: u32,
     /// Host backend: the nice value of the thread that runs the chain
