@@ -46,11 +46,13 @@ FL_DEVICE void fl_tiled_copy_steps(const FusedStep* from, uint32_t count, uint32
 }
 
 // Where this block works: sample g of the frame is local sample g - base.
+// Sample indices are 32-bit: a slot holds at most 1 GiB (ring.slot_bytes),
+// so a frame has fewer than 2^30 samples and a tile's halo is far shorter.
 struct FlTile {
-  int64_t base;  // t0 - the held halo (a multiple of 4; may be negative)
-  int64_t t0;    // first output of the tile
-  int64_t t1;    // one past its last (<= n)
-  int64_t n;     // samples of the frame
+  int32_t base;  // t0 - the held halo (a multiple of 4; may be negative)
+  int32_t t0;    // first output of the tile
+  int32_t t1;    // one past its last (<= n)
+  int32_t n;     // samples of the frame
 };
 
 // Where a tile reads the frame's bytes: the slot's payload, and for a
@@ -68,13 +70,13 @@ struct FlTiledSource {
 // published): whole chunks take one load from one of the two, a chunk
 // across `pulled` is read sample by sample.
 template <int FMT>
-FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out, const FlTile& t, int64_t g0,
-                               int64_t g1, float scale, float offset) {
+FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out, const FlTile& t, int32_t g0,
+                               int32_t g1, float scale, float offset) {
   typedef UnpackChunk<FMT> C;
   const uint8_t* payload = src.payload;
-  const int64_t c0 = g0 / C::samples, c1 = (g1 + C::samples - 1) / C::samples;
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
-    const int64_t first = c * C::samples;
+  const int32_t c0 = g0 / C::samples, c1 = (g1 + C::samples - 1) / C::samples;
+  for (int32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+    const int32_t first = c * C::samples;
     const uint64_t at = (uint64_t)c * C::bytes;
     const bool across = at < src.pulled && at + C::bytes > src.pulled;
     if (vec_in && !across && first >= g0 && first + C::samples <= g1) {
@@ -93,9 +95,9 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
                                         fl_mul_add(__uint2float_rn(s[k + 2]), scale, offset),
                                         fl_mul_add(__uint2float_rn(s[k + 3]), scale, offset));
     } else {
-      const int64_t lo = first > g0 ? first : g0;
-      const int64_t hi = first + C::samples < g1 ? first + C::samples : g1;
-      for (int64_t i = lo; i < hi; ++i) {
+      const int32_t lo = first > g0 ? first : g0;
+      const int32_t hi = first + C::samples < g1 ? first + C::samples : g1;
+      for (int32_t i = lo; i < hi; ++i) {
         const uint8_t* from = fl_sample_end<FMT>(i) <= src.pulled ? src.staged : payload;
         out[i - t.base] = fl_mul_add(__uint2float_rn(fl_sample_at<FMT>(from, (uint32_t)i)), scale, offset);
       }
@@ -103,94 +105,127 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
   }
 }
 
-// FIR outputs [g0, g1) of `count` taps by fl_fir_at on local samples, each
-// bounds-checked (the frame's first and last `half` outputs).
-FL_DEVICE void fl_tiled_fir_checked(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1,
-                                    uint32_t count, const float* taps) {
-  for (int64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) y[g - t.base] = fl_fir_at(x, t.base, t.n, count, taps, g);
-}
+// The filter steps deal their outputs [g0, g1) out in quads: thread j of
+// the block computes outputs 4q .. 4q + 3 (those inside [g0, g1)) for
+// q = g0 / 4 + j, + blockDim.x, ...; a quad starts on a 16-byte boundary of
+// the buffers (the tile's `base` is a multiple of 4), so it is read and
+// written with float4s where its window allows.
 
-// FIR outputs [g0, g1): the sum of fl_fir_at in the same order, reading
-// local samples. Outputs whose whole window lies inside the frame (all but
-// `half` at either end) sum their terms without a bounds test, indexed in
-// 32 bits (a tile and its halos hold far fewer than 2^31 samples); the
-// others take fl_tiled_fir_checked. COUNT: the tap count when it is known
-// at compile time (taps held in registers, the loop unrolled), 0 for any.
+// FIR outputs [g0, g1) of the `count` taps (fl_fir_at's sum in the same
+// order) on local samples, dealt out in quads (above). A quad whose
+// windows lie inside the frame and the buffer of `held` floats is read as
+// three float4s with its taps in registers when COUNT (the tap count,
+// known at compile time; 0 for any) is at most FL_FIR_QUAD_MAX_TAPS; other
+// outputs away from the frame's ends sum their window without bounds
+// tests, the first and last `half` take fl_fir_at.
 template <uint32_t COUNT>
-FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
-                              const float* taps) {
+FL_DEVICE void fl_tiled_fir_n(const float* x, float* y, const FlTile& t, int32_t g0, int32_t g1,
+                              uint32_t count, const float* taps, uint32_t held) {
   constexpr uint32_t HELD = COUNT ? COUNT : 1;
+  constexpr bool QUADS = COUNT != 0 && COUNT <= FL_FIR_QUAD_MAX_TAPS;
   float tap[HELD];
 #pragma unroll
   for (uint32_t k = 0; k < HELD; ++k) tap[k] = COUNT ? taps[k] : 0.0f;
   const uint32_t n_taps = COUNT ? COUNT : count;
-  const int64_t half = n_taps / 2;
-  const int64_t inner_end = t.n - (int64_t)n_taps + 1 + half;  // g < inner_end: the window ends inside
-  const int64_t a = g0 > half ? g0 : half;
-  const int64_t b = g1 < inner_end ? g1 : inner_end;
-  if (a >= b) {
-    fl_tiled_fir_checked(x, y, t, g0, g1, n_taps, taps);
-    return;
-  }
-  const int32_t first = (int32_t)(a - t.base), end = (int32_t)(b - t.base), reach = (int32_t)half;
-  for (int32_t l = first + (int32_t)threadIdx.x; l < end; l += (int32_t)blockDim.x) {
-    const float* window = x + (l - reach);
-    float acc = 0.0f;
-    if (COUNT) {
-#pragma unroll
-      for (uint32_t k = 0; k < HELD; ++k) acc = fl_mul_add(tap[k], window[k], acc);
-    } else {
-#pragma unroll 4
-      for (uint32_t k = 0; k < n_taps; ++k) acc = fl_mul_add(taps[k], window[k], acc);
+  const int32_t half = n_taps / 2;
+  for (int32_t q = g0 / 4 + threadIdx.x; 4 * q < g1; q += blockDim.x) {
+    const int32_t first = 4 * q, l = first - t.base;
+    if (QUADS && first >= g0 && first + 4 <= g1 && first >= half && first + 3 + half < t.n && l >= 4 &&
+        l + 8 <= (int32_t)held) {
+      const float4* x4 = (const float4*)(x + l);
+      const float4 a = x4[-1], b = x4[0], c = x4[1];
+      const float v[12] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+      const float4 r = fl_fir_quad<(QUADS ? HELD / 2 : 0)>(v, tap);
+      *(float4*)(y + l) = r;
+      continue;
     }
-    y[l] = acc;
+    for (int32_t g = first; g < first + 4; ++g) {
+      if (g < g0 || g >= g1) continue;
+      float acc = 0.0f;
+      if (g >= half && g + half < t.n) {
+        const float* window = x + (g - half - t.base);
+        if (COUNT) {
+#pragma unroll
+          for (uint32_t k = 0; k < HELD; ++k) acc = fl_mul_add(tap[k], window[k], acc);
+        } else {
+#pragma unroll 4
+          for (uint32_t k = 0; k < n_taps; ++k) acc = fl_mul_add(taps[k], window[k], acc);
+        }
+      } else {
+        acc = fl_fir_at(x, t.base, t.n, n_taps, taps, g);
+      }
+      y[g - t.base] = acc;
+    }
   }
-  fl_tiled_fir_checked(x, y, t, g0, a, n_taps, taps);
-  fl_tiled_fir_checked(x, y, t, b, g1, n_taps, taps);
 }
 
 // The FIR step: compiled for the short odd filters chains mostly use, the
 // general loop for any other count.
-FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t count,
-                            const float* taps) {
+FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int32_t g0, int32_t g1,
+                            uint32_t count, const float* taps, uint32_t held) {
   switch (count) {
-    case 3: fl_tiled_fir_n<3>(x, y, t, g0, g1, count, taps); break;
-    case 5: fl_tiled_fir_n<5>(x, y, t, g0, g1, count, taps); break;
-    case 7: fl_tiled_fir_n<7>(x, y, t, g0, g1, count, taps); break;
-    case 9: fl_tiled_fir_n<9>(x, y, t, g0, g1, count, taps); break;
-    case 11: fl_tiled_fir_n<11>(x, y, t, g0, g1, count, taps); break;
-    case 13: fl_tiled_fir_n<13>(x, y, t, g0, g1, count, taps); break;
-    case 15: fl_tiled_fir_n<15>(x, y, t, g0, g1, count, taps); break;
-    default: fl_tiled_fir_n<0>(x, y, t, g0, g1, count, taps); break;
+    case 3: fl_tiled_fir_n<3>(x, y, t, g0, g1, count, taps, held); break;
+    case 5: fl_tiled_fir_n<5>(x, y, t, g0, g1, count, taps, held); break;
+    case 7: fl_tiled_fir_n<7>(x, y, t, g0, g1, count, taps, held); break;
+    case 9: fl_tiled_fir_n<9>(x, y, t, g0, g1, count, taps, held); break;
+    case 11: fl_tiled_fir_n<11>(x, y, t, g0, g1, count, taps, held); break;
+    case 13: fl_tiled_fir_n<13>(x, y, t, g0, g1, count, taps, held); break;
+    case 15: fl_tiled_fir_n<15>(x, y, t, g0, g1, count, taps, held); break;
+    default: fl_tiled_fir_n<0>(x, y, t, g0, g1, count, taps, held); break;
   }
 }
 
-// filter2d outputs [g0, g1): fl_filter2d_range's sums on local samples.
-// Each thread steps through its outputs blockDim.x apart, so it carries its
-// row and column forward (one division per thread, not one per output);
-// outputs away from the border take fl_filter2d_interior.
-FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int64_t g0, int64_t g1, uint32_t w,
-                                 const float* k) {
+// filter2d outputs [g0, g1) (fl_filter2d_at's sums) on local samples,
+// dealt out in quads, the 3x3 weights in registers. When rows are a
+// multiple of 4 samples long a quad lies in one row; one with all its
+// neighbours inside the image reads its three rows as a float4 and two
+// scalars each (9 loads for 4 outputs, not 36). Other quads take each
+// output on its own: past the last whole row it passes through, on the
+// border fl_filter2d_at, else fl_filter2d_interior.
+FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int32_t g0, int32_t g1,
+                                 uint32_t w, const float* weights) {
   const uint32_t n = (uint32_t)t.n;
   const uint32_t rows = w ? n / w : 0;
   const uint32_t full = rows * w;
-  const int64_t first = g0 + threadIdx.x;
-  if (first >= g1) return;
-  const uint32_t step_rows = w ? blockDim.x / w : 0, step_cols = w ? blockDim.x % w : 0;
-  uint32_t r = w ? (uint32_t)first / w : 0;
-  uint32_t c = (uint32_t)first - r * w;
-  for (int64_t g = first; g < g1; g += blockDim.x) {
-    const uint32_t i = (uint32_t)g;
-    if (i >= full) {
-      y[g - t.base] = x[g - t.base];
-    } else if (r >= 1 && r + 1 < rows && c >= 1 && c + 1 < w) {
-      y[g - t.base] = fl_filter2d_interior(x + ((int64_t)i - w - 1 - t.base), w, k);
-    } else {
-      y[g - t.base] = fl_filter2d_at(x, t.base, r, c, rows, w, k);
+  float k[9];
+#pragma unroll
+  for (uint32_t j = 0; j < 9; ++j) k[j] = weights[j];
+  const bool quads_in_rows = w % 4 == 0;
+  for (int32_t q = g0 / 4 + threadIdx.x; 4 * q < g1; q += blockDim.x) {
+    const int32_t first = 4 * q;
+    const uint32_t i = (uint32_t)first;
+    uint32_t r = w ? i / w : 0;
+    uint32_t c = i - r * w;
+    if (quads_in_rows && first >= g0 && first + 4 <= g1 && i + 4 <= full && r >= 1 && r + 1 < rows && c >= 1 &&
+        c + 5 <= w) {
+      // Row by row (each output's nine terms still in fl_filter2d_at's
+      // order), so only one row's six samples are held at a time.
+      const float* above = x + (first - (int32_t)w - t.base);
+      float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (uint32_t dr = 0; dr < 3; ++dr) {
+        const float* row = above + dr * w;
+        const float4 mid = *(const float4*)row;
+        // v[j]: column c + j - 1 of row r + dr - 1.
+        const float v[6] = {row[-1], mid.x, mid.y, mid.z, mid.w, row[4]};
+#pragma unroll
+        for (uint32_t dc = 0; dc < 3; ++dc) {
+#pragma unroll
+          for (uint32_t m = 0; m < 4; ++m) o[m] = fl_mul_add(k[dr * 3 + dc], v[m + dc], o[m]);
+        }
+      }
+      *(float4*)(y + (first - t.base)) = make_float4(o[0], o[1], o[2], o[3]);
+      continue;
     }
-    r += step_rows;
-    c += step_cols;
-    if (c >= w) c -= w, r += 1;
+    for (int32_t g = first; g < first + 4; ++g, ++c) {
+      if (w && c >= w) c -= w, r += 1;
+      if (g < g0 || g >= g1) continue;
+      const uint32_t gi = (uint32_t)g;
+      float* out = y + (g - t.base);
+      if (gi >= full) *out = x[g - t.base];
+      else if (r >= 1 && r + 1 < rows && c >= 1 && c + 1 < w) *out = fl_filter2d_interior(x + (g - (int32_t)w - 1 - t.base), w, k);
+      else *out = fl_filter2d_at(x, t.base, r, c, rows, w, k);
+    }
   }
 }
 
@@ -401,14 +436,14 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   if (!has_staged) fl_mark_slot_bytes(marks, frame.payload_len, 0);
   for (uint32_t k = blockIdx.x; k < tiles; k += blocks) {
     FlTile t;
-    t.n = n;
-    t.t0 = (int64_t)k * tile;
-    t.t1 = t.t0 + tile < t.n ? t.t0 + tile : t.n;
-    t.base = t.t0 - (int64_t)halo_held;
+    t.n = (int32_t)n;
+    t.t0 = (int32_t)(k * tile);
+    t.t1 = t.t0 + (int32_t)tile < t.n ? t.t0 + (int32_t)tile : t.n;
+    t.base = t.t0 - (int32_t)halo_held;
     if (has_staged) {
       // The frame's bytes the tile's unpack reads (its halos included), in
       // whole words the pulls can hold.
-      const int64_t g1 = t.t1 + (int64_t)halo < t.n ? t.t1 + (int64_t)halo : t.n;
+      const int32_t g1 = t.t1 + (int32_t)halo < t.n ? t.t1 + (int32_t)halo : t.n;
       uint64_t need = fl_tiled_bytes_through(steps[0].kind, g1);
       const uint64_t whole_words = (uint64_t)(frame.payload_len & ~15u);
       need = need < whole_words ? need : whole_words;
@@ -423,7 +458,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     }
     fl_mark(marks, frame.detect_ns, FL_MARK_BYTES_READY);
     // Samples either side of the tile the current buffer still holds correctly.
-    int64_t reach = halo;
+    int32_t reach = (int32_t)halo;
     // The buffer holding the latest samples.
     uint32_t current = 0;
     for (uint32_t i = 0; i < step_count; ++i) {
@@ -431,11 +466,11 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
       const float* in = (s.input & 1u) ? b1 : b0;
       float* o = (s.output & 1u) ? b1 : b0;
       const bool filter = s.kind == FL_STEP_FIR || s.kind == FL_STEP_FILTER2D;
-      if (s.kind <= FL_STEP_UNPACK_U12) reach = halo;
-      if (filter) reach -= s.kind == FL_STEP_FIR ? (int64_t)(s.count / 2) : (int64_t)s.count + 1;
+      if (s.kind <= FL_STEP_UNPACK_U12) reach = (int32_t)halo;
+      if (filter) reach -= s.kind == FL_STEP_FIR ? (int32_t)(s.count / 2) : (int32_t)s.count + 1;
       if (filter || s.kind <= FL_STEP_UNPACK_U12) current = s.output & 1u;
-      const int64_t g0 = t.t0 - reach > 0 ? t.t0 - reach : 0;
-      const int64_t g1 = t.t1 + reach < t.n ? t.t1 + reach : t.n;
+      const int32_t g0 = t.t0 - reach > 0 ? t.t0 - reach : 0;
+      const int32_t g1 = t.t1 + reach < t.n ? t.t1 + reach : t.n;
       switch (s.kind) {
         case FL_STEP_UNPACK_U8:
           fl_tiled_unpack<FL_FMT_U8>(source, (uint64_t)payload % 16 == 0, o, t, g0, g1, s.a, s.b);
@@ -447,7 +482,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
           fl_tiled_unpack<FL_FMT_U12>(source, (uint64_t)payload % 4 == 0, o, t, g0, g1, s.a, s.b);
           break;
         case FL_STEP_FIR:
-          fl_tiled_fir(in, o, t, g0, g1, s.count <= FL_MAX_FIR_TAPS ? s.count : FL_MAX_FIR_TAPS, s.coeffs);
+          fl_tiled_fir(in, o, t, g0, g1, s.count <= FL_MAX_FIR_TAPS ? s.count : FL_MAX_FIR_TAPS, s.coeffs, span);
           break;
         case FL_STEP_FILTER2D:
           fl_tiled_filter2d(in, o, t, g0, g1, s.count, s.coeffs);
@@ -470,7 +505,7 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
     }
     if (samples != nullptr) {
       const float* x = current ? b1 : b0;
-      for (int64_t g = t.t0 + threadIdx.x; g < t.t1; g += blockDim.x) samples[g] = x[g - t.base];
+      for (int32_t g = t.t0 + threadIdx.x; g < t.t1; g += blockDim.x) samples[g] = x[g - t.base];
     }
     // The next tile's unpack overwrites what the threads above still read.
     __syncthreads();

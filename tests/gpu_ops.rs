@@ -1050,6 +1050,22 @@ fn tiled_fused_chains_match_the_cpu_chain_at_every_size() {
         OpSpec::Stats,
         OpSpec::Threshold { level: 0.1 },
     ]);
+    // filter2d on rows a multiple of 4 long (whole quads read as float4s)
+    // and on short ones (mostly border quads), then a FIR of the longest
+    // taps read as float4s.
+    chains.push(vec![
+        OpSpec::Unpack { format: SampleFormat::U12, scale: 1.0 / 4096.0, offset: 0.0 },
+        OpSpec::Filter2d { width: 1024, kernel: std::array::from_fn(|_| rng.float(-0.3, 0.3)) },
+        OpSpec::Stats,
+        OpSpec::Threshold { level: 0.2 },
+    ]);
+    chains.push(vec![
+        OpSpec::Unpack { format: SampleFormat::U8, scale: 0.01, offset: -1.0 },
+        OpSpec::Filter2d { width: 12, kernel: std::array::from_fn(|_| rng.float(-0.3, 0.3)) },
+        OpSpec::Threshold { level: 0.05 },
+        OpSpec::Fir { taps: rng.floats(9, -0.5, 0.5) },
+        OpSpec::Stats,
+    ]);
     chains.extend((0..10).map(|_| random_chain(&mut rng)));
     // Both plans: tiles capped by the halo (mapped slot) and spread over
     // every block (device memory, the streaming path).
