@@ -512,24 +512,28 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   }
   bool has_stats = false, has_detect = false;
   FlPartial mine = fl_partial_empty();
-  for (uint32_t i = 0; i < step_count; ++i) {
-    const FusedStep& s = steps[i];
-    // The last stats and the last threshold of the chain give the result's fields, as on the CPU.
-    if (s.kind == FL_STEP_STATS || s.kind == FL_STEP_STATS_THRESHOLD) {
-      has_stats = true;
-      mine.sum = acc[i].sum, mine.min = acc[i].min, mine.max = acc[i].max;
-    }
-    if (s.kind == FL_STEP_THRESHOLD || s.kind == FL_STEP_STATS_THRESHOLD) {
-      has_detect = true;
-      mine.count = acc[i].count, mine.first = acc[i].first;
-    }
-    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_DELAY) {
-      const uint64_t start = fl_globaltimer();
-      while (fl_globaltimer() - start < s.delay_ns) __nanosleep(256);
-    }
-    if (threadIdx.x == 0 && blockIdx.x == 0 && s.kind == FL_STEP_FAULT_AT && frame.ring_seq >= s.count) {
-      volatile uint32_t* bad = (volatile uint32_t*)8ull;
-      *bad = 0xdeadu;
+  // Only thread 0 writes the block's slot below (and, in the last block,
+  // the result), so only it looks through the steps for what they give.
+  if (threadIdx.x == 0) {
+    for (uint32_t i = 0; i < step_count; ++i) {
+      const FusedStep& s = steps[i];
+      // The last stats and the last threshold of the chain give the result's fields, as on the CPU.
+      if (s.kind == FL_STEP_STATS || s.kind == FL_STEP_STATS_THRESHOLD) {
+        has_stats = true;
+        mine.sum = acc[i].sum, mine.min = acc[i].min, mine.max = acc[i].max;
+      }
+      if (s.kind == FL_STEP_THRESHOLD || s.kind == FL_STEP_STATS_THRESHOLD) {
+        has_detect = true;
+        mine.count = acc[i].count, mine.first = acc[i].first;
+      }
+      if (blockIdx.x == 0 && s.kind == FL_STEP_DELAY) {
+        const uint64_t start = fl_globaltimer();
+        while (fl_globaltimer() - start < s.delay_ns) __nanosleep(256);
+      }
+      if (blockIdx.x == 0 && s.kind == FL_STEP_FAULT_AT && frame.ring_seq >= s.count) {
+        volatile uint32_t* bad = (volatile uint32_t*)8ull;
+        *bad = 0xdeadu;
+      }
     }
   }
   fl_mark(marks, frame.detect_ns, FL_MARK_TILES);
