@@ -62,8 +62,9 @@ FL_DEVICE void fl_fir_direct(const FrameDesc* fd, const float* x, float* y, uint
 // Longest filter fl_fir_quads takes (its window is three float4s).
 #define FL_FIR_QUAD_MAX_TAPS 9
 
-// One quad of fl_fir_quads for a filter of 2 * HALF + 1 taps: the window
-// indices are compile-time constants, so `v` stays in registers.
+// One quad of fl_fir_quads (and of the tiled kernel's FIR, fused_tiled.cu)
+// for a filter of 2 * HALF + 1 taps: the window indices are compile-time
+// constants, so `v` stays in registers.
 template <uint32_t HALF>
 FL_DEVICE float4 fl_fir_quad(const float* v, const float* t) {
   float out[4];
