@@ -61,6 +61,10 @@ pub enum NotTiled {
         "the chain's filters reach {halo} samples either side of a tile, and a tile at least as long with its halos needs {needed} B of shared memory per block where {limit} B are available; use narrower filter2d rows or fewer filters"
     )]
     HaloTooWide { halo: u64, needed: usize, limit: usize },
+    #[error(
+        "frames of {capacity} samples with their halos are more than the tiled kernel's 32-bit sample indices reach (2^31 - 1); use a smaller ring.slot_bytes (at most 1 GiB)"
+    )]
+    TooLarge { capacity: usize },
     #[error("an empty chain has nothing to tile")]
     Empty,
 }
@@ -150,6 +154,10 @@ pub fn plan_tiles(
     shared_limit: usize,
     source: FrameSource,
 ) -> Result<TilePlan, NotTiled> {
+    // kernels/fused_tiled.cu indexes samples (halos included) in 32 bits.
+    if (capacity as u64).saturating_add(held_halo(halo).saturating_mul(2)) > i32::MAX as u64 {
+        return Err(NotTiled::TooLarge { capacity });
+    }
     let by_size = u32::try_from(capacity.div_ceil(MIN_TILE_SAMPLES)).unwrap_or(u32::MAX);
     // Tiles at least HALO_TILE_RATIO halos long from the mapped slot, at
     // least one halo long from device memory (shorter ones would mostly
@@ -653,6 +661,11 @@ mod tests {
         let err = plan_tiles(1 << 20, 100_000, 132, 227 * 1024, FrameSource::MappedSlot).unwrap_err();
         assert!(matches!(err, NotTiled::HaloTooWide { halo: 100_000, .. }), "{err:?}");
         assert!(err.to_string().contains("100000 samples"), "{err}");
+        // The largest slot's u8 frame is indexed; a frame past 32-bit indices is refused.
+        assert!(plan_tiles(1 << 30, 1025, 132, 227 * 1024, FrameSource::DeviceMemory).is_ok());
+        let err = plan_tiles(1 << 31, 0, 132, 227 * 1024, FrameSource::DeviceMemory).unwrap_err();
+        assert!(matches!(err, NotTiled::TooLarge { capacity } if capacity == 1 << 31), "{err:?}");
+        assert!(err.to_string().contains("ring.slot_bytes"), "{err}");
         assert!(
             FusedTiledOp::new("t", FusedChain::encode(&[], 64).unwrap(), FrameSource::MappedSlot).is_err()
         );
