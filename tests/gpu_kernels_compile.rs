@@ -117,3 +117,30 @@ fn reduce_scratch_and_constants_match_the_rust_side() {
         .expect_err("a wrong scratch size must not compile");
     assert!(err.to_string().contains("FlReduceScratch size"), "{err}");
 }
+
+#[test]
+fn phase_mark_words_match_the_tiled_kernel() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    use frameloop::gpu::bench::{PHASE_MARKS, PhaseMark, SLOT_BYTES_MARK, SM_CLOCK_MARK};
+    let tiled = sources::OPERATOR_SOURCES
+        .iter()
+        .find(|(name, _)| *name == "fused_tiled.cu")
+        .map(|(_, text)| *text)
+        .expect("fused_tiled.cu is embedded");
+    let facts = |marks: &[PhaseMark]| {
+        let mut text = tiled.to_string();
+        for m in marks {
+            text.push_str(&format!("\nstatic_assert({} == {}, \"{}\");", m.define, m.word, m.define));
+        }
+        text
+    };
+    let all: Vec<PhaseMark> = PHASE_MARKS.iter().copied().chain([SLOT_BYTES_MARK, SM_CLOCK_MARK]).collect();
+    nvrtc::compile("phase_marks.cu", &facts(&all), "sm_90")
+        .unwrap_or_else(|e| panic!("src/gpu/bench.rs and kernels/fused_tiled.cu disagree on a mark: {e}"));
+    let wrong = PhaseMark { word: SM_CLOCK_MARK.word + 1, ..SM_CLOCK_MARK };
+    let err = nvrtc::compile("phase_marks_bad.cu", &facts(&[wrong]), "sm_90")
+        .expect_err("a wrong mark word must not compile");
+    assert!(err.to_string().contains("FL_MARK_SM_CLOCK_MHZ"), "{err}");
+}

@@ -121,27 +121,42 @@ pub struct ModeResult {
     pub gpu_sm_clock_p50_mhz: Option<f64>,
 }
 
-/// The claiming tiled kernel's phase marks (`FL_MARK_*`, kernels/fused_tiled.cu):
-/// user result word and name, in the order a frame passes them.
-pub const PHASE_MARKS: [(usize, &str); 9] = [
-    (0, "started"),
-    (1, "prologue"),
-    (7, "bytes ready"),
-    (2, "first step"),
-    (8, "second step"),
-    (9, "third step"),
-    (3, "tiles done"),
-    (4, "combined"),
-    (5, "released"),
+/// One word of the user result words the claiming tiled kernel fills when
+/// built with `FL_TILED_PHASES` (kernels/fused_tiled.cu).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseMark {
+    /// The user result word.
+    pub word: usize,
+    /// What the report calls it.
+    pub name: &'static str,
+    /// The kernel's `#define` of the word (checked against it by
+    /// tests/gpu_kernels_compile.rs).
+    pub define: &'static str,
+}
+
+const fn mark(word: usize, name: &'static str, define: &'static str) -> PhaseMark {
+    PhaseMark { word, name, define }
+}
+
+/// The claiming tiled kernel's phase marks, in the order a frame passes them:
+/// nanoseconds after detection.
+pub const PHASE_MARKS: [PhaseMark; 9] = [
+    mark(0, "started", "FL_MARK_STARTED"),
+    mark(1, "prologue", "FL_MARK_PROLOGUE"),
+    mark(7, "bytes ready", "FL_MARK_BYTES_READY"),
+    mark(2, "first step", "FL_MARK_FIRST_STEP"),
+    mark(8, "second step", "FL_MARK_SECOND_STEP"),
+    mark(9, "third step", "FL_MARK_THIRD_STEP"),
+    mark(3, "tiles done", "FL_MARK_TILES"),
+    mark(4, "combined", "FL_MARK_COMBINED"),
+    mark(5, "released", "FL_MARK_RELEASED"),
 ];
 
-/// The user result word of the bytes a frame's tiles read from the slot
-/// after the claim (`FL_MARK_SLOT_BYTES`).
-const SLOT_BYTES_MARK: usize = 6;
+/// The bytes a frame's tiles read from the slot after the claim.
+pub const SLOT_BYTES_MARK: PhaseMark = mark(6, "read from the slot", "FL_MARK_SLOT_BYTES");
 
-/// The user result word of block 0's SM clock over its share of the frame, MHz
-/// (`FL_MARK_SM_CLOCK_MHZ`).
-const SM_CLOCK_MARK: usize = 10;
+/// Block 0's SM clock over its share of the frame, MHz.
+pub const SM_CLOCK_MARK: PhaseMark = mark(10, "SM clock", "FL_MARK_SM_CLOCK_MHZ");
 
 /// The median of user result word `word` over `records`.
 fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
@@ -150,14 +165,28 @@ fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
     quantile(&v, 0.5).unwrap_or(0)
 }
 
-/// p50 of each phase mark over `records` (µs), and of the bytes read from
-/// the slot after the claim (KiB), or `None` when no record carries marks.
-fn phase_marks_p50(records: &[crate::ring::ResultRecord]) -> Option<(Vec<f64>, f64)> {
-    if records.iter().all(|r| PHASE_MARKS.iter().all(|&(w, _)| r.user[w] == 0)) {
+/// The medians of the phase marks over a run's results.
+#[derive(Debug, Clone, PartialEq)]
+struct PhaseMarksP50 {
+    /// Each of [`PHASE_MARKS`], µs after detection.
+    times_us: Vec<f64>,
+    /// [`SLOT_BYTES_MARK`], KiB.
+    slot_read_kib: f64,
+    /// [`SM_CLOCK_MARK`], MHz; `None` when no record has it.
+    sm_clock_mhz: Option<f64>,
+}
+
+/// The p50 of every mark over `records`, or `None` when no record carries marks.
+fn phase_marks_p50(records: &[crate::ring::ResultRecord]) -> Option<PhaseMarksP50> {
+    if records.iter().all(|r| PHASE_MARKS.iter().all(|m| r.user[m.word] == 0)) {
         return None;
     }
-    let times = PHASE_MARKS.iter().map(|&(w, _)| user_word_p50(records, w) as f64 / 1e3).collect();
-    Some((times, user_word_p50(records, SLOT_BYTES_MARK) as f64 / 1024.0))
+    let mhz = user_word_p50(records, SM_CLOCK_MARK.word);
+    Some(PhaseMarksP50 {
+        times_us: PHASE_MARKS.iter().map(|m| user_word_p50(records, m.word) as f64 / 1e3).collect(),
+        slot_read_kib: user_word_p50(records, SLOT_BYTES_MARK.word) as f64 / 1024.0,
+        sm_clock_mhz: (mhz != 0).then_some(mhz as f64),
+    })
 }
 
 /// One target of the issue and whether this run met it.
@@ -245,7 +274,7 @@ impl CompareReport {
         for m in &self.modes {
             if let Some(marks) = &m.gpu_phase_p50_us {
                 let marks: Vec<String> =
-                    PHASE_MARKS.iter().zip(marks).map(|((_, name), us)| format!("{name} {us:.2}")).collect();
+                    PHASE_MARKS.iter().zip(marks).map(|(m, us)| format!("{} {us:.2}", m.name)).collect();
                 let mut read = m.gpu_slot_read_p50_kib.map_or(String::new(), |kib| {
                     format!("; read from the slot after the claim: p50 {kib:.1} KiB")
                 });
@@ -590,11 +619,10 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
     gpu.sort_unstable();
     r.gpu_detect_to_done_p50_us = quantile_us(&gpu, 0.5);
     r.gpu_detect_to_done_p999_us = quantile_us(&gpu, 0.999);
-    if let Some((times, kib)) = phase_marks_p50(records.get(o.warmup..).unwrap_or_default()) {
-        r.gpu_phase_p50_us = Some(times);
-        r.gpu_slot_read_p50_kib = Some(kib);
-        let mhz = user_word_p50(records.get(o.warmup..).unwrap_or_default(), SM_CLOCK_MARK);
-        r.gpu_sm_clock_p50_mhz = (mhz != 0).then_some(mhz as f64);
+    if let Some(marks) = phase_marks_p50(records.get(o.warmup..).unwrap_or_default()) {
+        r.gpu_phase_p50_us = Some(marks.times_us);
+        r.gpu_slot_read_p50_kib = Some(marks.slot_read_kib);
+        r.gpu_sm_clock_p50_mhz = marks.sm_clock_mhz;
     }
     Ok(r)
 }
@@ -1104,16 +1132,18 @@ mod tests {
             .iter()
             .map(|&ns| {
                 let mut r = crate::ring::ResultRecord::default();
-                for &(w, _) in &PHASE_MARKS {
-                    r.user[w] = ns * (w as u32 + 1);
+                for m in &PHASE_MARKS {
+                    r.user[m.word] = ns * (m.word as u32 + 1);
                 }
-                r.user[SLOT_BYTES_MARK] = ns * 64;
+                r.user[SLOT_BYTES_MARK.word] = ns * 64;
                 r
             })
             .collect();
-        let (p50, kib) = phase_marks_p50(&marked).expect("marks");
+        let marks = phase_marks_p50(&marked).expect("marks");
+        let (p50, kib) = (marks.times_us, marks.slot_read_kib);
         assert_eq!(p50.len(), PHASE_MARKS.len());
-        for (&(w, name), us) in PHASE_MARKS.iter().zip(&p50) {
+        for (m, us) in PHASE_MARKS.iter().zip(&p50) {
+            let (w, name) = (m.word, m.name);
             assert!((us - 2.0 * (w + 1) as f64).abs() < 0.01, "word {w} ({name}): {us}");
         }
         assert!((kib - 125.0).abs() < 0.01, "2,000 x 64 bytes: {kib} KiB");
