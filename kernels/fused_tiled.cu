@@ -67,8 +67,11 @@ struct FlTiledSource {
 // Samples [g0, g1) of the payload converted into `out` (local indices).
 // A sample whose bytes all lie below `pulled` is read from the staged copy,
 // any other from the slot (which holds the whole frame once it is
-// published): whole chunks take one load from one of the two, a chunk
-// across `pulled` is read sample by sample.
+// published). A chunk whose bytes are whole in the frame and on one side
+// of `pulled` takes one load from one of the two (the chunks at the ends
+// of [g0, g1) then store only their samples inside it); only a chunk
+// across `pulled`, past the frame's last whole chunk or of an unaligned
+// payload is read sample by sample.
 template <int FMT>
 FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out, const FlTile& t, int32_t g0,
                                int32_t g1, float scale, float offset) {
@@ -79,21 +82,27 @@ FL_DEVICE void fl_tiled_unpack(const FlTiledSource& src, bool vec_in, float* out
     const int32_t first = c * C::samples;
     const uint64_t at = (uint64_t)c * C::bytes;
     const bool across = at < src.pulled && at + C::bytes > src.pulled;
-    if (vec_in && !across && first >= g0 && first + C::samples <= g1) {
+    if (vec_in && !across && first + (int32_t)C::samples <= t.n) {
       uint32_t words[4];
       fl_load_chunk<FMT>((at + C::bytes <= src.pulled ? src.staged : payload) + at, words);
       uint32_t s[C::samples];
       fl_decode_chunk<FMT>(words, s);
       float* y = out + (first - t.base);
-      // Four samples a store: a chunk's samples are 32 or 64 bytes apart
-      // from the next thread's, which scalar stores would write into the
-      // same banks of shared memory one after another.
+      if (first >= g0 && first + (int32_t)C::samples <= g1) {
+        // Four samples a store: a chunk's samples are 32 or 64 bytes apart
+        // from the next thread's, which scalar stores would write into the
+        // same banks of shared memory one after another.
 #pragma unroll
-      for (uint32_t k = 0; k < C::samples; k += 4)
-        *(float4*)(y + k) = make_float4(fl_mul_add(__uint2float_rn(s[k]), scale, offset),
-                                        fl_mul_add(__uint2float_rn(s[k + 1]), scale, offset),
-                                        fl_mul_add(__uint2float_rn(s[k + 2]), scale, offset),
-                                        fl_mul_add(__uint2float_rn(s[k + 3]), scale, offset));
+        for (uint32_t k = 0; k < C::samples; k += 4)
+          *(float4*)(y + k) = make_float4(fl_mul_add(__uint2float_rn(s[k]), scale, offset),
+                                          fl_mul_add(__uint2float_rn(s[k + 1]), scale, offset),
+                                          fl_mul_add(__uint2float_rn(s[k + 2]), scale, offset),
+                                          fl_mul_add(__uint2float_rn(s[k + 3]), scale, offset));
+      } else {
+#pragma unroll
+        for (uint32_t k = 0; k < C::samples; ++k)
+          if (first + (int32_t)k >= g0 && first + (int32_t)k < g1) y[k] = fl_mul_add(__uint2float_rn(s[k]), scale, offset);
+      }
     } else {
       const int32_t lo = first > g0 ? first : g0;
       const int32_t hi = first + C::samples < g1 ? first + C::samples : g1;
@@ -177,37 +186,46 @@ FL_DEVICE void fl_tiled_fir(const float* x, float* y, const FlTile& t, int32_t g
 
 // filter2d outputs [g0, g1) (fl_filter2d_at's sums) on local samples,
 // dealt out in quads, the 3x3 weights in registers. When rows are a
-// multiple of 4 samples long a quad lies in one row; one with all its
-// neighbours inside the image reads its three rows as a float4 and two
-// scalars each (9 loads for 4 outputs, not 36). Other quads take each
-// output on its own: past the last whole row it passes through, on the
-// border fl_filter2d_at, else fl_filter2d_interior.
+// multiple of 4 samples long a quad lies in one row, and one inside whole
+// rows reads its three rows as a float4 and two scalars each (9 loads for 4
+// outputs, not 36), the neighbours outside the image taken as zero: with
+// finite weights (the config's rule) a zero's term adds +0 or -0 to a sum
+// that is never -0 (it starts at +0), which leaves it as it is, so the bits
+// are fl_filter2d_at's, which skips those terms. A row outside the image
+// is read at the quad's own row and zeroed, so every read stays in the
+// rows the tile holds. Other quads take each output on its own: past the
+// last whole row it passes through, on the border fl_filter2d_at, else
+// fl_filter2d_interior.
 FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int32_t g0, int32_t g1,
                                  uint32_t w, const float* weights) {
   const uint32_t n = (uint32_t)t.n;
   const uint32_t rows = w ? n / w : 0;
   const uint32_t full = rows * w;
   float k[9];
+  bool finite = true;
 #pragma unroll
-  for (uint32_t j = 0; j < 9; ++j) k[j] = weights[j];
-  const bool quads_in_rows = w % 4 == 0;
+  for (uint32_t j = 0; j < 9; ++j) k[j] = weights[j], finite = finite && isfinite(k[j]);
+  const bool quads_in_rows = w % 4 == 0 && finite;
   for (int32_t q = g0 / 4 + threadIdx.x; 4 * q < g1; q += blockDim.x) {
     const int32_t first = 4 * q;
     const uint32_t i = (uint32_t)first;
     uint32_t r = w ? i / w : 0;
     uint32_t c = i - r * w;
-    if (quads_in_rows && first >= g0 && first + 4 <= g1 && i + 4 <= full && r >= 1 && r + 1 < rows && c >= 1 &&
-        c + 5 <= w) {
+    if (quads_in_rows && first >= g0 && first + 4 <= g1 && i + 4 <= full) {
+      const bool left = c >= 1, right = c + 4 < w;
+      const float* here = x + (first - t.base);
       // Row by row (each output's nine terms still in fl_filter2d_at's
       // order), so only one row's six samples are held at a time.
-      const float* above = x + (first - (int32_t)w - t.base);
       float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (uint32_t dr = 0; dr < 3; ++dr) {
-        const float* row = above + dr * w;
+        const bool inside = dr == 1 || (dr == 0 ? r >= 1 : r + 1 < rows);
+        const float* row = inside ? here + ((int32_t)dr - 1) * (int32_t)w : here;
         const float4 mid = *(const float4*)row;
-        // v[j]: column c + j - 1 of row r + dr - 1.
-        const float v[6] = {row[-1], mid.x, mid.y, mid.z, mid.w, row[4]};
+        const float l = row[-1], h = row[4];
+        // v[j]: column c + j - 1 of row r + dr - 1 (zero outside the image).
+        const float v[6] = {inside && left ? l : 0.0f, inside ? mid.x : 0.0f, inside ? mid.y : 0.0f,
+                            inside ? mid.z : 0.0f,     inside ? mid.w : 0.0f, inside && right ? h : 0.0f};
 #pragma unroll
         for (uint32_t dc = 0; dc < 3; ++dc) {
 #pragma unroll
@@ -274,9 +292,11 @@ FL_DEVICE uint32_t fl_tiled_samples(uint32_t kind, uint32_t payload_len, uint32_
   return n < cap ? n : cap;
 }
 
-// One frame, blocks [0, `blocks`) of the grid (blockIdx.x < blocks): `fd` the claimed frame (payload_len,
-// payload_dptr; n_samples is written by the last block), `prog` the chain (its buffers and staging
-// fields are not used), `out` the loop's ChainResult, `scratch` a zeroed
+// One frame, blocks [0, `blocks`) of the grid (blockIdx.x < blocks): `frame`
+// the claimed frame as this block read it (FlTiledFrame), `fd` its FrameDesc
+// (n_samples is written by the last block), `unloaded_steps` the chain's
+// steps to copy into shared memory, or null where they are there already,
+// `out` the loop's ChainResult, `scratch` a zeroed
 // FlReduceScratch kept between frames, `halo` the samples the filter steps
 // reach in total on either side, `span` floats of each shared buffer (a tile
 // takes at most span - 2 * halo of them, rounded down to 4; a frame with
@@ -387,19 +407,41 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulli
   return pulled;
 }
 
-FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResult* out, FlReduceScratch* scratch,
-                               uint32_t halo, uint32_t span, const LoopParams* publish, float* samples,
-                               const FlStreamState* stream, const uint8_t* staged, uint32_t* marks, uint32_t blocks,
-                               const uint64_t* pulling, bool steps_loaded) {
-  // Everything the block needs of the frame, the chain and the pulls, as
-  // loads in flight together (one memory round trip, not one per use).
-  struct {
-    uint64_t payload_dptr, ring_seq, detect_ns, params_dptr;
-    uint32_t payload_len;
-  } const frame = {fd->payload_dptr, fd->ring_seq, fd->detect_ns, fd->params_dptr, fd->payload_len};
-  const uint32_t prog_steps = prog->step_count, capacity = prog->capacity;
+// What a block needs of the frame, the chain and the pulls before its
+// tiles: read by every thread where the frame was claimed before the kernel
+// started (fl_fused_tiled), or by thread 0 the moment it has the claim's
+// verdict, with the loads in flight together (fl_fused_tiled_loop), so the
+// tiles start one memory round trip after the claim, not three.
+struct FlTiledFrame {
+  uint64_t payload_dptr, ring_seq, detect_ns, params_dptr;
+  uint64_t pulled_seq, pulled_bytes;  // the pulls' state (0 without a staging buffer)
+  uint32_t payload_len;
+  uint32_t prog_steps, capacity;      // the chain's (FusedProgram)
+};
+
+// The frame fields of `fd` and the pulls' state `stream` (null without
+// one); the chain's fields are left to the caller.
+FL_DEVICE FlTiledFrame fl_tiled_frame_of(const FrameDesc* fd, const FlStreamState* stream) {
+  FlTiledFrame f;
+  f.payload_dptr = fd->payload_dptr;
+  f.ring_seq = fd->ring_seq;
+  f.detect_ns = fd->detect_ns;
+  f.params_dptr = fd->params_dptr;
+  f.payload_len = fd->payload_len;
+  f.pulled_seq = stream != nullptr ? stream->seq : 0;
+  f.pulled_bytes = stream != nullptr ? stream->pulled : 0;
+  f.prog_steps = 0;
+  f.capacity = 0;
+  return f;
+}
+
+FL_DEVICE void fl_tiled_frame(const FlTiledFrame& frame, FrameDesc* fd, const FusedStep* unloaded_steps,
+                              ChainResult* out, FlReduceScratch* scratch, uint32_t halo, uint32_t span,
+                              const LoopParams* publish, float* samples, const FlStreamState* stream,
+                              const uint8_t* staged, uint32_t* marks, uint32_t blocks, const uint64_t* pulling) {
+  const uint32_t prog_steps = frame.prog_steps, capacity = frame.capacity;
   const bool has_staged = stream != nullptr && staged != nullptr;
-  const uint64_t pulled_seq = has_staged ? stream->seq : 0, pulled_bytes = has_staged ? stream->pulled : 0;
+  const uint64_t pulled_seq = has_staged ? frame.pulled_seq : 0, pulled_bytes = has_staged ? frame.pulled_bytes : 0;
   fl_mark(marks, frame.detect_ns, FL_MARK_STARTED);
   const FlClockStart clock_start = fl_clock_start();
   const FusedStep* steps = fl_tiled_steps;
@@ -412,8 +454,8 @@ FL_DEVICE void fl_tiled_frame(FrameDesc* fd, const FusedProgram* prog, ChainResu
   // The steps' tunable values come from the frame's parameter bank, if the loop has banks.
   if (frame.params_dptr != 0)
     fl_tiled_copy_steps((const FusedStep*)frame.params_dptr, step_count, 0, blockDim.x);
-  else if (!steps_loaded)
-    fl_tiled_copy_steps(prog->steps, step_count, 0, blockDim.x);
+  else if (unloaded_steps != nullptr)
+    fl_tiled_copy_steps(unloaded_steps, step_count, 0, blockDim.x);
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
@@ -572,8 +614,11 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                    const FlStreamState* stream, const uint8_t* staged) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  fl_tiled_frame(fd, prog, out, scratch, halo, span, publish, samples, stream, staged, nullptr, gridDim.x, nullptr,
-                 false);
+  FlTiledFrame frame = fl_tiled_frame_of(fd, stream != nullptr && staged != nullptr ? stream : nullptr);
+  frame.prog_steps = prog->step_count;
+  frame.capacity = prog->capacity;
+  fl_tiled_frame(frame, fd, prog->steps, out, scratch, halo, span, publish, samples, stream, staged, nullptr,
+                 gridDim.x, nullptr);
 }
 
 // The tiled chain claiming its own frames: the loop body is
@@ -603,7 +648,8 @@ struct FlTiledClaim {
   uint32_t verdict;            // this launch's FL_VERDICT_*
   uint32_t _pad0;
   unsigned long long pulling;  // the puller's round in flight: ring sequence's low 32 bits << 32 | end word
-  uint64_t _pad[5];
+  unsigned long long pulled;   // its last finished round, the same way: one word, read as one
+  uint64_t _pad[4];
 };
 static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
 
@@ -706,6 +752,7 @@ FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, Fl
         __threadfence();
         stream->pulled = (uint64_t)end * 16u;
         fl_store_release_gpu64(&stream->seq, r.seq);
+        fl_store_release_gpu64(&claim->pulled, ((r.seq & 0xffffffffull) << 32) | end);
         r.from = end;
       }
     }
@@ -727,23 +774,40 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                         FlTiledClaim* claim, uint32_t halo, uint32_t span, float* samples, FlStreamState* stream,
                         uint8_t* staged, uint32_t staged_words) {
   __shared__ uint32_t verdict;
+  __shared__ FlTiledFrame frame;
   const bool streaming = stream != nullptr && staged != nullptr;
   const uint32_t blocks = streaming ? gridDim.x - 1 : gridDim.x;
   if (streaming && blockIdx.x == blocks) {
     fl_tiled_puller(params, claim, stream, (uint4*)staged, staged_words);
     return;
   }
+  DeviceLoopState* st = params->st;
   // While thread 0 waits for the verdict, the others copy the chain's steps
-  // into shared memory (a frame with a parameter bank copies its own after).
+  // into shared memory (a frame with a parameter bank copies its own after)
+  // and read the chain's length; thread 0 reads the frame as soon as it has
+  // the verdict, in the same round trip as the verdict itself.
   if (threadIdx.x == 0) {
-    verdict = fl_tiled_claim(params, claim);
+    const uint32_t v = fl_tiled_claim(params, claim);
+    const FlTiledFrame f = fl_tiled_frame_of(&st->desc, nullptr);
+    // The pulls' state as one word: a frame's sequence with another
+    // frame's length cannot be read from it.
+    const uint64_t pulled = streaming ? claim->pulled : 0ull;
+    verdict = v;
+    frame.payload_dptr = f.payload_dptr;
+    frame.ring_seq = f.ring_seq;
+    frame.detect_ns = f.detect_ns;
+    frame.params_dptr = f.params_dptr;
+    frame.payload_len = f.payload_len;
+    const bool this_frame = streaming && (uint32_t)(pulled >> 32) == (uint32_t)f.ring_seq;
+    frame.pulled_seq = this_frame ? f.ring_seq : 0;
+    frame.pulled_bytes = this_frame ? (pulled & 0xffffffffull) * 16u : 0;
   } else {
     const uint32_t count = prog->step_count;
+    if (threadIdx.x == 1) frame.prog_steps = count, frame.capacity = prog->capacity;
     fl_tiled_copy_steps(prog->steps, count < FL_FUSED_MAX_STEPS ? count : FL_FUSED_MAX_STEPS, 1, blockDim.x - 1);
   }
   __syncthreads();
   if (verdict != FL_VERDICT_READY) return;
-  DeviceLoopState* st = params->st;
-  fl_tiled_frame(&st->desc, prog, &st->chain, scratch, halo, span, params, samples, stream, staged, st->user,
-                 blocks, streaming ? &claim->pulling : nullptr, true);
+  fl_tiled_frame(frame, &st->desc, nullptr, &st->chain, scratch, halo, span, params, samples, stream, staged,
+                 st->user, blocks, streaming ? &claim->pulling : nullptr);
 }
