@@ -259,17 +259,43 @@ FL_DEVICE uint32_t fl_tiled_reduce_warps(uint32_t len) {
   return warps < 1u ? 1u : (warps > blockDim.x / 32 ? blockDim.x / 32 : warps);
 }
 
-// This thread's share of the tile when `warps` warps reduce it: samples
-// threadIdx.x, threadIdx.x + 32 * warps, ... in increasing index (threads
-// past the warps take none).
+// This thread's share of the tile when `warps` warps reduce it: the
+// tile's quads threadIdx.x, threadIdx.x + 32 * warps, ... (read as float4s,
+// up to four in flight), then, in thread 0, the last len % 4 samples: each
+// thread takes its samples in increasing index (threads past the warps
+// take none). A tile starts on a 16-byte boundary of the buffer.
 template <bool STATS, bool THRESHOLD>
 FL_DEVICE FlPartial fl_tiled_accumulate(const float* x, const FlTile& t, float level, uint32_t warps) {
   FlPartial p = fl_partial_empty();
   const uint32_t len = (uint32_t)(t.t1 - t.t0);
   const float* tile = x + (t.t0 - t.base);
-  const uint32_t first = (uint32_t)t.t0, threads = 32u * warps;
+  const float4* quads = (const float4*)tile;
+  const uint32_t first = (uint32_t)t.t0, threads = 32u * warps, whole = len / 4;
   if (threadIdx.x >= threads) return p;
-  for (uint32_t j = threadIdx.x; j < len; j += threads) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
+  uint32_t q = threadIdx.x;
+  for (; q + 3 * threads < whole; q += 4 * threads) {
+    float4 v[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) v[k] = quads[q + k * threads];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = first + 4 * (q + k * threads);
+      fl_take<STATS, THRESHOLD>(p, v[k].x, i, level);
+      fl_take<STATS, THRESHOLD>(p, v[k].y, i + 1, level);
+      fl_take<STATS, THRESHOLD>(p, v[k].z, i + 2, level);
+      fl_take<STATS, THRESHOLD>(p, v[k].w, i + 3, level);
+    }
+  }
+  for (; q < whole; q += threads) {
+    const float4 v = quads[q];
+    const uint32_t i = first + 4 * q;
+    fl_take<STATS, THRESHOLD>(p, v.x, i, level);
+    fl_take<STATS, THRESHOLD>(p, v.y, i + 1, level);
+    fl_take<STATS, THRESHOLD>(p, v.z, i + 2, level);
+    fl_take<STATS, THRESHOLD>(p, v.w, i + 3, level);
+  }
+  if (threadIdx.x == 0)
+    for (uint32_t j = 4 * whole; j < len; ++j) fl_take<STATS, THRESHOLD>(p, tile[j], first + j, level);
   return p;
 }
 
