@@ -132,39 +132,63 @@ FL_DEVICE uint64_t fl_claim_seq(const LoopParams& p, uint64_t head) {
   return seq;
 }
 
-// Claims `seq` (one thread): copies the slot header into `slot`, fills the
-// FrameDesc `d` (payload read in place from the slot), resets the
-// ChainResult `c` and counts the frames skipped to reach it. The built-in
-// handler passes the loop state's copies (device memory, read by the
-// operator kernels); the fused chain passes its own in shared memory. One
-// PCIe round trip: all eight 16-byte loads of the header are issued before
-// the first is used (volatile 4-byte loads would cost 32). The acquire load
-// of the head in fl_poll orders them after the writer's stores.
-FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot, FrameDesc* d, ChainResult* c) {
+// What a claim of slot `seq` reads: the slot header and, with parameter
+// banks, the selection. One PCIe round trip: all eight 16-byte loads of
+// the header and the selection are issued before the first is used
+// (volatile 4-byte loads would cost 32). The acquire load of the head in
+// fl_poll orders them after the writer's stores.
+struct FlClaimRead {
+  uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
+  uint64_t slot_dptr;
+  uint64_t sel;
+};
+
+FL_DEVICE FlClaimRead fl_claim_read(const LoopParams& p, uint64_t seq) {
+  FlClaimRead r;
+  r.slot_dptr = fl_slot_dptr(p, seq);
+  const uint4* src = (const uint4*)r.slot_dptr;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) r.header[i] = src[i];
+  r.sel = p.param_ctl != nullptr ? fl_load_relaxed_sys(&p.param_ctl->select.v) : 0ull;
+  return r;
+}
+
+// The claimed frame's payload length: the header's, at most the ring's capacity.
+FL_DEVICE uint32_t fl_claim_len(const LoopParams& p, const FlClaimRead& r) {
+  const uint32_t len = ((const SlotHeader*)r.header)->payload_len;
+  return len < p.payload_capacity ? len : p.payload_capacity;
+}
+
+// The global time once `after` is known (the claim's detection time, taken
+// when the header has arrived).
+FL_DEVICE uint64_t fl_globaltimer_after(uint32_t after) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(after));
+  return t;
+}
+
+// Records the claim of `seq` read as `r` and detected at `detect_ns` (one
+// thread): copies the slot header into `slot`, fills the FrameDesc `d`
+// (payload read in place from the slot), takes the parameter selection,
+// resets the ChainResult `c` and counts the frames skipped to reach it.
+FL_DEVICE void fl_claim_write(const LoopParams& p, uint64_t seq, const FlClaimRead& r, uint64_t detect_ns,
+                              SlotHeader* slot, FrameDesc* d, ChainResult* c) {
   DeviceLoopState* st = p.st;
   const uint64_t last = st->last_claimed;
-  const uint64_t slot_dptr = fl_slot_dptr(p, seq);
-  const uint4* src = (const uint4*)slot_dptr;
-  uint4 header[sizeof(SlotHeader) / sizeof(uint4)];
-#pragma unroll
-  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) header[i] = src[i];
-  // The parameter selection, in flight with the header loads (no extra round trip).
-  const uint64_t sel = p.param_ctl != nullptr ? fl_load_relaxed_sys(&p.param_ctl->select.v) : 0ull;
   uint4* dst = (uint4*)slot;
 #pragma unroll
-  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = header[i];
-  d->payload_dptr = slot_dptr + FL_SLOT_PAYLOAD_OFFSET;
-  d->slot_dptr = slot_dptr;
+  for (int i = 0; i < (int)(sizeof(SlotHeader) / sizeof(uint4)); ++i) dst[i] = r.header[i];
+  d->payload_dptr = r.slot_dptr + FL_SLOT_PAYLOAD_OFFSET;
+  d->slot_dptr = r.slot_dptr;
   d->ring_seq = seq;
-  const uint32_t len = slot->payload_len;
-  d->payload_len = len < p.payload_capacity ? len : p.payload_capacity;
+  d->payload_len = fl_claim_len(p, r);
   d->n_samples = 0;
   d->skipped = seq - last - 1;
-  d->detect_ns = fl_globaltimer();
+  d->detect_ns = detect_ns;
   if (p.param_ctl != nullptr) {
-    fl_take_params(p, sel);
-    d->params_dptr = (uint64_t)p.banks + (uint64_t)FL_SELECT_BANK(sel) * p.bank_bytes;
-    d->param_generation = FL_SELECT_GENERATION(sel);
+    fl_take_params(p, r.sel);
+    d->params_dptr = (uint64_t)p.banks + (uint64_t)FL_SELECT_BANK(r.sel) * p.bank_bytes;
+    d->param_generation = FL_SELECT_GENERATION(r.sel);
   } else {
     d->params_dptr = 0;
     d->param_generation = p.param_generation;
@@ -172,8 +196,17 @@ FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot
   fl_reset_chain_result(c);
   st->last_claimed = seq;
   st->pull_watch_mark = nullptr;  // it watched this frame or an older one
-  st->last_frame_ns = d->detect_ns;
+  st->last_frame_ns = detect_ns;
   st->skipped += d->skipped;
+}
+
+// Claims `seq` (one thread): fl_claim_read, then fl_claim_write with the
+// time the header arrived. The built-in handler passes the loop state's
+// copies (device memory, read by the operator kernels); the fused chain
+// passes its own in shared memory.
+FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot, FrameDesc* d, ChainResult* c) {
+  const FlClaimRead r = fl_claim_read(p, seq);
+  fl_claim_write(p, seq, r, fl_globaltimer_after(fl_claim_len(p, r)), slot, d, c);
 }
 
 // fl_poll, then on a frame fl_claim_seq and fl_claim_slot: the built-in

@@ -654,12 +654,25 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // fl_end_iteration); the other blocks, already resident, wait for its
 // verdict in device memory and start on their tiles as soon as it says
 // "ready". FlTiledClaim is the handshake: each block other than 0 reads
-// `generation`, then counts itself in `arrived`; block 0 claims and bumps
-// `generation` (with the verdict) only once all of them have arrived, so
-// every block sees exactly this launch's bump. That needs every block
+// `generation`, then counts itself in `arrived`; block 0 claims only once
+// all of them have arrived, then hands the claim over in `handed` (below)
+// tagged with generation + 1 and bumps `generation`, so every block sees
+// exactly this launch's claim. That needs every block
 // resident at once: the executor sizes the grid to what the GPU holds at
 // once (src/gpu/fused_tiled.rs), and every wait also ends on tear-down, so
 // a grid that did not fit cannot hang the loop's stop.
+//
+// `handed` is everything a block needs of the claim, in two words that
+// block 0 writes with one release store as soon as the slot header has
+// arrived (before the rest of the claim's bookkeeping) and the others read
+// with one acquire load, so the tiles start one memory round trip after
+// the claim. Each word carries the tag (the generation's low 8 bits), since
+// only each word on its own is read whole:
+//   handed[0]: tag << 56 | verdict << 54 | bank << 48 | detection time / 16 ns (16 bits) << 32 | payload length
+//   handed[1]: tag << 56 | ring sequence (low 28 bits) << 28 | 16-byte words of it the puller had finished
+// A block rebuilds the sequence from the last one claimed before it
+// counted in (fewer than 2^28 frames apart), the payload's address from
+// the loop's parameters.
 //
 // While frames stream into device memory the grid's last block is the
 // puller (fl_tiled_puller): for as long as block 0 polls, it copies what
@@ -670,14 +683,49 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // flight covers waits for it rather than read them over the bus again.
 struct FlTiledClaim {
   uint32_t arrived;            // blocks other than 0 waiting for this launch's verdict
-  uint32_t generation;         // bumped once per launch by block 0, after the claim and `verdict`
-  uint32_t verdict;            // this launch's FL_VERDICT_*
-  uint32_t _pad0;
+  uint32_t generation;         // bumped once per launch by block 0, after `handed`
+  uint64_t _pad0;
   unsigned long long pulling;  // the puller's round in flight: ring sequence's low 32 bits << 32 | end word
   unsigned long long pulled;   // its last finished round, the same way: one word, read as one
-  uint64_t _pad[4];
+  alignas(16) unsigned long long handed[2];  // the claim, handed to the blocks (above), as one 16-byte access
+  uint64_t _pad[2];
 };
 static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
+
+#define FL_HANDED_SEQ_BITS 28u
+#define FL_HANDED_SEQ_MASK ((1ull << FL_HANDED_SEQ_BITS) - 1)
+#define FL_HANDED_DETECT_UNIT_NS 16u
+
+// The claim as handed over (FlTiledClaim::handed), unpacked.
+struct FlHanded {
+  uint64_t w0, w1;
+  FL_DEVICE uint32_t tag0() const { return (uint32_t)(w0 >> 56); }
+  FL_DEVICE uint32_t tag1() const { return (uint32_t)(w1 >> 56); }
+  FL_DEVICE uint32_t verdict() const { return (uint32_t)(w0 >> 54) & 3u; }
+  FL_DEVICE uint32_t bank() const { return (uint32_t)(w0 >> 48) & 63u; }
+  FL_DEVICE uint32_t detect_units() const { return (uint32_t)(w0 >> 32) & 0xffffu; }
+  FL_DEVICE uint32_t payload_len() const { return (uint32_t)w0; }
+  FL_DEVICE uint64_t seq_low() const { return (w1 >> FL_HANDED_SEQ_BITS) & FL_HANDED_SEQ_MASK; }
+  FL_DEVICE uint64_t pulled_words() const { return w1 & FL_HANDED_SEQ_MASK; }
+};
+
+FL_DEVICE FlHanded fl_handed_make(uint32_t tag, uint32_t verdict, uint32_t bank, uint64_t detect_ns, uint32_t len,
+                                  uint64_t seq, uint64_t pulled_words) {
+  const uint64_t t = (uint64_t)(tag & 0xffu) << 56;
+  const uint64_t units = (detect_ns / FL_HANDED_DETECT_UNIT_NS) & 0xffffu;
+  return FlHanded{t | (uint64_t)(verdict & 3u) << 54 | (uint64_t)(bank & 63u) << 48 | units << 32 | len,
+                  t | (seq & FL_HANDED_SEQ_MASK) << FL_HANDED_SEQ_BITS | (pulled_words & FL_HANDED_SEQ_MASK)};
+}
+
+FL_DEVICE FlHanded fl_handed_load(const unsigned long long* handed) {
+  FlHanded h;
+  asm volatile("ld.acquire.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(h.w0), "=l"(h.w1) : "l"(handed) : "memory");
+  return h;
+}
+
+FL_DEVICE void fl_handed_store(unsigned long long* handed, const FlHanded& h) {
+  asm volatile("st.release.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(handed), "l"(h.w0), "l"(h.w1) : "memory");
+}
 
 // Spins of a block's wait between two looks at the tear-down flag (a read
 // over the bus): hundreds of microseconds, far longer than a poll budget
@@ -686,8 +734,24 @@ static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
 #define FL_TILED_SPIN_NS 20u
 
-// This launch's verdict, in thread 0 of every block but the puller (see above).
-FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim) {
+// The frame `h` hands over, into `f` (its chain fields untouched): `last`
+// a ring sequence claimed at most 2^28 frames before it.
+FL_DEVICE void fl_tiled_frame_from(const LoopParams& p, uint64_t last, const FlHanded& h, FlTiledFrame* f) {
+  const uint64_t seq = last + ((h.seq_low() - last) & FL_HANDED_SEQ_MASK);
+  f->ring_seq = seq;
+  f->payload_dptr = fl_slot_dptr(p, seq) + FL_SLOT_PAYLOAD_OFFSET;
+  f->payload_len = h.payload_len();
+  f->params_dptr = p.param_ctl != nullptr ? (uint64_t)p.banks + (uint64_t)h.bank() * p.bank_bytes : 0;
+  const uint64_t now = fl_globaltimer();
+  f->detect_ns = now - ((now / FL_HANDED_DETECT_UNIT_NS - h.detect_units()) & 0xffffu) * FL_HANDED_DETECT_UNIT_NS;
+  f->pulled_seq = seq;
+  f->pulled_bytes = h.pulled_words() * 16u;
+}
+
+// This launch's verdict, in thread 0 of every block but the puller (see
+// above); on FL_VERDICT_READY the claimed frame is in `frame` (its chain
+// fields untouched). `streaming`: the grid has a puller.
+FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim, bool streaming, FlTiledFrame* frame) {
   const uint32_t others = gridDim.x - 1;
   if (blockIdx.x == 0) {
     const LoopParams p = *params;
@@ -701,24 +765,51 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim)
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
       __nanosleep(FL_TILED_SPIN_NS / 4);
     }
-    if (verdict == FL_VERDICT_READY) fl_claim_slot(p, fl_claim_seq(p, head), &p.st->slot, &p.st->desc, &p.st->chain);
+    const uint32_t tag = claim->generation + 1;
+    if (verdict == FL_VERDICT_READY) {
+      const uint64_t seq = fl_claim_seq(p, head);
+      const FlClaimRead r = fl_claim_read(p, seq);
+      // The puller's last finished round, read while the header crosses the bus.
+      const uint64_t pulled = streaming ? fl_load_acquire_gpu64(&claim->pulled) : 0ull;
+      const uint32_t len = fl_claim_len(p, r);
+      const uint64_t detect = fl_globaltimer_after(len);
+      // A new parameter bank's fence before the handover: the blocks read the bank after it.
+      if (p.param_ctl != nullptr) fl_take_params(p, r.sel);
+      const uint64_t pulled_words = (uint32_t)(pulled >> 32) == (uint32_t)seq ? (pulled & 0xffffffffull) : 0ull;
+      const FlHanded h = fl_handed_make(tag, verdict, FL_SELECT_BANK(r.sel), detect, len, seq, pulled_words);
+      fl_handed_store(claim->handed, h);
+      fl_mark(p.st->user, detect, FL_MARK_RELEASED);
+      fl_tiled_frame_from(p, seq, h, frame);
+      // The rest of the claim (slot header copy, FrameDesc, ChainResult,
+      // loop state) after the handover: the last block reads it once every
+      // block, this one included, has counted in with the ticket.
+      fl_claim_write(p, seq, r, detect, &p.st->slot, &p.st->desc, &p.st->chain);
+    } else {
+      fl_handed_store(claim->handed, fl_handed_make(tag, verdict, 0, 0, 0, 0, 0));
+    }
     claim->arrived = 0;
-    claim->verdict = verdict;
-    // The claim (FrameDesc, ChainResult, slot header) and the verdict before the bump.
-    fl_store_release_gpu32(&claim->generation, claim->generation + 1);
-    if (verdict == FL_VERDICT_READY) fl_mark(p.st->user, p.st->desc.detect_ns, FL_MARK_RELEASED);
+    // The next launch's blocks and puller wait for the tag after this one.
+    fl_store_release_gpu32(&claim->generation, tag);
     // The loop's counters (and on a stop, the WHILE value) once the other blocks are on their way.
     fl_end_iteration(p, verdict, t0, false);
     return verdict;
   }
-  const uint32_t seen = fl_load_acquire_gpu32(&claim->generation);
+  const uint32_t want = (fl_load_acquire_gpu32(&claim->generation) + 1) & 0xffu;
   atomicAdd(&claim->arrived, 1u);
-  const uint64_t* stop = &params->ctl->tear_down.v;
-  for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->generation) == seen; ++spin) {
-    if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(stop)) return FL_VERDICT_STOP;
+  // Read while block 0 polls: the loop's parameters do not change while it
+  // runs, and the last claim is this launch's or the one before (either
+  // rebuilds the sequence).
+  const LoopParams p = *params;
+  const uint64_t last = p.st->last_claimed;
+  FlHanded h;
+  for (uint32_t spin = 1;; ++spin) {
+    h = fl_handed_load(claim->handed);
+    if (h.tag0() == want && h.tag1() == want) break;
+    if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) return FL_VERDICT_STOP;
     __nanosleep(FL_TILED_SPIN_NS);
   }
-  return claim->verdict;
+  if (h.verdict() == FL_VERDICT_READY) fl_tiled_frame_from(p, last, h, frame);
+  return h.verdict();
 }
 
 // Words one puller round copies at most: four per thread, one load each,
@@ -741,10 +832,10 @@ FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, Fl
                                uint32_t staged_words) {
   __shared__ FlPullRange r;
   __shared__ bool last_round;
-  uint32_t seen = 0;
+  uint32_t want = 0;
   uint64_t guard_words = 0;
   if (threadIdx.x == 0) {
-    seen = fl_load_acquire_gpu32(&claim->generation);
+    want = (fl_load_acquire_gpu32(&claim->generation) + 1) & 0xffu;
     const FlPullTarget t = fl_pull_target(*params, stream);
     r.seq = t.seq;
     r.slot = t.slot;
@@ -756,7 +847,7 @@ FL_DEVICE void fl_tiled_puller(const LoopParams* params, FlTiledClaim* claim, Fl
   }
   for (uint32_t round = 1;; ++round) {
     if (threadIdx.x == 0) {
-      bool last = fl_load_acquire_gpu32(&claim->generation) != seen;
+      bool last = fl_handed_load(claim->handed).tag0() == want;
       if (round % FL_PULL_ROUNDS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&params->ctl->tear_down.v)) last = true;
       uint64_t words = fl_marked_words(r.slot, r.seq, staged_words);
       const uint64_t most = (uint64_t)r.from + FL_PULL_ROUND_WORDS;
@@ -808,25 +899,12 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
     return;
   }
   DeviceLoopState* st = params->st;
-  // While thread 0 waits for the verdict, the others copy the chain's steps
-  // into shared memory (a frame with a parameter bank copies its own after)
-  // and read the chain's length; thread 0 reads the frame as soon as it has
-  // the verdict, in the same round trip as the verdict itself.
+  // While thread 0 waits for the verdict (and with it the claimed frame,
+  // FlTiledClaim::handed), the others copy the chain's steps into shared
+  // memory (a frame with a parameter bank copies its own after) and read
+  // the chain's length.
   if (threadIdx.x == 0) {
-    const uint32_t v = fl_tiled_claim(params, claim);
-    const FlTiledFrame f = fl_tiled_frame_of(&st->desc, nullptr);
-    // The pulls' state as one word: a frame's sequence with another
-    // frame's length cannot be read from it.
-    const uint64_t pulled = streaming ? claim->pulled : 0ull;
-    verdict = v;
-    frame.payload_dptr = f.payload_dptr;
-    frame.ring_seq = f.ring_seq;
-    frame.detect_ns = f.detect_ns;
-    frame.params_dptr = f.params_dptr;
-    frame.payload_len = f.payload_len;
-    const bool this_frame = streaming && (uint32_t)(pulled >> 32) == (uint32_t)f.ring_seq;
-    frame.pulled_seq = this_frame ? f.ring_seq : 0;
-    frame.pulled_bytes = this_frame ? (pulled & 0xffffffffull) * 16u : 0;
+    verdict = fl_tiled_claim(params, claim, streaming, &frame);
   } else {
     const uint32_t count = prog->step_count;
     if (threadIdx.x == 1) frame.prog_steps = count, frame.capacity = prog->capacity;
