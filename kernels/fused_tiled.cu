@@ -696,25 +696,34 @@ static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src
 #define FL_HANDED_SEQ_MASK ((1ull << FL_HANDED_SEQ_BITS) - 1)
 #define FL_HANDED_DETECT_UNIT_NS 16u
 
-// The claim as handed over (FlTiledClaim::handed), unpacked.
+// The claim as handed over (FlTiledClaim::handed), unpacked. Plain bit
+// arithmetic, usable in constant expressions (tests/gpu_kernels_compile.rs
+// checks the packing with static_asserts).
 struct FlHanded {
   uint64_t w0, w1;
-  FL_DEVICE uint32_t tag0() const { return (uint32_t)(w0 >> 56); }
-  FL_DEVICE uint32_t tag1() const { return (uint32_t)(w1 >> 56); }
-  FL_DEVICE uint32_t verdict() const { return (uint32_t)(w0 >> 54) & 3u; }
-  FL_DEVICE uint32_t bank() const { return (uint32_t)(w0 >> 48) & 63u; }
-  FL_DEVICE uint32_t detect_units() const { return (uint32_t)(w0 >> 32) & 0xffffu; }
-  FL_DEVICE uint32_t payload_len() const { return (uint32_t)w0; }
-  FL_DEVICE uint64_t seq_low() const { return (w1 >> FL_HANDED_SEQ_BITS) & FL_HANDED_SEQ_MASK; }
-  FL_DEVICE uint64_t pulled_words() const { return w1 & FL_HANDED_SEQ_MASK; }
+  constexpr __host__ __device__ uint32_t tag0() const { return (uint32_t)(w0 >> 56); }
+  constexpr __host__ __device__ uint32_t tag1() const { return (uint32_t)(w1 >> 56); }
+  constexpr __host__ __device__ uint32_t verdict() const { return (uint32_t)(w0 >> 54) & 3u; }
+  constexpr __host__ __device__ uint32_t bank() const { return (uint32_t)(w0 >> 48) & 63u; }
+  constexpr __host__ __device__ uint32_t detect_units() const { return (uint32_t)(w0 >> 32) & 0xffffu; }
+  constexpr __host__ __device__ uint32_t payload_len() const { return (uint32_t)w0; }
+  constexpr __host__ __device__ uint64_t seq_low() const { return (w1 >> FL_HANDED_SEQ_BITS) & FL_HANDED_SEQ_MASK; }
+  constexpr __host__ __device__ uint64_t pulled_words() const { return w1 & FL_HANDED_SEQ_MASK; }
 };
 
-FL_DEVICE FlHanded fl_handed_make(uint32_t tag, uint32_t verdict, uint32_t bank, uint64_t detect_ns, uint32_t len,
-                                  uint64_t seq, uint64_t pulled_words) {
-  const uint64_t t = (uint64_t)(tag & 0xffu) << 56;
-  const uint64_t units = (detect_ns / FL_HANDED_DETECT_UNIT_NS) & 0xffffu;
-  return FlHanded{t | (uint64_t)(verdict & 3u) << 54 | (uint64_t)(bank & 63u) << 48 | units << 32 | len,
-                  t | (seq & FL_HANDED_SEQ_MASK) << FL_HANDED_SEQ_BITS | (pulled_words & FL_HANDED_SEQ_MASK)};
+constexpr __host__ __device__ FlHanded fl_handed_make(uint32_t tag, uint32_t verdict, uint32_t bank,
+                                                      uint64_t detect_ns, uint32_t len, uint64_t seq,
+                                                      uint64_t pulled_words) {
+  return FlHanded{(uint64_t)(tag & 0xffu) << 56 | (uint64_t)(verdict & 3u) << 54 | (uint64_t)(bank & 63u) << 48 |
+                      ((detect_ns / FL_HANDED_DETECT_UNIT_NS) & 0xffffu) << 32 | len,
+                  (uint64_t)(tag & 0xffu) << 56 | (seq & FL_HANDED_SEQ_MASK) << FL_HANDED_SEQ_BITS |
+                      (pulled_words & FL_HANDED_SEQ_MASK)};
+}
+
+// The ring sequence whose low bits `h` hands over, from `last`, one claimed
+// at most 2^28 frames before it (or that sequence itself).
+constexpr __host__ __device__ uint64_t fl_handed_seq(const FlHanded& h, uint64_t last) {
+  return last + ((h.seq_low() - last) & FL_HANDED_SEQ_MASK);
 }
 
 FL_DEVICE FlHanded fl_handed_load(const unsigned long long* handed) {
@@ -737,7 +746,7 @@ FL_DEVICE void fl_handed_store(unsigned long long* handed, const FlHanded& h) {
 // The frame `h` hands over, into `f` (its chain fields untouched): `last`
 // a ring sequence claimed at most 2^28 frames before it.
 FL_DEVICE void fl_tiled_frame_from(const LoopParams& p, uint64_t last, const FlHanded& h, FlTiledFrame* f) {
-  const uint64_t seq = last + ((h.seq_low() - last) & FL_HANDED_SEQ_MASK);
+  const uint64_t seq = fl_handed_seq(h, last);
   f->ring_seq = seq;
   f->payload_dptr = fl_slot_dptr(p, seq) + FL_SLOT_PAYLOAD_OFFSET;
   f->payload_len = h.payload_len();

@@ -144,3 +144,72 @@ fn phase_mark_words_match_the_tiled_kernel() {
         .expect_err("a wrong mark word must not compile");
     assert!(err.to_string().contains("FL_MARK_SM_CLOCK_MHZ"), "{err}");
 }
+
+/// The claimed frame the tiled kernel's block 0 hands to the other blocks
+/// (`FlTiledClaim::handed`, kernels/fused_tiled.cu) packs verdict, bank,
+/// payload length, sequence and pulled words into two tagged words: every
+/// field must come back out as it went in, at its limits, and the sequence
+/// must be rebuilt from any claim up to 2^28 frames before it.
+#[test]
+fn handed_claim_words_round_trip() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let tiled = sources::OPERATOR_SOURCES
+        .iter()
+        .find(|(name, _)| *name == "fused_tiled.cu")
+        .map(|(_, text)| *text)
+        .expect("fused_tiled.cu is embedded");
+    const SEQ_SPAN: u64 = 1 << 28;
+    // (tag, verdict, bank, detect ns, payload length, sequence, pulled words)
+    let mut cases: Vec<(u32, u32, u32, u64, u32, u64, u64)> = vec![
+        (0, 0, 0, 0, 0, 1, 0),
+        (255, 2, 1, u64::MAX, 1 << 30, u64::MAX - 7, (1 << 26) - 1),
+        (0x1ff, 1, 1, 123_456_789, 786_432, SEQ_SPAN, 49_152),
+        (1, 1, 0, 15, 8192, SEQ_SPAN - 1, 512),
+    ];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..12 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let tag = (x >> 40) as u32 & 0x3ff;
+        let len = (x >> 8) as u32 & ((1 << 30) - 1);
+        cases.push((
+            tag,
+            (x % 3) as u32,
+            (x >> 3) as u32 & 1,
+            x >> 5,
+            len,
+            x >> 1,
+            (x >> 20) & ((1 << 26) - 1),
+        ));
+    }
+    let mut text = tiled.to_string();
+    let mut n = 0;
+    for (i, &(tag, verdict, bank, detect, len, seq, pulled)) in cases.iter().enumerate() {
+        let h = format!(
+            "fl_handed_make({tag}u, {verdict}u, {bank}u, {detect}ull, {len}u, {seq}ull, {pulled}ull)"
+        );
+        let mut check = |expr: String, want: String| {
+            text.push_str(&format!("\nstatic_assert({expr} == {want}, \"case {i}: {expr}\");"));
+            n += 1;
+        };
+        check(format!("{h}.tag0()"), format!("{}u", tag & 0xff));
+        check(format!("{h}.tag1()"), format!("{}u", tag & 0xff));
+        check(format!("{h}.verdict()"), format!("{verdict}u"));
+        check(format!("{h}.bank()"), format!("{bank}u"));
+        check(format!("{h}.detect_units()"), format!("{}u", (detect / 16) & 0xffff));
+        check(format!("{h}.payload_len()"), format!("{len}u"));
+        check(format!("{h}.pulled_words()"), format!("{pulled}ull"));
+        for back in [0, 1, 5, SEQ_SPAN - 1] {
+            check(format!("fl_handed_seq({h}, {}ull)", seq.wrapping_sub(back)), format!("{seq}ull"));
+        }
+    }
+    assert!(n > 100, "too few facts checked");
+    nvrtc::compile("handed.cu", &text, "sm_90")
+        .unwrap_or_else(|e| panic!("the handed claim words lost a field: {e}"));
+    // A wrong fact must fail to compile, or the checks above prove nothing.
+    let wrong = format!(
+        "{tiled}\nstatic_assert(fl_handed_make(3u, 1u, 0u, 0ull, 10u, 42ull, 0ull).payload_len() == 11u, \"wrong\");"
+    );
+    assert!(nvrtc::compile("handed_bad.cu", &wrong, "sm_90").is_err(), "a false static_assert compiled");
+}
