@@ -118,17 +118,22 @@ fn reduce_scratch_and_constants_match_the_rust_side() {
     assert!(err.to_string().contains("FlReduceScratch size"), "{err}");
 }
 
+/// The embedded text of kernels/fused_tiled.cu.
+fn tiled_source() -> &'static str {
+    sources::OPERATOR_SOURCES
+        .iter()
+        .find(|(name, _)| *name == "fused_tiled.cu")
+        .map(|(_, text)| *text)
+        .expect("fused_tiled.cu is embedded")
+}
+
 #[test]
 fn phase_mark_words_match_the_tiled_kernel() {
     if !nvrtc_or_skip() {
         return;
     }
     use frameloop::gpu::bench::{PHASE_MARKS, PhaseMark, SLOT_BYTES_MARK, SM_CLOCK_MARK};
-    let tiled = sources::OPERATOR_SOURCES
-        .iter()
-        .find(|(name, _)| *name == "fused_tiled.cu")
-        .map(|(_, text)| *text)
-        .expect("fused_tiled.cu is embedded");
+    let tiled = tiled_source();
     let facts = |marks: &[PhaseMark]| {
         let mut text = tiled.to_string();
         for m in marks {
@@ -155,11 +160,7 @@ fn handed_claim_words_round_trip() {
     if !nvrtc_or_skip() {
         return;
     }
-    let tiled = sources::OPERATOR_SOURCES
-        .iter()
-        .find(|(name, _)| *name == "fused_tiled.cu")
-        .map(|(_, text)| *text)
-        .expect("fused_tiled.cu is embedded");
+    let tiled = tiled_source();
     const SEQ_SPAN: u64 = 1 << 28;
     // (tag, verdict, bank, detect ns, payload length, sequence, pulled words)
     let mut cases: Vec<(u32, u32, u32, u64, u32, u64, u64)> = vec![
