@@ -435,9 +435,8 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulli
 
 // What a block needs of the frame, the chain and the pulls before its
 // tiles: read by every thread where the frame was claimed before the kernel
-// started (fl_fused_tiled), or by thread 0 the moment it has the claim's
-// verdict, with the loads in flight together (fl_fused_tiled_loop), so the
-// tiles start one memory round trip after the claim, not three.
+// started (fl_fused_tiled), or unpacked by thread 0 from the claim block 0
+// handed over (FlTiledClaim::handed, fl_fused_tiled_loop).
 struct FlTiledFrame {
   uint64_t payload_dptr, ring_seq, detect_ns, params_dptr;
   uint64_t pulled_seq, pulled_bytes;  // the pulls' state (0 without a staging buffer)
@@ -670,9 +669,9 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // only each word on its own is read whole:
 //   handed[0]: tag << 56 | verdict << 54 | bank << 48 | detection time / 16 ns (16 bits) << 32 | payload length
 //   handed[1]: tag << 56 | ring sequence (low 28 bits) << 28 | 16-byte words of it the puller had finished
-// A block rebuilds the sequence from the last one claimed before it
-// counted in (fewer than 2^28 frames apart), the payload's address from
-// the loop's parameters.
+// A block rebuilds the sequence from the loop state's last claimed one,
+// read after it counted in (this claim's or the one before, fewer than
+// 2^28 frames apart), and the payload's address from the loop's parameters.
 //
 // While frames stream into device memory the grid's last block is the
 // puller (fl_tiled_puller): for as long as block 0 polls, it copies what
