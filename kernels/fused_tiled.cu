@@ -439,24 +439,24 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulli
 // handed over (FlTiledClaim::handed, fl_fused_tiled_loop).
 struct FlTiledFrame {
   uint64_t payload_dptr, ring_seq, detect_ns, params_dptr;
-  uint64_t pulled_seq, pulled_bytes;  // the pulls' state (0 without a staging buffer)
+  uint64_t pulled_bytes;  // bytes of this frame in the staging buffer (0 without one)
   uint32_t payload_len;
   uint32_t prog_steps, capacity;      // the chain's (FusedProgram)
 };
 
-// The frame fields of `fd` and the pulls' state `stream` (null without
-// one); the chain's fields are left to the caller.
-FL_DEVICE FlTiledFrame fl_tiled_frame_of(const FrameDesc* fd, const FlStreamState* stream) {
+// The frame `fd`, the chain `prog` and what the pulls' state `stream`
+// (null without one) holds of the frame, the loads in flight together.
+FL_DEVICE FlTiledFrame fl_tiled_frame_of(const FrameDesc* fd, const FusedProgram* prog, const FlStreamState* stream) {
   FlTiledFrame f;
   f.payload_dptr = fd->payload_dptr;
   f.ring_seq = fd->ring_seq;
   f.detect_ns = fd->detect_ns;
   f.params_dptr = fd->params_dptr;
   f.payload_len = fd->payload_len;
-  f.pulled_seq = stream != nullptr ? stream->seq : 0;
-  f.pulled_bytes = stream != nullptr ? stream->pulled : 0;
-  f.prog_steps = 0;
-  f.capacity = 0;
+  f.prog_steps = prog->step_count;
+  f.capacity = prog->capacity;
+  const uint64_t pulled_seq = stream != nullptr ? stream->seq : 0, pulled = stream != nullptr ? stream->pulled : 0;
+  f.pulled_bytes = stream != nullptr && pulled_seq == f.ring_seq ? pulled : 0;
   return f;
 }
 
@@ -466,7 +466,6 @@ FL_DEVICE void fl_tiled_frame(const FlTiledFrame& frame, FrameDesc* fd, const Fu
                               const uint8_t* staged, uint32_t* marks, uint32_t blocks, const uint64_t* pulling) {
   const uint32_t prog_steps = frame.prog_steps, capacity = frame.capacity;
   const bool has_staged = stream != nullptr && staged != nullptr;
-  const uint64_t pulled_seq = has_staged ? frame.pulled_seq : 0, pulled_bytes = has_staged ? frame.pulled_bytes : 0;
   fl_mark(marks, frame.detect_ns, FL_MARK_STARTED);
   const FlClockStart clock_start = fl_clock_start();
   const FusedStep* steps = fl_tiled_steps;
@@ -484,7 +483,7 @@ FL_DEVICE void fl_tiled_frame(const FlTiledFrame& frame, FrameDesc* fd, const Fu
   if (threadIdx.x < FL_FUSED_MAX_STEPS) acc[threadIdx.x] = fl_partial_empty();
   __syncthreads();
   const uint8_t* payload = (const uint8_t*)frame.payload_dptr;
-  const uint64_t pulled_at_start = has_staged && pulled_seq == frame.ring_seq ? pulled_bytes : 0;
+  const uint64_t pulled_at_start = has_staged ? frame.pulled_bytes : 0;
   FlTiledSource source = {payload, staged, pulled_at_start};
   const uint32_t n = step_count ? fl_tiled_samples(steps[0].kind, frame.payload_len, capacity) : 0;
   // Tiles of a multiple of four samples (every thread's groups start on the
@@ -639,9 +638,7 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
                    const FlStreamState* stream, const uint8_t* staged) {
   fl_wait_for_prior_kernels();
   fl_let_dependents_launch();
-  FlTiledFrame frame = fl_tiled_frame_of(fd, stream != nullptr && staged != nullptr ? stream : nullptr);
-  frame.prog_steps = prog->step_count;
-  frame.capacity = prog->capacity;
+  const FlTiledFrame frame = fl_tiled_frame_of(fd, prog, stream != nullptr && staged != nullptr ? stream : nullptr);
   fl_tiled_frame(frame, fd, prog->steps, out, scratch, halo, span, publish, samples, stream, staged, nullptr,
                  gridDim.x, nullptr);
 }
@@ -750,10 +747,14 @@ FL_DEVICE void fl_tiled_frame_from(const LoopParams& p, uint64_t last, const FlH
   f->payload_dptr = fl_slot_dptr(p, seq) + FL_SLOT_PAYLOAD_OFFSET;
   f->payload_len = h.payload_len();
   f->params_dptr = p.param_ctl != nullptr ? (uint64_t)p.banks + (uint64_t)h.bank() * p.bank_bytes : 0;
+  f->pulled_bytes = h.pulled_words() * 16u;
+#ifdef FL_TILED_PHASES
+  // Only the phase marks use the detection time.
   const uint64_t now = fl_globaltimer();
   f->detect_ns = now - ((now / FL_HANDED_DETECT_UNIT_NS - h.detect_units()) & 0xffffu) * FL_HANDED_DETECT_UNIT_NS;
-  f->pulled_seq = seq;
-  f->pulled_bytes = h.pulled_words() * 16u;
+#else
+  f->detect_ns = 0;
+#endif
 }
 
 // This launch's verdict, in thread 0 of every block but the puller (see
