@@ -51,6 +51,14 @@ impl<A> PollCounted<A> {
         let stall = ThreadStall::requested("receiver");
         Self { inner, loops: Arc::clone(loops), stall, stop: Arc::clone(stop) }
     }
+
+    /// One poll loop of the receiver, for the watchdog (and the test hook).
+    fn count_loop(&mut self) {
+        self.loops.fetch_add(1, Ordering::Relaxed);
+        if let Some(stall) = self.stall.as_mut() {
+            stall.hang_if_due(&self.stop);
+        }
+    }
 }
 
 impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
@@ -77,11 +85,12 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
         self.inner.end_landing()
     }
     fn on_tick(&mut self, now_ns: u64) {
-        self.loops.fetch_add(1, Ordering::Relaxed);
-        if let Some(stall) = self.stall.as_mut() {
-            stall.hang_if_due(&self.stop);
-        }
+        self.count_loop();
         self.inner.on_tick(now_ns);
+    }
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        self.count_loop();
+        self.inner.on_tick_behind(stale_at, now_ns);
     }
     fn flush(&mut self, now_ns: u64) {
         self.inner.flush(now_ns);

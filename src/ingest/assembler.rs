@@ -37,8 +37,18 @@ pub trait FrameAssembler: Send {
     }
     /// Forgets the last plan.
     fn end_landing(&mut self) {}
-    /// Publishes what is complete or stale at `now_ns`.
+    /// Publishes what is complete or stale at `now_ns`, for a receiver that
+    /// has read every datagram waiting for it.
     fn on_tick(&mut self, now_ns: u64);
+    /// The tick of a receiver with datagrams still waiting: frames go stale
+    /// by `stale_at` (the arrival time of the latest datagram handled), not
+    /// by the clock, so no frame is timed out while packets of it that
+    /// arrived in time wait behind the receiver; what is published is
+    /// published at `now_ns`. By default (RTP video) a plain tick at `now_ns`.
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        let _ = stale_at;
+        self.on_tick(now_ns)
+    }
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
     fn flush(&mut self, now_ns: u64);
 }
@@ -87,6 +97,9 @@ impl FrameAssembler for Reassembler {
     fn on_tick(&mut self, now_ns: u64) {
         Reassembler::on_tick(self, now_ns)
     }
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        Reassembler::on_tick_behind(self, stale_at, now_ns)
+    }
     fn flush(&mut self, now_ns: u64) {
         Reassembler::flush(self, now_ns)
     }
@@ -113,6 +126,9 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn on_tick(&mut self, now_ns: u64) {
         (**self).on_tick(now_ns)
+    }
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        (**self).on_tick_behind(stale_at, now_ns)
     }
     fn flush(&mut self, now_ns: u64) {
         (**self).flush(now_ns)

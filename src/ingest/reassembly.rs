@@ -32,8 +32,11 @@
 //!    complete it is published (`SLOT_COMPLETE`), then any following complete
 //!    ones. An incomplete oldest frame is published with `SLOT_INCOMPLETE` and
 //!    its missing byte ranges zeroed when it goes stale (`frame_timeout_ms`
-//!    after its first packet; also `SLOT_TIMED_OUT`), when a new frame needs
-//!    room (rule 4), or on [`Reassembler::flush`].
+//!    after its first packet arrived, by the arrival time of the datagram
+//!    being handled, or by the clock on a tick once the socket is empty, so
+//!    a receiver running behind never times out packets that arrived in
+//!    time; also `SLOT_TIMED_OUT`), when a new frame needs room (rule 4), or
+//!    on [`Reassembler::flush`].
 //!
 //! Progress while a frame arrives: whenever the run of packets received
 //! from index 0 grows, the slot header's `received_mark` is stored (release)
@@ -375,6 +378,9 @@ impl Reassembler {
     /// As [`Reassembler::on_datagram`] for a datagram received at `rx_ns` and
     /// handled at `now_ns` (`>= rx_ns`): completed frames are published at
     /// `now_ns`, so the receiver's own wake-up shows in the assembly segment.
+    /// Whether a frame is stale is judged at `rx_ns`: a receiver running
+    /// behind its socket must not time out a frame whose packets arrived in
+    /// time and are still queued behind this one.
     pub fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         debug_assert!(now_ns >= rx_ns);
         self.counters.datagram(datagram.len());
@@ -382,7 +388,7 @@ impl Reassembler {
             Ok((h, payload)) => self.on_packet(&h, Payload::Bytes(payload), rx_ns, now_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
-        self.publish_ready(now_ns);
+        self.publish_ready(rx_ns, now_ns);
     }
 
     /// Plans one-copy receive for up to `groups` receive buffers: from the
@@ -489,7 +495,7 @@ impl Reassembler {
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
         self.landing.take(k);
-        self.publish_ready(now_ns);
+        self.publish_ready(rx_ns, now_ns);
     }
 
     /// The current batch's landing plan (for the receiver to record arrivals).
@@ -520,9 +526,18 @@ impl Reassembler {
         }
     }
 
-    /// Publishes the frames that are complete or stale at `now_ns`.
+    /// Publishes the frames that are complete or stale at `now_ns`, for a
+    /// receiver that has read every datagram waiting for it (else
+    /// [`Reassembler::on_tick_behind`]).
     pub fn on_tick(&mut self, now_ns: u64) {
-        self.publish_ready(now_ns);
+        self.publish_ready(now_ns, now_ns);
+    }
+
+    /// The tick of a receiver with datagrams still waiting: publishes at
+    /// `now_ns` what is complete, or stale at `stale_at` (the arrival time
+    /// of the latest datagram it handled).
+    pub fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        self.publish_ready(stale_at.min(now_ns), now_ns);
     }
 
     /// Publishes every frame in flight, incomplete ones flagged, at `now_ns`.
@@ -708,10 +723,12 @@ impl Reassembler {
         }
     }
 
-    /// Publishes, oldest first, every frame that is complete or stale at `now_ns`.
-    fn publish_ready(&mut self, now_ns: u64) {
+    /// Publishes at `now_ns`, oldest first, every frame that is complete or
+    /// stale at `stale_at` (the arrival time of the latest datagram handled,
+    /// or the current time once none is waiting).
+    fn publish_ready(&mut self, stale_at: u64, now_ns: u64) {
         while let Some(f) = self.in_flight.front() {
-            let stale = now_ns.saturating_sub(f.first_rx_ns) >= self.timeout_ns;
+            let stale = stale_at.saturating_sub(f.first_rx_ns) >= self.timeout_ns;
             if !f.complete() && !stale {
                 break;
             }
@@ -1020,6 +1037,50 @@ mod tests {
         r.on_datagram(&p[1], 16 * MS);
         let s = snap(&r);
         assert_eq!((s.frames_incomplete, s.frames_timed_out, s.late), (1, 1, 1));
+    }
+
+    #[test]
+    fn packets_that_arrived_in_time_count_however_late_they_are_handled() {
+        // A receiver 40 ms behind its socket: every packet arrived within the
+        // 5 ms timeout, so the frame completes, a moment later than it arrived.
+        let cfg = ReassemblyConfig { frame_timeout_ms: 5, ..Default::default() };
+        let (mut r, mut rd) = setup(4, 1024, cfg);
+        let data = frame_bytes(300, 7);
+        let p = packets(2, 8, &data, 100);
+        for (i, d) in p.iter().enumerate() {
+            let rx = 10 * MS + i as u64 * MS;
+            r.on_datagram_at(d, rx, rx + 40 * MS);
+        }
+        let out = drain(&mut rd);
+        assert_eq!(out.len(), 1);
+        let (h, payload) = &out[0];
+        assert_eq!(h.flags, SLOT_COMPLETE);
+        assert_eq!((h.packets_received, h.published_ns), (3, 52 * MS));
+        assert_eq!(payload, &data);
+        let s = snap(&r);
+        assert_eq!((s.frames_complete, s.frames_timed_out, s.late), (1, 0, 0));
+        // One that arrived past the deadline still times the frame out, and
+        // is late itself.
+        let next = frame_bytes(300, 8);
+        let q = packets(2, 9, &next, 100);
+        r.on_datagram_at(&q[0], 60 * MS, 61 * MS);
+        r.on_datagram_at(&q[2], 66 * MS, 67 * MS);
+        r.on_datagram_at(&q[1], 66 * MS, 67 * MS);
+        let out = drain(&mut rd);
+        assert_eq!(out[0].0.flags, SLOT_INCOMPLETE | SLOT_TIMED_OUT);
+        assert_eq!(out[0].0.packets_received, 2);
+        let s = snap(&r);
+        assert_eq!((s.frames_timed_out, s.late), (1, 1));
+        // A tick while datagrams wait goes by the latest arrival; one with
+        // the socket empty by the clock.
+        let last = frame_bytes(300, 9);
+        let t = packets(2, 10, &last, 100);
+        r.on_datagram_at(&t[0], 70 * MS, 71 * MS);
+        r.on_tick_behind(72 * MS, 90 * MS);
+        assert!(rd.claim().is_none(), "timed out by the clock while its packets may wait");
+        r.on_tick(90 * MS);
+        let out = drain(&mut rd);
+        assert_eq!((out[0].0.flags, out[0].0.published_ns), (SLOT_INCOMPLETE | SLOT_TIMED_OUT, 90 * MS));
     }
 
     #[test]

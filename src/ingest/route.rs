@@ -109,6 +109,12 @@ impl<A: FrameAssembler> FrameAssembler for StreamRouter<A> {
         }
     }
 
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        for a in &mut self.assemblers {
+            a.on_tick_behind(stale_at, now_ns);
+        }
+    }
+
     fn flush(&mut self, now_ns: u64) {
         for a in &mut self.assemblers {
             a.flush(now_ns);

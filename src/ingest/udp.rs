@@ -165,6 +165,9 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     /// Receive buffers to plan targets for: twice the last batch's count and
     /// a little more, so a quiet socket costs little planning.
     groups_wanted: usize,
+    /// Arrival time (CLOCK_REALTIME ns) of the latest datagram read: the
+    /// clock frames go stale by while the socket still holds datagrams.
+    latest_rx_ns: u64,
     /// Where each message of the current one-copy batch fell.
     layouts: Vec<MessageLayout>,
 }
@@ -255,6 +258,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             realtime_priority: cfg.realtime_priority,
             one_copy: cfg.receive_into_slots.min_payload(),
             groups_wanted: MIN_GROUPS,
+            latest_rx_ns: 0,
             layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
         })
     }
@@ -323,7 +327,14 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             if drained.buffers > 0 && !self.poll_budget.is_zero() {
                 last_data = std::time::Instant::now();
             }
-            self.assembler.on_tick(clock::realtime_ns());
+            // Frames go stale by the clock only once nothing more of them can
+            // be waiting in the socket; while it holds datagrams, by the
+            // arrival time of the latest one handled.
+            if empty {
+                self.assembler.on_tick(clock::realtime_ns());
+            } else {
+                self.assembler.on_tick_behind(self.latest_rx_ns, clock::realtime_ns());
+            }
         }
         self.assembler.flush(clock::realtime_ns());
         Ok(())
@@ -361,6 +372,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
             for i in 0..n {
                 let (buf, info) = self.batch.message(i, batch_ns);
+                self.latest_rx_ns = self.latest_rx_ns.max(info.rx_ns);
                 deliver(
                     &mut self.assembler,
                     &self.counters,
@@ -408,6 +420,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         }
         for i in 0..n {
             let (_, info) = self.batch.message(i, batch_ns);
+            self.latest_rx_ns = self.latest_rx_ns.max(info.rx_ns);
             // What the kernel did not put in a slot goes through `deliver`: an
             // Aligned message's tail, or a Gather message's whole buffer.
             let buf = match self.layouts[i] {
@@ -551,17 +564,42 @@ mod tests {
     /// Runs a receiver bound by `cfg` on its own thread, sends one frame of
     /// `len` bytes in `segment`-byte datagrams, and returns what the ring got.
     fn receive_one_frame(cfg: UdpConfig, len: usize, segment: usize) -> (SlotHeader, Vec<u8>, Vec<u8>) {
-        let (r, mut rd) = reassembler();
+        let (header, payload, frame, _) = receive_one_frame_with(cfg, Default::default(), len, segment, None);
+        (header, payload, frame)
+    }
+
+    /// As [`receive_one_frame`], reassembling under `reassembly`; with
+    /// `behind`, the frame is sent before the receiver starts and waits that
+    /// long in the socket. Also returns the counters at the end.
+    fn receive_one_frame_with(
+        cfg: UdpConfig,
+        reassembly: crate::ingest::ReassemblyConfig,
+        len: usize,
+        segment: usize,
+        behind: Option<Duration>,
+    ) -> (SlotHeader, Vec<u8>, Vec<u8>, crate::ingest::IngestSnapshot) {
+        let mem = HostMemory::new(ring_bytes(8, 8192).unwrap()).unwrap();
+        let ring = FrameRing::new(Box::new(mem), 8, 8192, OverrunPolicy::Every).unwrap();
+        let mut rd = ring.reader().unwrap();
+        let r = Reassembler::new(reassembly, ring.writer().unwrap(), Arc::default());
         let counters = Arc::clone(r.counters());
         let mut receiver = UdpReceiver::bind(&cfg, r).unwrap();
         let to = receiver.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let handle = std::thread::spawn(move || receiver.run(&thread_stop));
+        let mut run = Some(move || receiver.run(&thread_stop));
+        let mut handle = None;
+        if behind.is_none() {
+            handle = run.take().map(std::thread::spawn);
+        }
         let (buf, frame) = coalesced(len, segment);
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         for d in buf.chunks(segment) {
             tx.send_to(d, to).unwrap();
+        }
+        if let Some(wait) = behind {
+            std::thread::sleep(wait);
+            handle = run.take().map(std::thread::spawn);
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while counters.snapshot().frames_complete + counters.snapshot().frames_incomplete == 0
@@ -570,9 +608,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         stop.store(true, Ordering::Release);
-        handle.join().unwrap().unwrap();
+        handle.expect("the receiver ran").join().unwrap().unwrap();
         let slot = rd.claim().expect("the frame was published");
-        (slot.header, slot.payload.to_vec(), frame)
+        (slot.header, slot.payload.to_vec(), frame, counters.snapshot())
     }
 
     #[test]
@@ -588,6 +626,20 @@ mod tests {
         let (header, payload, frame) = receive_one_frame(cfg, 6000, 1048);
         assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 6));
         assert_eq!(payload, frame);
+    }
+
+    #[test]
+    fn a_receiver_behind_its_socket_loses_nothing_that_arrived_in_time() {
+        // The whole frame waits in the socket for longer than the frame
+        // timeout before the receiver reads it: its packets arrived within
+        // the timeout (by their kernel timestamps), so the frame completes.
+        let cfg = UdpConfig { bind: "127.0.0.1:0".into(), gro: false, ..UdpConfig::default() };
+        let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 2, ..Default::default() };
+        let (header, payload, frame, s) =
+            receive_one_frame_with(cfg, reassembly, 6000, 1048, Some(Duration::from_millis(30)));
+        assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 6));
+        assert_eq!(payload, frame);
+        assert_eq!((s.frames_timed_out, s.late), (0, 0));
     }
 
     #[test]
