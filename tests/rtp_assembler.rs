@@ -98,6 +98,10 @@ fn stale_frame_times_out_and_flush_publishes_the_rest() {
     a.on_datagram(&f0[0], 1000 * MS);
     a.on_tick(1000 * MS + s.frame_timeout_ns - 1);
     assert!(drain(&mut r).is_empty());
+    // A receiver behind its socket: the clock is past the timeout, the
+    // latest datagram it read arrived before it, so nothing times out yet.
+    a.on_tick_behind(1000 * MS + s.frame_timeout_ns - 1, 1000 * MS + 10 * s.frame_timeout_ns);
+    assert!(drain(&mut r).is_empty(), "timed out by the clock while its packets may wait");
     a.on_tick(1000 * MS + s.frame_timeout_ns);
     let frames = drain(&mut r);
     assert_eq!(frames[0].1, SLOT_INCOMPLETE | SLOT_TIMED_OUT);

@@ -44,11 +44,8 @@ pub trait FrameAssembler: Send {
     /// by `stale_at` (the arrival time of the latest datagram handled), not
     /// by the clock, so no frame is timed out while packets of it that
     /// arrived in time wait behind the receiver; what is published is
-    /// published at `now_ns`. By default (RTP video) a plain tick at `now_ns`.
-    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
-        let _ = stale_at;
-        self.on_tick(now_ns)
-    }
+    /// published at `now_ns`.
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64);
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
     fn flush(&mut self, now_ns: u64);
 }
@@ -65,6 +62,9 @@ macro_rules! assembler_by_inherent_methods {
             }
             fn on_tick(&mut self, now_ns: u64) {
                 <$t>::on_tick(self, now_ns)
+            }
+            fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+                <$t>::on_tick_behind(self, stale_at, now_ns)
             }
             fn flush(&mut self, now_ns: u64) {
                 <$t>::flush(self, now_ns)

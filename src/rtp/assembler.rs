@@ -167,6 +167,18 @@ impl RtpAssembler {
         }
     }
 
+    /// The tick of a receiver with datagrams still waiting: publishes the
+    /// frame in progress at `now_ns` if it went stale by `stale_at` (the
+    /// arrival time of the latest datagram handled), so none is timed out
+    /// while packets of it that arrived in time wait in the socket.
+    pub fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        if let Some(f) = &self.frame
+            && stale_at.min(now_ns).saturating_sub(f.first_rx_ns) >= self.timeout_ns
+        {
+            self.finish(now_ns, true);
+        }
+    }
+
     /// Publishes the frame in progress (incomplete if it is) at `now_ns`.
     pub fn flush(&mut self, now_ns: u64) {
         if self.frame.is_some() {
