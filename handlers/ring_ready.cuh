@@ -169,8 +169,9 @@ FL_DEVICE uint64_t fl_globaltimer_after(uint32_t after) {
 
 // Records the claim of `seq` read as `r` and detected at `detect_ns` (one
 // thread): copies the slot header into `slot`, fills the FrameDesc `d`
-// (payload read in place from the slot), takes the parameter selection,
-// resets the ChainResult `c` and counts the frames skipped to reach it.
+// (payload read in place from the slot, the parameter bank `r.sel` names,
+// which the caller has taken with fl_take_params), resets the ChainResult
+// `c` and counts the frames skipped to reach it.
 FL_DEVICE void fl_claim_write(const LoopParams& p, uint64_t seq, const FlClaimRead& r, uint64_t detect_ns,
                               SlotHeader* slot, FrameDesc* d, ChainResult* c) {
   DeviceLoopState* st = p.st;
@@ -186,7 +187,6 @@ FL_DEVICE void fl_claim_write(const LoopParams& p, uint64_t seq, const FlClaimRe
   d->skipped = seq - last - 1;
   d->detect_ns = detect_ns;
   if (p.param_ctl != nullptr) {
-    fl_take_params(p, r.sel);
     d->params_dptr = (uint64_t)p.banks + (uint64_t)FL_SELECT_BANK(r.sel) * p.bank_bytes;
     d->param_generation = FL_SELECT_GENERATION(r.sel);
   } else {
@@ -200,12 +200,13 @@ FL_DEVICE void fl_claim_write(const LoopParams& p, uint64_t seq, const FlClaimRe
   st->skipped += d->skipped;
 }
 
-// Claims `seq` (one thread): fl_claim_read, then fl_claim_write with the
-// time the header arrived. The built-in handler passes the loop state's
+// Claims `seq` (one thread): fl_claim_read, the frame's parameter bank
+// taken, then fl_claim_write with the time the header arrived. The built-in handler passes the loop state's
 // copies (device memory, read by the operator kernels); the fused chain
 // passes its own in shared memory.
 FL_DEVICE void fl_claim_slot(const LoopParams& p, uint64_t seq, SlotHeader* slot, FrameDesc* d, ChainResult* c) {
   const FlClaimRead r = fl_claim_read(p, seq);
+  if (p.param_ctl != nullptr) fl_take_params(p, r.sel);
   fl_claim_write(p, seq, r, fl_globaltimer_after(fl_claim_len(p, r)), slot, d, c);
 }
 

@@ -405,6 +405,13 @@ FL_DEVICE uint64_t fl_tiled_bytes_through(uint32_t kind, int64_t g1) {
   return fl_sample_end<FL_FMT_U12>(g1 - 1);
 }
 
+// The 16-byte words of ring sequence `seq` a puller round word
+// (FlTiledClaim::pulling, ::pulled: sequence's low 32 bits << 32 | end
+// word) covers; 0 for another frame's.
+FL_DEVICE uint64_t fl_round_words_of(uint64_t round, uint64_t seq) {
+  return (uint32_t)(round >> 32) == (uint32_t)seq ? (round & 0xffffffffull) : 0ull;
+}
+
 // Bytes of ring sequence `seq` the staging buffer holds (0 when it holds another frame's).
 FL_DEVICE uint64_t fl_stream_pulled_of(const FlStreamState* s, uint64_t seq) {
   return fl_load_acquire_gpu64(&s->seq) == seq ? fl_load_acquire_gpu64(&s->pulled) : 0ull;
@@ -425,8 +432,7 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulli
                                    uint64_t need) {
   uint64_t pulled = fl_stream_pulled_of(s, seq);
   if (pulled >= need) return pulled;
-  const uint64_t round = fl_load_acquire_gpu64(pulling);
-  if ((uint32_t)(round >> 32) != (uint32_t)seq || (round & 0xffffffffull) * 16u < need) return pulled;
+  if (fl_round_words_of(fl_load_acquire_gpu64(pulling), seq) * 16u < need) return pulled;
   const uint64_t t0 = fl_globaltimer();
   while ((pulled = fl_stream_pulled_of(s, seq)) < need && fl_globaltimer() - t0 < FL_TILED_PULL_WAIT_NS)
     __nanosleep(32);
@@ -784,8 +790,8 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
       const uint64_t detect = fl_globaltimer_after(len);
       // A new parameter bank's fence before the handover: the blocks read the bank after it.
       if (p.param_ctl != nullptr) fl_take_params(p, r.sel);
-      const uint64_t pulled_words = (uint32_t)(pulled >> 32) == (uint32_t)seq ? (pulled & 0xffffffffull) : 0ull;
-      const FlHanded h = fl_handed_make(tag, verdict, FL_SELECT_BANK(r.sel), detect, len, seq, pulled_words);
+      const FlHanded h =
+          fl_handed_make(tag, verdict, FL_SELECT_BANK(r.sel), detect, len, seq, fl_round_words_of(pulled, seq));
       fl_handed_store(claim->handed, h);
       fl_mark(p.st->user, detect, FL_MARK_RELEASED);
       fl_tiled_frame_from(p, seq, h, frame);
