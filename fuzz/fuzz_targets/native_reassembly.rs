@@ -1,6 +1,8 @@
 //! Fuzz target: any bytes as a sequence of native datagrams (a 2-byte
 //! big-endian length before each) fed through `Reassembler::on_datagram_at`
-//! into a small host-memory frame ring, as the UDP receiver feeds it; each
+//! into a small host-memory frame ring, as the UDP receiver feeds it (each
+//! handled up to 7 ms after it arrived, then a tick: by the clock, or by the
+//! latest arrival as while datagrams still wait); each
 //! datagram also through `native::parse_split` (the one-copy receive path's
 //! parse of a header whose payload lies elsewhere), which must agree with
 //! `native::parse`.
@@ -32,11 +34,15 @@ fuzz_target!(|data: &[u8]| {
         restart_window: 8,
     };
     let mut reassembler = Reassembler::new(cfg, ring.writer().expect("one writer"), Arc::default());
-    let mut now = 1_000 * MS;
+    let mut rx = 1_000 * MS;
+    let mut now = rx;
     let mut fed = 0u64;
     for datagram in framing::datagrams(data) {
-        // Time moves on by the datagram's first byte (ms), so timeouts happen.
-        now += datagram.first().copied().unwrap_or(0) as u64 / 32 * MS;
+        // Arrivals move on by the datagram's first byte (ms), so timeouts
+        // happen; its last byte says how far behind the receiver handles it.
+        rx += datagram.first().copied().unwrap_or(0) as u64 / 32 * MS;
+        let lag = datagram.last().copied().unwrap_or(0) as u64;
+        now = now.max(rx + lag % 8 * MS);
         if datagram.len() >= native::HEADER_LEN {
             let (head, payload) = datagram.split_at(native::HEADER_LEN);
             let split = native::parse_split(head, payload.len());
@@ -47,7 +53,12 @@ fuzz_target!(|data: &[u8]| {
                 Err(e) => assert_eq!(split.map_err(|e| e.kind()), Err(e.kind()), "split parse disagrees"),
             }
         }
-        reassembler.on_datagram_at(datagram, now, now);
+        reassembler.on_datagram_at(datagram, rx, now);
+        if lag & 8 == 0 {
+            reassembler.on_tick_behind(rx, now);
+        } else {
+            reassembler.on_tick(now);
+        }
         fed += 1;
         while let Some(slot) = reader.claim() {
             assert!(slot.payload.len() <= CAPACITY, "a slot payload larger than the ring's capacity");

@@ -28,7 +28,8 @@ pub use packetizer::Packetizer;
 
 /// Feeds `data`, read as RFC 4175 packets each preceded by a 2-byte
 /// big-endian length, through the parser and an assembler for 8x64 4:2:2
-/// 8-bit frames (1 ms apart), then flushes it. The `rtp4175` fuzz target
+/// 8-bit frames (1 ms apart, each followed by a receiver tick behind its
+/// socket), then flushes it. The `rtp4175` fuzz target
 /// and its seed-corpus test run exactly this, so they cannot drift apart.
 pub fn assemble_length_prefixed(data: &[u8]) -> RtpAssembler {
     use crate::ring::layout::ring_bytes;
@@ -47,6 +48,8 @@ pub fn assemble_length_prefixed(data: &[u8]) -> RtpAssembler {
     while let [hi, lo, tail @ ..] = rest {
         let n = (u16::from_be_bytes([*hi, *lo]) as usize).min(tail.len());
         assembler.on_datagram(&tail[..n], t);
+        // The receiver's tick while datagrams still wait, half a millisecond on.
+        assembler.on_tick_behind(t, t + 500_000);
         t += 1_000_000;
         rest = &tail[n..];
     }
