@@ -106,7 +106,7 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
         for mode in [SwapMode::Update, SwapMode::Reinstantiate] {
             let rings = MappedRings::new(&rt, 1024, SLOT, 1024, OverrunPolicy::Every).unwrap();
             let mut reader = ResultReader::new(Arc::clone(&rings.results));
-            let mut lp = poisoned_loop(&rt, &rings, &loop_chain_of(0), fused);
+            let mut lp = poisoned_loop(&rt, &rings, &loop_chain_of(0), loop_config(fused));
             let mut live = lp.take_cuda_live_chain().expect("the CUDA loop has a live chain");
             assert!(lp.take_live_chain().is_none(), "taken once");
             live.set_mode(mode);
@@ -186,19 +186,23 @@ fn check_against(r: &ResultRecord, want: &ChainOutput, id: &str) {
     assert_eq!(Some((r.detect_count, r.first_detect_index)), want.detect, "{id}: detect");
 }
 
-/// A CUDA loop of `chain` over `rings`, whose result records are poisoned
+/// The loop's settings with `fused` and the rest at their defaults.
+fn loop_config(fused: FusedChainMode) -> frameloop::config::LoopConfig {
+    frameloop::config::LoopConfig { fused_chain: fused, ..Default::default() }
+}
+
+/// A CUDA loop of `chain` over `rings` under `cfg`, whose result records are poisoned
 /// first (so a record the loop did not write cannot pass for one).
 fn poisoned_loop(
     rt: &Arc<frameloop::gpu::executor::GpuRuntime>,
     rings: &frameloop::gpu::bench::MappedRings,
     chain: &[OpSpec],
-    fused: FusedChainMode,
+    cfg: frameloop::config::LoopConfig,
 ) -> frameloop::gpu::CudaLoop {
     use frameloop::ring::layout::RESULTS_OFFSET;
     let mem = rings.results.memory();
     // SAFETY: the records region lies inside the mapping; nothing reads or writes it yet.
     unsafe { std::ptr::write_bytes(mem.as_ptr().add(RESULTS_OFFSET), 0xa5, mem.len() - RESULTS_OFFSET) };
-    let cfg = frameloop::config::LoopConfig { fused_chain: fused, ..Default::default() };
     frameloop::gpu::CudaLoop::new(
         Arc::clone(rt),
         Arc::clone(&rings.frames),
@@ -214,17 +218,29 @@ fn poisoned_loop(
 /// goes to the parameter banks (no relaunch: the counter stays; no switch
 /// gap), each shape change relaunches once; no frame is lost and every
 /// result equals the CPU chain of the generation it carries.
-fn bank_switches_at_10k(fused: FusedChainMode, frame_bytes: usize) {
+fn bank_switches_at_10k(cfg: frameloop::config::LoopConfig, frame_bytes: usize) {
     let mut cpus: Vec<frameloop::ops::CpuChain> = (0..=PARAM_RELOADS + SHAPE_RELOADS)
         .map(|g| frameloop::ops::CpuChain::new(&chain_of(g), frame_bytes).unwrap())
         .collect();
-    bank_switches_of(fused, frame_bytes, &chain_of, &mut |g, payload| cpus[g as usize].run(payload));
+    bank_switches_of(cfg, frame_bytes, &chain_of, &mut |g, payload| cpus[g as usize].run(payload));
+}
+
+/// The stages the loop of generation 0 runs, for [`bank_switches_of`]'s callers that need one path.
+fn first_stages(cfg: frameloop::config::LoopConfig, frame_bytes: usize) -> Vec<String> {
+    use frameloop::gpu::bench::MappedRings;
+    use frameloop::gpu::executor::GpuRuntime;
+    use frameloop::gpu::nvrtc::CacheDir;
+    use frameloop::ring::OverrunPolicy;
+    let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
+    let rings = MappedRings::new(&rt, 4, frame_bytes, 4, OverrunPolicy::Every).unwrap();
+    let lp = poisoned_loop(&rt, &rings, &chain_of(0), cfg);
+    lp.executor().stage_names().to_vec()
 }
 
 /// [`bank_switches_at_10k`] for the chains `chain_of_gen` gives, each frame's
 /// result checked against `expected(generation, payload)`.
 fn bank_switches_of(
-    fused: FusedChainMode,
+    cfg: frameloop::config::LoopConfig,
     frame_bytes: usize,
     chain_of: &dyn Fn(u32) -> Vec<OpSpec>,
     expected: &mut dyn FnMut(u32, &[u8]) -> ChainOutput,
@@ -239,7 +255,8 @@ fn bank_switches_of(
     let slots = ((1usize << 30) / frame_bytes).min(1 << 16).next_power_of_two() / 2;
     let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
     let rings = MappedRings::new(&rt, slots, frame_bytes, slots, OverrunPolicy::Every).unwrap();
-    let mut lp = poisoned_loop(&rt, &rings, &chain_of(0), fused);
+    let fused = cfg.fused_chain;
+    let mut lp = poisoned_loop(&rt, &rings, &chain_of(0), cfg);
     assert!(lp.executor().has_banks(), "{fused:?}: the loop keeps its values in parameter banks");
     let mut live = lp.take_cuda_live_chain().expect("a live chain");
     lp.launch().unwrap();
@@ -321,14 +338,14 @@ fn bank_switches_of(
 #[ignore = "needs a GPU"]
 fn fused_chain_takes_fifty_parameter_changes_in_its_banks_without_a_relaunch() {
     let _serial = one_at_a_time();
-    bank_switches_at_10k(FusedChainMode::Auto, FRAME_BYTES);
+    bank_switches_at_10k(loop_config(FusedChainMode::Auto), FRAME_BYTES);
 }
 
 #[test]
 #[ignore = "needs a GPU"]
 fn graph_path_takes_fifty_parameter_changes_in_its_banks_without_a_relaunch() {
     let _serial = one_at_a_time();
-    bank_switches_at_10k(FusedChainMode::Off, FRAME_BYTES);
+    bank_switches_at_10k(loop_config(FusedChainMode::Off), FRAME_BYTES);
 }
 
 #[test]
@@ -338,7 +355,25 @@ fn large_frames_take_fifty_parameter_changes_in_their_banks_without_a_relaunch()
     // kernel; "auto" runs them tiled or one kernel per operator, as measured
     // for the GPU.
     let _serial = one_at_a_time();
-    bank_switches_at_10k(FusedChainMode::Auto, 64 * 1024 + 6);
+    bank_switches_at_10k(loop_config(FusedChainMode::Auto), 64 * 1024 + 6);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tiled_frames_take_parameter_changes_in_their_banks_without_a_relaunch() {
+    // Frames of 2 MiB and 6 bytes read in place from the slot (the banks
+    // hold the values only where frames do not stream in): "auto" runs them
+    // as the tiled kernel that claims its own frames (the 2 MiB run of
+    // `gpu::fused_tiled::MEASURED`), whose blocks copy the steps from the
+    // bank each frame brings.
+    let _serial = one_at_a_time();
+    let frame_bytes = (2 << 20) + 6;
+    let cfg = frameloop::config::LoopConfig {
+        stream_to_gpu: frameloop::config::StreamToGpu::Off,
+        ..loop_config(FusedChainMode::Auto)
+    };
+    assert_eq!(first_stages(cfg.clone(), frame_bytes), ["fused_tiled"]);
+    bank_switches_at_10k(cfg, frame_bytes);
 }
 
 /// The chain of generation `g` with a user kernel (tests/fixtures/user_kernels/gain_offset.cu):
@@ -396,5 +431,5 @@ fn user_chain_on_cpu(g: u32, payload: &[u8]) -> ChainOutput {
 fn user_kernel_parameters_change_in_the_banks_without_a_relaunch() {
     let _serial = one_at_a_time();
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("info").try_init();
-    bank_switches_of(FusedChainMode::Auto, 4096 + 6, &user_chain_of, &mut user_chain_on_cpu);
+    bank_switches_of(loop_config(FusedChainMode::Auto), 4096 + 6, &user_chain_of, &mut user_chain_on_cpu);
 }
