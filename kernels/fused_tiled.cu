@@ -417,6 +417,16 @@ FL_DEVICE uint64_t fl_stream_pulled_of(const FlStreamState* s, uint64_t seq) {
   return fl_load_acquire_gpu64(&s->seq) == seq ? fl_load_acquire_gpu64(&s->pulled) : 0ull;
 }
 
+// How long a tile's wait for the puller's round sleeps between two looks.
+#ifndef FL_TILED_PULL_SPIN_NS
+#define FL_TILED_PULL_SPIN_NS 32u
+#endif
+
+// A waiting thread's pause between two looks: `ns` of sleep, or none.
+FL_DEVICE void fl_tiled_pause(uint32_t ns) {
+  if (ns != 0) __nanosleep(ns);
+}
+
 // How long a tile waits for the puller's round in flight before it reads
 // the slot itself instead (a round of FL_PULL_ROUND_WORDS takes a few
 // microseconds; this only bounds a round that went wrong).
@@ -435,7 +445,7 @@ FL_DEVICE uint64_t fl_tiled_pulled(const FlStreamState* s, const uint64_t* pulli
   if (fl_round_words_of(fl_load_acquire_gpu64(pulling), seq) * 16u < need) return pulled;
   const uint64_t t0 = fl_globaltimer();
   while ((pulled = fl_stream_pulled_of(s, seq)) < need && fl_globaltimer() - t0 < FL_TILED_PULL_WAIT_NS)
-    __nanosleep(32);
+    fl_tiled_pause(FL_TILED_PULL_SPIN_NS);
   return pulled;
 }
 
@@ -743,7 +753,11 @@ FL_DEVICE void fl_handed_store(unsigned long long* handed, const FlHanded& h) {
 // (CLAIMING_POLL_BUDGET_NS, src/gpu/fused_tiled.rs), so only a wait that
 // went wrong looks.
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
+// How long a block's wait for the claim sleeps between two looks (block 0's
+// wait for the others to count in: a quarter of it).
+#ifndef FL_TILED_SPIN_NS
 #define FL_TILED_SPIN_NS 20u
+#endif
 
 // The frame `h` hands over, into `f` (its chain fields untouched): `last`
 // a ring sequence claimed at most 2^28 frames before it.
@@ -778,7 +792,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     // last claim before it counted in, so this claim cannot move it.
     for (uint32_t spin = 1; fl_load_acquire_gpu32(&claim->arrived) != others; ++spin) {
       if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) break;
-      __nanosleep(FL_TILED_SPIN_NS / 4);
+      fl_tiled_pause(FL_TILED_SPIN_NS / 4);
     }
     const uint32_t tag = claim->generation + 1;
     if (verdict == FL_VERDICT_READY) {
@@ -821,7 +835,7 @@ FL_DEVICE uint32_t fl_tiled_claim(const LoopParams* params, FlTiledClaim* claim,
     h = fl_handed_load(claim->handed);
     if (h.tag0() == want && h.tag1() == want) break;
     if (spin % FL_TILED_SPINS_PER_STOP_CHECK == 0 && fl_load_relaxed_sys(&p.ctl->tear_down.v)) return FL_VERDICT_STOP;
-    __nanosleep(FL_TILED_SPIN_NS);
+    fl_tiled_pause(FL_TILED_SPIN_NS);
   }
   if (h.verdict() == FL_VERDICT_READY) fl_tiled_frame_from(p, last, h, frame);
   return h.verdict();
