@@ -251,7 +251,9 @@ FL_DEVICE void fl_tiled_filter2d(const float* x, float* y, const FlTile& t, int3
 // reduction runs on as few warps as that allows (fl_tiled_reduce_warps),
 // so fewer warps take part in the combine's shuffles (measured on an H200:
 // 8 warps accumulate a 4,003-sample tile in 0.8 µs and combine in 0.45).
+#ifndef FL_TILED_REDUCE_SAMPLES_PER_THREAD
 #define FL_TILED_REDUCE_SAMPLES_PER_THREAD 16u
+#endif
 
 // Warps that reduce a tile of `len` samples (1 to all of the block's).
 FL_DEVICE uint32_t fl_tiled_reduce_warps(uint32_t len) {

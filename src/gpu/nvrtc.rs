@@ -28,6 +28,20 @@ fn define_options(list: &str) -> Vec<String> {
     list.split_whitespace().map(|d| format!("-D{d}")).collect()
 }
 
+/// The names among `-D` options `defines` that NVRTC's `log` says the
+/// source defines again with another value. NVRTC only warns, and the
+/// source's own value is the one compiled, so such a definition would
+/// silently change nothing.
+fn redefined_names(log: &str, defines: &[String]) -> Vec<String> {
+    defines
+        .iter()
+        .filter_map(|d| {
+            let name = d.strip_prefix("-D")?.split('=').next()?;
+            log.contains(&format!("incompatible redefinition of macro \"{name}\"")).then(|| name.to_string())
+        })
+        .collect()
+}
+
 fn nvrtc_check(call: &'static str, r: sys::nvrtcResult) -> Result<(), String> {
     if r == sys::nvrtcResult::NVRTC_SUCCESS {
         return Ok(());
@@ -223,8 +237,9 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     let prog = Program(prog);
     let mut options: Vec<CString> = BASE_OPTIONS.iter().map(|o| c(o)).collect::<Result<_, _>>()?;
     options.push(c(&format!("--gpu-architecture={arch}"))?);
-    for d in extra_defines() {
-        options.push(c(&d)?);
+    let defines = extra_defines();
+    for d in &defines {
+        options.push(c(d)?);
     }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|s| s.as_ptr()).collect();
     // SAFETY: live program; options are NUL-terminated strings that outlive the call.
@@ -232,6 +247,17 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
         unsafe { sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as i32, option_ptrs.as_ptr()) };
     let log = program_log(&prog);
     nvrtc_check("nvrtcCompileProgram", compiled).map_err(|r| err(r, log.clone()))?;
+    let redefined = redefined_names(&log, &defines);
+    if !redefined.is_empty() {
+        return Err(err(
+            format!(
+                "{DEFINES_ENV} sets {}, which the source defines itself, so the setting would change nothing; \
+                 set only the names the kernels leave open with #ifndef, or remove them from {DEFINES_ENV}",
+                redefined.join(", ")
+            ),
+            log,
+        ));
+    }
     if !log.trim().is_empty() {
         tracing::debug!("NVRTC log for {file}: {log}");
     }
@@ -282,6 +308,19 @@ mod tests {
     fn each_listed_definition_becomes_one_define_option() {
         assert_eq!(define_options(" FL_TILED_PHASES  N=3\tM "), ["-DFL_TILED_PHASES", "-DN=3", "-DM"]);
         assert!(define_options("  ").is_empty());
+    }
+
+    #[test]
+    fn a_definition_the_source_overrides_is_named() {
+        // NVRTC 13's warning for `-DFL_TILED_REDUCE_SAMPLES_PER_THREAD=8`
+        // against an unguarded `#define` of another value.
+        let log = "fused_tiled.cu(254): warning #47-D: incompatible redefinition of macro \
+                   \"FL_TILED_REDUCE_SAMPLES_PER_THREAD\"\n  #define FL_TILED_REDUCE_SAMPLES_PER_THREAD 16u\n";
+        let defines =
+            define_options("FL_TILED_PHASES FL_TILED_REDUCE_SAMPLES_PER_THREAD=8 FL_TILED_REDUCE=1");
+        assert_eq!(redefined_names(log, &defines), ["FL_TILED_REDUCE_SAMPLES_PER_THREAD"]);
+        assert!(redefined_names("", &defines).is_empty());
+        assert!(redefined_names(log, &[]).is_empty());
     }
 
     #[test]
