@@ -217,24 +217,13 @@ fn poisoned_loop(
 /// changes of `chain_of` (every 11th a shape change). Each values-only one
 /// goes to the parameter banks (no relaunch: the counter stays; no switch
 /// gap), each shape change relaunches once; no frame is lost and every
-/// result equals the CPU chain of the generation it carries.
-fn bank_switches_at_10k(cfg: frameloop::config::LoopConfig, frame_bytes: usize) {
+/// result equals the CPU chain of the generation it carries. Returns the
+/// stages the loop of generation 0 ran.
+fn bank_switches_at_10k(cfg: frameloop::config::LoopConfig, frame_bytes: usize) -> Vec<String> {
     let mut cpus: Vec<frameloop::ops::CpuChain> = (0..=PARAM_RELOADS + SHAPE_RELOADS)
         .map(|g| frameloop::ops::CpuChain::new(&chain_of(g), frame_bytes).unwrap())
         .collect();
-    bank_switches_of(cfg, frame_bytes, &chain_of, &mut |g, payload| cpus[g as usize].run(payload));
-}
-
-/// The stages the loop of generation 0 runs, for [`bank_switches_of`]'s callers that need one path.
-fn first_stages(cfg: frameloop::config::LoopConfig, frame_bytes: usize) -> Vec<String> {
-    use frameloop::gpu::bench::MappedRings;
-    use frameloop::gpu::executor::GpuRuntime;
-    use frameloop::gpu::nvrtc::CacheDir;
-    use frameloop::ring::OverrunPolicy;
-    let rt = GpuRuntime::open(0, CacheDir::Disabled).expect("a usable GPU");
-    let rings = MappedRings::new(&rt, 4, frame_bytes, 4, OverrunPolicy::Every).unwrap();
-    let lp = poisoned_loop(&rt, &rings, &chain_of(0), cfg);
-    lp.executor().stage_names().to_vec()
+    bank_switches_of(cfg, frame_bytes, &chain_of, &mut |g, payload| cpus[g as usize].run(payload))
 }
 
 /// [`bank_switches_at_10k`] for the chains `chain_of_gen` gives, each frame's
@@ -244,7 +233,7 @@ fn bank_switches_of(
     frame_bytes: usize,
     chain_of: &dyn Fn(u32) -> Vec<OpSpec>,
     expected: &mut dyn FnMut(u32, &[u8]) -> ChainOutput,
-) {
+) -> Vec<String> {
     use frameloop::backend::ResidentLoop;
     use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
@@ -257,6 +246,7 @@ fn bank_switches_of(
     let rings = MappedRings::new(&rt, slots, frame_bytes, slots, OverrunPolicy::Every).unwrap();
     let fused = cfg.fused_chain;
     let mut lp = poisoned_loop(&rt, &rings, &chain_of(0), cfg);
+    let first_stages = lp.executor().stage_names().to_vec();
     assert!(lp.executor().has_banks(), "{fused:?}: the loop keeps its values in parameter banks");
     let mut live = lp.take_cuda_live_chain().expect("a live chain");
     lp.launch().unwrap();
@@ -332,6 +322,7 @@ fn bank_switches_of(
         "{fused:?} {frame_bytes} B ({:?}): {frames} frames, {PARAM_RELOADS} bank switches, {SHAPE_RELOADS} relaunches",
         lp.executor().stage_names()
     );
+    first_stages
 }
 
 #[test]
@@ -372,8 +363,7 @@ fn tiled_frames_take_parameter_changes_in_their_banks_without_a_relaunch() {
         stream_to_gpu: frameloop::config::StreamToGpu::Off,
         ..loop_config(FusedChainMode::Auto)
     };
-    assert_eq!(first_stages(cfg.clone(), frame_bytes), ["fused_tiled"]);
-    bank_switches_at_10k(cfg, frame_bytes);
+    assert_eq!(bank_switches_at_10k(cfg, frame_bytes), ["fused_tiled"]);
 }
 
 /// The chain of generation `g` with a user kernel (tests/fixtures/user_kernels/gain_offset.cu):

@@ -37,7 +37,7 @@ impl IngestParts {
 }
 
 /// The assembler as the UDP receiver drives it, counting the receiver's
-/// poll loops (one `on_tick` per loop, idle or not: the poll is timed) for
+/// poll loops (one tick per loop, idle or not: the poll is timed) for
 /// the watchdog, and honouring the test hook that hangs the receiver.
 struct PollCounted<A> {
     inner: A,
@@ -50,14 +50,6 @@ impl<A> PollCounted<A> {
     fn new(inner: A, loops: &Arc<AtomicU64>, stop: &Arc<AtomicBool>) -> Self {
         let stall = ThreadStall::requested("receiver");
         Self { inner, loops: Arc::clone(loops), stall, stop: Arc::clone(stop) }
-    }
-
-    /// One poll loop of the receiver, for the watchdog (and the test hook).
-    fn count_loop(&mut self) {
-        self.loops.fetch_add(1, Ordering::Relaxed);
-        if let Some(stall) = self.stall.as_mut() {
-            stall.hang_if_due(&self.stop);
-        }
     }
 }
 
@@ -84,12 +76,11 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn end_landing(&mut self) {
         self.inner.end_landing()
     }
-    fn on_tick(&mut self, now_ns: u64) {
-        self.count_loop();
-        self.inner.on_tick(now_ns);
-    }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
-        self.count_loop();
+        self.loops.fetch_add(1, Ordering::Relaxed);
+        if let Some(stall) = self.stall.as_mut() {
+            stall.hang_if_due(&self.stop);
+        }
         self.inner.on_tick_behind(stale_at, now_ns);
     }
     fn flush(&mut self, now_ns: u64) {

@@ -37,15 +37,17 @@ pub trait FrameAssembler: Send {
     }
     /// Forgets the last plan.
     fn end_landing(&mut self) {}
-    /// Publishes what is complete or stale at `now_ns`, for a receiver that
-    /// has read every datagram waiting for it.
-    fn on_tick(&mut self, now_ns: u64);
     /// The tick of a receiver with datagrams still waiting: frames go stale
     /// by `stale_at` (the arrival time of the latest datagram handled), not
     /// by the clock, so no frame is timed out while packets of it that
     /// arrived in time wait behind the receiver; what is published is
     /// published at `now_ns`.
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64);
+    /// Publishes what is complete or stale at `now_ns`, for a receiver that
+    /// has read every datagram waiting for it.
+    fn on_tick(&mut self, now_ns: u64) {
+        self.on_tick_behind(now_ns, now_ns)
+    }
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
     fn flush(&mut self, now_ns: u64);
 }
@@ -59,9 +61,6 @@ macro_rules! assembler_by_inherent_methods {
             }
             fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
                 <$t>::on_datagram_at(self, datagram, rx_ns, now_ns)
-            }
-            fn on_tick(&mut self, now_ns: u64) {
-                <$t>::on_tick(self, now_ns)
             }
             fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
                 <$t>::on_tick_behind(self, stale_at, now_ns)
@@ -94,9 +93,6 @@ impl FrameAssembler for Reassembler {
     fn end_landing(&mut self) {
         Reassembler::end_landing(self)
     }
-    fn on_tick(&mut self, now_ns: u64) {
-        Reassembler::on_tick(self, now_ns)
-    }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         Reassembler::on_tick_behind(self, stale_at, now_ns)
     }
@@ -123,9 +119,6 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn end_landing(&mut self) {
         (**self).end_landing()
-    }
-    fn on_tick(&mut self, now_ns: u64) {
-        (**self).on_tick(now_ns)
     }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         (**self).on_tick_behind(stale_at, now_ns)

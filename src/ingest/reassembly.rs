@@ -530,7 +530,7 @@ impl Reassembler {
     /// receiver that has read every datagram waiting for it (else
     /// [`Reassembler::on_tick_behind`]).
     pub fn on_tick(&mut self, now_ns: u64) {
-        self.publish_ready(now_ns, now_ns);
+        self.on_tick_behind(now_ns, now_ns);
     }
 
     /// The tick of a receiver with datagrams still waiting: publishes at

@@ -103,12 +103,6 @@ impl<A: FrameAssembler> FrameAssembler for StreamRouter<A> {
         }
     }
 
-    fn on_tick(&mut self, now_ns: u64) {
-        for a in &mut self.assemblers {
-            a.on_tick(now_ns);
-        }
-    }
-
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         for a in &mut self.assemblers {
             a.on_tick_behind(stale_at, now_ns);

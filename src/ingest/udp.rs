@@ -330,11 +330,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             // Frames go stale by the clock only once nothing more of them can
             // be waiting in the socket; while it holds datagrams, by the
             // arrival time of the latest one handled.
-            if empty {
-                self.assembler.on_tick(clock::realtime_ns());
-            } else {
-                self.assembler.on_tick_behind(self.latest_rx_ns, clock::realtime_ns());
-            }
+            let now = clock::realtime_ns();
+            self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
         }
         self.assembler.flush(clock::realtime_ns());
         Ok(())
@@ -587,20 +584,26 @@ mod tests {
         let to = receiver.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let mut run = Some(move || receiver.run(&thread_stop));
-        let mut handle = None;
-        if behind.is_none() {
-            handle = run.take().map(std::thread::spawn);
-        }
+        let start = move || std::thread::spawn(move || receiver.run(&thread_stop));
         let (buf, frame) = coalesced(len, segment);
-        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        for d in buf.chunks(segment) {
-            tx.send_to(d, to).unwrap();
-        }
-        if let Some(wait) = behind {
-            std::thread::sleep(wait);
-            handle = run.take().map(std::thread::spawn);
-        }
+        let send = || {
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for d in buf.chunks(segment) {
+                tx.send_to(d, to).unwrap();
+            }
+        };
+        let handle = match behind {
+            None => {
+                let handle = start();
+                send();
+                handle
+            }
+            Some(wait) => {
+                send();
+                std::thread::sleep(wait);
+                start()
+            }
+        };
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while counters.snapshot().frames_complete + counters.snapshot().frames_incomplete == 0
             && std::time::Instant::now() < deadline
@@ -608,7 +611,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         stop.store(true, Ordering::Release);
-        handle.expect("the receiver ran").join().unwrap().unwrap();
+        handle.join().unwrap().unwrap();
         let slot = rd.claim().expect("the frame was published");
         (slot.header, slot.payload.to_vec(), frame, counters.snapshot())
     }

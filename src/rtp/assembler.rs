@@ -160,11 +160,7 @@ impl RtpAssembler {
 
     /// Publishes the frame in progress if it went stale by `now_ns`.
     pub fn on_tick(&mut self, now_ns: u64) {
-        if let Some(f) = &self.frame
-            && now_ns.saturating_sub(f.first_rx_ns) >= self.timeout_ns
-        {
-            self.finish(now_ns, true);
-        }
+        self.on_tick_behind(now_ns, now_ns);
     }
 
     /// The tick of a receiver with datagrams still waiting: publishes the
