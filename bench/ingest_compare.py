@@ -315,6 +315,8 @@ class Frameloop:
             # A build with --pacing also has --pattern static: the sender
             # writes the payload once, as spead2_send sends the same heap.
             send += ["--pacing", self.pacing, "--pattern", "static"]
+        if a.frameloop_catch_up and "-base" not in self.name:
+            send += ["--catch-up", a.frameloop_catch_up]
         try:
             s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
                                           a.trial_s + a.frameloop_slack_s + 20, a.port)
@@ -332,6 +334,7 @@ class Frameloop:
                                                        - ingest["frames_incomplete"], 0)
         return dict(offered_fps=fps, offered_pps=fps * packets_per_frame, offered_gbps=fps * frame_wire * 8 / 1e9,
                     sent_gbps=sent.get("gbit_per_s", 0.0), seconds=seconds,
+                    sender_rebases=sent.get("schedule_rebases", 0), sender_skipped_frames=sent.get("skipped_frames", 0),
                     rx_pps=ingest["datagrams"] / seconds, rx_gbps=ingest["bytes"] * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=incomplete,
                     cpu_s_per_gbit=seen["cpu_s"] / max(ingest["bytes"] * 8 / 1e9, 1e-9),
@@ -431,6 +434,9 @@ def main():
     p.add_argument("--frameloop-pacing", default="sleep",
                    help="`frameloop send --pacing`: sleep (the default here: like spead2_send, the sender does "
                         "not spin a core between frames) or spin")
+    p.add_argument("--frameloop-catch-up", default="",
+                   help="`frameloop send --catch-up` for the frameloop tools other than -base (empty: the sender's "
+                        "default): how fast a sender behind its schedule sends what it owes, as a multiple of the rate")
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")

@@ -154,6 +154,7 @@ fn main() {
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

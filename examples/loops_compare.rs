@@ -175,6 +175,7 @@ fn run_variant(
                     pattern: Pattern::Counter,
                     gso: GsoMode::Auto,
                     pacing: Default::default(),
+                    catch_up: frameloop::sender::DEFAULT_CATCH_UP,
                     bind: None,
                     link_gbps: None,
                 };

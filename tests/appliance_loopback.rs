@@ -44,6 +44,7 @@ fn send(to: SocketAddr, t: Traffic) -> SenderStats {
         pattern: t.pattern,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

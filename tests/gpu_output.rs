@@ -129,6 +129,7 @@ fn a_consumer_process_reads_every_frame_from_device_memory_and_each_matches_the_
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

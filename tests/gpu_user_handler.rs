@@ -120,6 +120,7 @@ fn every_frame_of_the_emulated_hsb_sensor_is_found_by_the_user_handler() {
         pattern: Pattern::Random,
         gso: GsoMode::Off,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };
@@ -238,6 +239,7 @@ fn the_appliance_runs_a_handler_and_the_hsb_receiver_from_its_config() {
         pattern: Pattern::Random,
         gso: GsoMode::Off,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

@@ -54,6 +54,7 @@ fn stream(running: &Running, count: u64, rate: f64) {
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

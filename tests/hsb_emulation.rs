@@ -209,6 +209,7 @@ fn send_args(to: std::net::SocketAddr, count: u64, frame_bytes: u64) -> SendArgs
         pattern: Pattern::Random,
         gso: GsoMode::Off,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     }

@@ -141,6 +141,7 @@ fn run_send(to: SocketAddr, count: u64) {
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

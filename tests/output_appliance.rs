@@ -222,6 +222,7 @@ fn a_consumer_killed_mid_run_leaves_the_appliance_running_and_detaches() {
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

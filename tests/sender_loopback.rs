@@ -67,6 +67,7 @@ fn args(to: SocketAddr) -> SendArgs {
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     }
@@ -223,6 +224,83 @@ fn duration_is_roughly_respected() {
 }
 
 #[test]
+fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
+    // 1,000 frames/s; the progress call (after about 500 frames) holds the
+    // sender up for 2.5 ms, so it is 1.5 ms behind. At --catch-up 1.25 the
+    // frames it owes go out 0.8 ms apart (the first 0.1 ms sooner: the
+    // burst allowance), not back to back, until the schedule is met again
+    // seven frames later.
+    const FRAMES: usize = 1000;
+    let collector = Collector::start(FRAMES);
+    let a =
+        SendArgs { count: Some(FRAMES as u64), frame_bytes: 1000, catch_up: 1.25, ..args(collector.addr) };
+    let mut held = None;
+    let stats = run_sender(&a, &AtomicBool::new(false), |p| {
+        if held.is_none() {
+            held = Some(p.frames);
+            std::thread::sleep(Duration::from_micros(2_500));
+        }
+    })
+    .unwrap();
+    no_errors(&stats);
+    // A counted run sends every frame, even where a busy machine held the
+    // sender up more than 5 ms somewhere else in the run.
+    assert_eq!((stats.frames, stats.skipped_frames), (FRAMES as u64, 0), "{stats:?}");
+    let got: Vec<_> = collector.finish();
+    let stamps = check_frames(&got, &a, FRAMES as u64);
+    let held = held.expect("a run of 1 s reports progress") as usize;
+    // Frame `held` is the first sent after the hold; the six after it catch
+    // up (the median, so that one preemption of a busy machine cannot decide).
+    let gap_us = |k: usize| (stamps[k] - stamps[k - 1]) as f64 / 1e3;
+    assert!(gap_us(held) >= 2_400.0, "the hold shows before frame {held}: {} µs", gap_us(held));
+    let mut catching_up: Vec<f64> = (held + 1..held + 7).map(gap_us).collect();
+    catching_up.sort_by(f64::total_cmp);
+    let median = catching_up[3];
+    assert!((600.0..=950.0).contains(&median), "catch-up gaps {catching_up:?} µs: 800 expected");
+    // Whatever else held it up, no frame left sooner than the catch-up rate
+    // allows: a frame's earliest time moves on 800 µs from the later of that
+    // time and the frame before it, less a burst of 100 µs (20 µs for the
+    // time between the sender's clock read and the stamp).
+    let mut next_ns = stamps[0] as f64;
+    for (k, &t) in stamps.iter().enumerate() {
+        assert!(
+            t as f64 >= next_ns - 120_000.0,
+            "frame {k} left {} µs early",
+            (next_ns - 100_000.0 - t as f64) / 1e3
+        );
+        next_ns = next_ns.max(t as f64) + 800_000.0;
+    }
+}
+
+#[test]
+fn a_sender_that_cannot_hold_its_rate_counts_the_frames_it_left_out() {
+    // Far more frames a second than one thread can send: the sender keeps
+    // falling more than 5 ms behind, moves its schedule on, and counts what
+    // it skipped, so sent + skipped is every frame the schedule held.
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let a = SendArgs {
+        rate: 5_000_000.0,
+        duration: Some(0.2),
+        frame_bytes: 16,
+        packet_bytes: 64,
+        gso: GsoMode::Off,
+        pacing: frameloop::sender::Pacing::Sleep,
+        ..args(sink.local_addr().unwrap())
+    };
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    assert!(stats.schedule_rebases > 0 && stats.skipped_frames > 0, "{stats:?}");
+    let accounted = stats.frames + stats.skipped_frames;
+    // Each move rounds the frames it skipped down by less than one.
+    assert!(
+        (1_000_000 - stats.schedule_rebases..=1_000_000).contains(&accounted),
+        "sent {} + skipped {} of 1,000,000 due ({} moves)",
+        stats.frames,
+        stats.skipped_frames,
+        stats.schedule_rebases
+    );
+}
+
+#[test]
 fn stop_ends_an_unbounded_run_and_progress_is_reported() {
     let collector = Collector::start(usize::MAX);
     let a = SendArgs { frame_bytes: 1000, rate: 500.0, ..args(collector.addr) };
@@ -261,6 +339,8 @@ fn bad_settings_are_refused_before_sending() {
         (SendArgs { rate: 0.0, ..args(to) }, "--rate"),
         (SendArgs { duration: Some(-1.0), ..args(to) }, "--duration"),
         (SendArgs { streams: 0, ..args(to) }, "--streams"),
+        (SendArgs { catch_up: 0.5, ..args(to) }, "--catch-up 0.5 is not a number of at least 1"),
+        (SendArgs { catch_up: f64::INFINITY, ..args(to) }, "--catch-up inf"),
         (SendArgs { packet_bytes: 40, ..args(to) }, "--packet-bytes"),
         (SendArgs { to: "no-port".into(), ..args(to) }, "--to"),
         (SendArgs { bind: Some("[::1]:0".parse().unwrap()), ..args(to) }, "--bind"),

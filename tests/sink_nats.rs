@@ -294,6 +294,7 @@ fn the_appliance_reports_the_sink_counters_in_metrics_and_at_stop() {
         pattern: Pattern::Counter,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };

@@ -13,7 +13,8 @@ mod socket;
 
 pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
 pub use pacing::{
-    LINK_FRAMING_BYTES, LinkPace, MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule, wait_until, wait_until_paced,
+    CATCH_UP_BURST_NS, CatchUp, LINK_FRAMING_BYTES, LinkPace, MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule,
+    wait_until, wait_until_paced,
 };
 pub use pattern::Pattern;
 pub use socket::{FrameSent, Transmitter};
@@ -29,6 +30,8 @@ use thiserror::Error;
 
 /// Send buffer the sender asks for (the kernel caps it at net.core.wmem_max).
 const SEND_BUFFER_BYTES: usize = 4 << 20;
+/// `--catch-up` unless given.
+pub const DEFAULT_CATCH_UP: f64 = 1.25;
 /// How often `run_sender` reports progress.
 const PROGRESS_INTERVAL_NS: u64 = 500_000_000;
 
@@ -120,6 +123,16 @@ pub struct SendArgs {
     #[arg(long, value_enum, default_value_t = Pacing::Spin)]
     pub pacing: Pacing,
 
+    /// How fast a sender that fell behind its schedule (a late wake-up, a
+    /// busy core) sends the frames it owes, as a multiple of --rate: at
+    /// least 1. Frames go back to back only for up to 100 µs at that rate,
+    /// so a late sender neither drops frames nor floods the receiver with
+    /// them. A sender more than 5 ms behind drops that deficit and goes on
+    /// at --rate from then (counted in `schedule_rebases` and
+    /// `skipped_frames`).
+    #[arg(long, value_name = "RATIO", default_value_t = DEFAULT_CATCH_UP)]
+    pub catch_up: f64,
+
     /// Source address to bind, ADDR:PORT (default: any address, any port, of
     /// the destination's family).
     #[arg(long, value_name = "ADDR")]
@@ -142,6 +155,8 @@ pub struct SendArgs {
 pub enum SendError {
     #[error("--rate {rate} is not a positive number of frames per second")]
     Rate { rate: f64 },
+    #[error("--catch-up {ratio} is not a number of at least 1 (a multiple of --rate)")]
+    CatchUp { ratio: f64 },
     #[error("--duration {seconds} is not a positive number of seconds")]
     Duration { seconds: f64 },
     #[error("--link-gbps {gbps} is not a positive number of gigabits per second")]
@@ -244,9 +259,11 @@ pub struct SenderStats {
     pub max_schedule_lag_ns: u64,
     /// Mean of that delay, ns.
     pub mean_schedule_lag_ns: u64,
-    /// `--pacing sleep`: times the sender fell more than
-    /// [`MAX_CATCH_UP_NS`] behind and moved its schedule instead of catching up.
+    /// Times the sender fell more than [`MAX_CATCH_UP_NS`] behind and moved
+    /// its schedule instead of catching up.
     pub schedule_rebases: u64,
+    /// Frames of the schedule those moves left out (the rate was not met by this many).
+    pub skipped_frames: u64,
 }
 
 impl SendArgs {
@@ -287,6 +304,9 @@ impl SendArgs {
     fn validate_pacing(&self) -> Result<(), SendError> {
         if !(self.rate.is_finite() && self.rate > 0.0) {
             return Err(SendError::Rate { rate: self.rate });
+        }
+        if !(self.catch_up.is_finite() && self.catch_up >= 1.0) {
+            return Err(SendError::CatchUp { ratio: self.catch_up });
         }
         if let Some(seconds) = self.duration
             && !(seconds.is_finite() && seconds > 0.0)
@@ -359,20 +379,22 @@ pub fn run_sender_on(
     {
         tracing::debug!("timer slack left as it was: {e}");
     }
+    let mut catch_up = CatchUp::new(schedule.period_ns(), args.catch_up, schedule.start_ns());
     let mut k = 0u64;
     while !schedule.is_past_end(k) {
         let stream = (k % args.streams as u64) as u32;
         let seq = k / args.streams as u64;
         frame.fill_payload(args.pattern, stream, seq);
         let due = schedule.due_ns(k);
-        let Some(woke) = wait_until_paced(due, stop, args.pacing) else { break };
-        let due = if args.pacing == Pacing::Sleep && woke - due > MAX_CATCH_UP_NS {
-            schedule.rebase(k, woke);
+        let Some(woke) = wait_until_paced(due.max(catch_up.earliest_ns()), stop, args.pacing) else { break };
+        let due = if woke - due > MAX_CATCH_UP_NS {
+            run.stats.skipped_frames += schedule.rebase(k, woke);
             run.stats.schedule_rebases += 1;
             woke
         } else {
             due
         };
+        catch_up.sent(woke);
         frame.write_headers(stream, seq, realtime_ns());
         let sent = tx.send_frame(&frame, link, monotonic_ns(), stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);
@@ -385,7 +407,7 @@ pub fn run_sender_on(
     if let Some(d) = duration
         && !stop.load(std::sync::atomic::Ordering::Relaxed)
     {
-        let end = schedule.start_ns().saturating_add(d.as_nanos() as u64);
+        let end = run.start_ns.saturating_add(d.as_nanos() as u64);
         let _ = wait_until(end, stop);
     }
     Ok(run.snapshot(tx.gso(), monotonic_ns()))

@@ -41,6 +41,11 @@ impl Schedule {
         self.start_ns
     }
 
+    /// Nanoseconds between two frames.
+    pub fn period_ns(&self) -> f64 {
+        self.period_ns
+    }
+
     /// Monotonic time at which frame `k` is due.
     pub fn due_ns(&self, k: u64) -> u64 {
         self.start_ns.saturating_add((k as f64 * self.period_ns).round() as u64)
@@ -49,10 +54,37 @@ impl Schedule {
     /// Moves the schedule so that frame `k` is due at `now_ns` (and every
     /// later frame a period after the one before), keeping the end of a
     /// run bounded by time where it was: the frames a late sender would
-    /// otherwise send back to back to catch up are not sent.
-    pub fn rebase(&mut self, k: u64, now_ns: u64) {
+    /// otherwise send to catch up are not sent. Returns how many frames the
+    /// run loses by it: those the old schedule had before the end and the
+    /// new one has not, frame `k` aside (it still goes); none for a run
+    /// bounded by count only (it sends them
+    /// all, later); the frames of the deficit for an unbounded run.
+    pub fn rebase(&mut self, k: u64, now_ns: u64) -> u64 {
+        let deficit_ns = now_ns.saturating_sub(self.due_ns(k));
+        let before = self.frames_before_end();
         let offset = (k as f64 * self.period_ns).round() as u64;
         self.start_ns = now_ns.saturating_sub(offset);
+        match (before, self.frames_before_end(), self.count) {
+            // Frame k itself still goes, even where it is now due after the end.
+            (Some(before), Some(after), _) => before.saturating_sub(after.max(k + 1)),
+            (_, _, Some(_)) => 0,
+            _ => (deficit_ns as f64 / self.period_ns) as u64,
+        }
+    }
+
+    /// Frames due before the end of a run bounded by time: the first `k`
+    /// with `due_ns(k) >= end`.
+    fn frames_before_end(&self) -> Option<u64> {
+        let end = self.end_ns?;
+        let mut k = (end.saturating_sub(self.start_ns) as f64 / self.period_ns).ceil() as u64;
+        // The estimate is within one of the exact count (due times round).
+        while k > 0 && self.due_ns(k - 1) >= end {
+            k -= 1;
+        }
+        while self.due_ns(k) < end {
+            k += 1;
+        }
+        Some(k)
     }
 
     /// Whether frame `k` is past the end of the run.
@@ -72,10 +104,7 @@ pub enum Pacing {
     Spin,
     /// Only sleep (with 1 µs timer slack): frames may leave tens of
     /// microseconds late, but the sender leaves the CPU to others between
-    /// sends. A sender more than [`MAX_CATCH_UP_NS`] late does not catch up
-    /// in a burst: it drops the deficit and goes on at the rate from there
-    /// (counted in `schedule_rebases`), as a rate limiter with a bounded
-    /// burst does. For throughput runs on machines with few cores, where a
+    /// sends. For throughput runs on machines with few cores, where a
     /// spinning sender takes a core from the receiver.
     Sleep,
 }
@@ -118,8 +147,49 @@ impl LinkPace {
     }
 }
 
-/// How late a [`Pacing::Sleep`] sender may fall before it gives up catching up.
-pub const MAX_CATCH_UP_NS: u64 = 250_000;
+/// How far behind its schedule a sender may fall before it gives up
+/// catching up: it then drops the deficit and goes on at the rate from
+/// there (counted in `schedule_rebases` and `skipped_frames`).
+pub const MAX_CATCH_UP_NS: u64 = 5_000_000;
+
+/// How long a burst of frames a late sender may send back to back, in time
+/// at its catch-up rate: a wake-up this late still sends every frame due.
+pub const CATCH_UP_BURST_NS: u64 = 100_000;
+
+/// How a sender behind its schedule catches up: no faster than `ratio`
+/// times the schedule's rate on average, with at most [`CATCH_UP_BURST_NS`]
+/// of frames at that rate back to back, so a sender that woke late neither
+/// drops the frames it owes nor sends them to the receiver in one burst.
+/// A virtual-scheduling rate limiter (the generic cell rate algorithm):
+/// each frame sent moves the next frame's earliest time on by `gap_ns`,
+/// counted from the later of that time and the send. Pure: times are arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CatchUp {
+    /// Nanoseconds between frames at the catch-up rate; finite and > 0.
+    gap_ns: f64,
+    /// When the next frame would leave sent exactly at the catch-up rate.
+    next_ns: f64,
+}
+
+impl CatchUp {
+    /// Catching up at `ratio` times the rate of frames `period_ns` apart;
+    /// `ratio` must be finite and at least 1, `period_ns` finite and > 0.
+    pub fn new(period_ns: f64, ratio: f64, start_ns: u64) -> Self {
+        debug_assert!(ratio.is_finite() && ratio >= 1.0);
+        debug_assert!(period_ns.is_finite() && period_ns > 0.0);
+        CatchUp { gap_ns: period_ns / ratio, next_ns: start_ns as f64 }
+    }
+
+    /// The earliest time the next frame may leave.
+    pub fn earliest_ns(&self) -> u64 {
+        (self.next_ns - CATCH_UP_BURST_NS as f64).max(0.0) as u64
+    }
+
+    /// Records a frame sent at `at_ns`.
+    pub fn sent(&mut self, at_ns: u64) {
+        self.next_ns = self.next_ns.max(at_ns as f64) + self.gap_ns;
+    }
+}
 
 /// Waits until monotonic time `due_ns`, returning the time it woke up, or
 /// `None` if `stop` was raised first.
@@ -166,11 +236,41 @@ mod tests {
     #[test]
     fn a_rebased_schedule_continues_at_the_rate_from_now_and_ends_where_it_did() {
         let mut s = Schedule::new(0, 1000.0, None, Some(Duration::from_secs(1)));
-        s.rebase(10, 500_000_000);
+        assert_eq!(s.rebase(10, 500_000_000), 490, "frames 510..999 no longer fit the run");
         assert_eq!(s.due_ns(10), 500_000_000);
         assert_eq!(s.due_ns(11), 501_000_000);
         assert!(!s.is_past_end(509));
         assert!(s.is_past_end(510), "the end stays at 1 s: frame 510 would be due then");
+        assert_eq!(s.rebase(505, 1_200_000_000), 4, "frame 505 still goes, after the end; 506..509 not");
+        let mut by_count = Schedule::new(0, 1000.0, Some(100), None);
+        assert_eq!(by_count.rebase(10, 50_000_000), 0, "a counted run sends all its frames, later");
+        let mut unbounded = Schedule::new(0, 1000.0, None, None);
+        assert_eq!(unbounded.rebase(10, 50_500_000), 40, "the 40.5 ms deficit, in whole frames");
+    }
+
+    #[test]
+    fn a_late_sender_catches_up_at_its_ratio_in_bounded_bursts() {
+        // 1,000 frames/s, caught up at 1.25x: 800 µs between frames, bursts of 100 µs.
+        let mut c = CatchUp::new(1_000_000.0, 1.25, 0);
+        assert_eq!(c.earliest_ns(), 0);
+        c.sent(0);
+        assert_eq!(c.earliest_ns(), 700_000, "the next frame no sooner than 800 µs on, less the burst");
+        // Woke 5 ms late: one frame at once, then the next 800 µs after it (less the burst).
+        c.sent(5_000_000);
+        assert_eq!(c.earliest_ns(), 5_700_000);
+        c.sent(5_700_000);
+        assert_eq!(c.earliest_ns(), 6_500_000, "counted from when the frame was due to go, not sent");
+        // A sender that waited past its time gets no credit for the wait beyond the burst.
+        c.sent(20_000_000);
+        assert_eq!(c.earliest_ns(), 20_700_000);
+        // Frames closer than the burst go back to back until it is used up.
+        let mut fast = CatchUp::new(10_000.0, 1.0, 0);
+        let mut back_to_back = 0;
+        while fast.earliest_ns() <= 1_000 {
+            fast.sent(1_000);
+            back_to_back += 1;
+        }
+        assert_eq!(back_to_back, 11, "100 µs of 10 µs frames, and the one at the start");
     }
 
     #[test]

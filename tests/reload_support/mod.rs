@@ -97,6 +97,7 @@ pub fn reloads_under_load(cfg: &Config, frames: u64, rate: f64, backend: &str) {
         pattern: Pattern::Random,
         gso: GsoMode::Auto,
         pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
         bind: None,
         link_gbps: None,
     };
