@@ -31,10 +31,20 @@ fn chain() -> Vec<OpSpec> {
     ]
 }
 
+/// `ingest.frame_timeout_ms` of these tests.
+const FRAME_TIMEOUT_MS: u64 = 100;
+/// The pause after each frame: longer than [`FRAME_TIMEOUT_MS`], so an
+/// incomplete frame is published before the next one starts.
+const BETWEEN_FRAMES: Duration = Duration::from_millis(FRAME_TIMEOUT_MS + 30);
+
 fn config(slot_bytes: usize, stream: StreamToGpu) -> Config {
     let mut cfg = Config { backend: BackendChoice::Cuda, chain: chain(), ..Config::default() };
     cfg.ingest.bind = "127.0.0.1:0".into();
     cfg.ingest.recv_buffer_bytes = 64 << 20;
+    // A whole frame's datagrams come within this even where the host stalls
+    // the sending thread for milliseconds; an incomplete one is published
+    // this long after its first datagram.
+    cfg.ingest.reassembly.frame_timeout_ms = FRAME_TIMEOUT_MS;
     cfg.ring.slots = 8;
     cfg.ring.slot_bytes = slot_bytes;
     cfg.loop_.stream_to_gpu = stream;
@@ -133,9 +143,7 @@ fn streamed_frames_match_the_cpu_chain_complete_and_incomplete() {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         for f in &frames {
             send(&sock, running.addr(), f);
-            // Longer than ingest.frame_timeout_ms: an incomplete frame is
-            // published before the next one starts.
-            std::thread::sleep(Duration::from_millis(40));
+            std::thread::sleep(BETWEEN_FRAMES);
         }
         let results = running.wait_results(frames.len());
         let (report, _) = running.stop();
@@ -147,8 +155,9 @@ fn streamed_frames_match_the_cpu_chain_complete_and_incomplete() {
             assert_eq!(
                 r.slot_flags & (SLOT_COMPLETE | SLOT_INCOMPLETE),
                 want_flags,
-                "{size} B frame {}",
-                f.seq
+                "{size} B frame {}: {:?}",
+                f.seq,
+                report.ingest
             );
             check_result(r, &reference_chain(&chain, &f.expected()));
         }
@@ -179,7 +188,7 @@ fn streaming_on_off_and_auto_agree() {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         for f in &frames {
             send(&sock, running.addr(), f);
-            std::thread::sleep(Duration::from_millis(40));
+            std::thread::sleep(BETWEEN_FRAMES);
         }
         let results = running.wait_results(frames.len());
         running.stop();
