@@ -4,7 +4,9 @@
 For each tool and datagram size, finds the highest offered rate at which the
 receiver loses nothing: a doubling ladder of offered rates until the first
 loss, then bisection between the last clean and the first lossy rate; the
-tools' searches take turns, one trial each (--interleave). Both
+tools' searches take turns, one trial each (--interleave). With
+--repeats N each offered rate gets N trials and is clean when most are, so
+that one stall of a busy host does not decide it. Both
 tools get the same traffic pattern: datagrams of the same size, frames
 (spead2: heaps) of the same size, the same frames per second.
 
@@ -354,12 +356,28 @@ def search_steps(tool, size, args, log):
     trials, good, bad, prev_sent = [], None, None, 0.0
     load = lambda: open("/proc/loadavg").read().split()[0]
     gbps = args.start_gbps
+    def at(gbps):
+        # --repeats trials at one offer (a generator pausing after each):
+        # the offer is clean when most of them were, and counts as the
+        # trial of the median received rate among those that agree.
+        runs = []
+        for _ in range(args.repeats):
+            r = tool.trial(size, fps_of(gbps))
+            runs.append(r)
+            log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
+                      f"load {load()} {json.dumps(r)}")
+            yield
+        clean = sum(r["clean"] for r in runs) * 2 > len(runs)
+        agree = sorted((r for r in runs if r["clean"] == clean), key=lambda r: r["rx_pps"])
+        r = dict(agree[len(agree) // 2], clean=clean, clean_trials=sum(r["clean"] for r in runs), trials=len(runs))
+        if args.repeats > 1:
+            log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {r['clean_trials']} of {len(runs)} "
+                      f"trials clean: {'clean' if clean else 'LOSS'}")
+        return r
+
     while gbps <= args.max_gbps:
-        r = tool.trial(size, fps_of(gbps))
+        r = yield from at(gbps)
         trials.append(r)
-        log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
-                  f"load {load()} {json.dumps(r)}")
-        yield
         if r["clean"] and r["sent_gbps"] < args.sender_bound * prev_sent:
             # Doubling the offer no longer raises what the sender achieves:
             # it is CPU-bound here and higher offers only lengthen the trials.
@@ -376,11 +394,8 @@ def search_steps(tool, size, args, log):
     if good is not None and bad is not None:
         for _ in range(args.bisect_steps):
             mid = (good + bad) / 2
-            r = tool.trial(size, fps_of(mid))
+            r = yield from at(mid)
             trials.append(r)
-            log.write(f"# {tool.name} {size} B offered {mid:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
-                      f"load {load()} {json.dumps(r)}")
-            yield
             if r["clean"]:
                 good = mid
             else:
@@ -419,6 +434,9 @@ def main():
     p.add_argument("--start-gbps", type=float, default=1.0)
     p.add_argument("--max-gbps", type=float, default=64.0)
     p.add_argument("--bisect-steps", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="trials at each offered rate (odd: the rate is clean when most of them are), so that one "
+                        "stall of the host does not decide a rate")
     p.add_argument("--interleave", type=int, default=1,
                    help="1 (the default): the tools' searches take turns, one trial each, so that a slow stretch "
                         "of a shared machine falls on every tool alike; 0: one tool's whole search after another")
@@ -460,6 +478,8 @@ def main():
     p.add_argument("--frameloop-config-extra", default="", help="TOML appended to frameloop's config")
     p.add_argument("--out", help="results file (raw output and command lines)")
     args = p.parse_args()
+    if args.repeats < 1:
+        sys.exit(f"--repeats {args.repeats}: give at least 1 trial per offered rate")
 
     log = Log(args.out)
     log.write(f"# ingest throughput over loopback, {datetime.datetime.now().isoformat(timespec='seconds')}")
