@@ -3,8 +3,8 @@
 //! when the kernel refuses GSO, stop, pacing and counted refusals.
 
 use frameloop::sender::{
-    GsoMode, GsoStatus, Pattern, SendArgs, SendError, SenderStats, build_frame_datagrams, open_socket,
-    run_sender, run_sender_on,
+    CATCH_UP_BURST_NS, GsoMode, GsoStatus, Pattern, SendArgs, SendError, SenderStats, build_frame_datagrams,
+    open_socket, run_sender, run_sender_on,
 };
 use frameloop::wire::native;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -227,7 +227,7 @@ fn duration_is_roughly_respected() {
 fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
     // 1,000 frames/s; the progress call (after about 500 frames) holds the
     // sender up for 2.5 ms, so it is 1.5 ms behind. At --catch-up 1.25 the
-    // frames it owes go out 0.8 ms apart (the first 0.1 ms sooner: the
+    // frames it owes go out 0.8 ms apart (the first 0.25 ms sooner: the
     // burst allowance), not back to back, until the schedule is met again
     // seven frames later.
     const FRAMES: usize = 1000;
@@ -259,14 +259,15 @@ fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
     assert!((600.0..=950.0).contains(&median), "catch-up gaps {catching_up:?} µs: 800 expected");
     // Whatever else held it up, no frame left sooner than the catch-up rate
     // allows: a frame's earliest time moves on 800 µs from the later of that
-    // time and the frame before it, less a burst of 100 µs (20 µs for the
-    // time between the sender's clock read and the stamp).
+    // time and the frame before it, less the burst allowance (and 20 µs for
+    // the time between the sender's clock read and the stamp).
+    let burst = CATCH_UP_BURST_NS as f64;
     let mut next_ns = stamps[0] as f64;
     for (k, &t) in stamps.iter().enumerate() {
         assert!(
-            t as f64 >= next_ns - 120_000.0,
+            t as f64 >= next_ns - burst - 20_000.0,
             "frame {k} left {} µs early",
-            (next_ns - 100_000.0 - t as f64) / 1e3
+            (next_ns - burst - t as f64) / 1e3
         );
         next_ns = next_ns.max(t as f64) + 800_000.0;
     }

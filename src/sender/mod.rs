@@ -125,7 +125,7 @@ pub struct SendArgs {
 
     /// How fast a sender that fell behind its schedule (a late wake-up, a
     /// busy core) sends the frames it owes, as a multiple of --rate: at
-    /// least 1. Frames go back to back only for up to 100 µs at that rate,
+    /// least 1. Frames go back to back only for up to 250 µs at that rate,
     /// so a late sender neither drops frames nor floods the receiver with
     /// them. A sender more than 5 ms behind drops that deficit and goes on
     /// at --rate from then (counted in `schedule_rebases` and
