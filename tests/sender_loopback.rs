@@ -229,7 +229,26 @@ fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
     // sender up for 2.5 ms, so it is 1.5 ms behind. At --catch-up 1.25 the
     // frames it owes go out 0.8 ms apart (the first 0.25 ms sooner: the
     // burst allowance), not back to back, until the schedule is met again
-    // seven frames later.
+    // seven frames later. A busy machine can stall the sender for more than
+    // 5 ms in those frames (it then drops the deficit instead), so the
+    // catch-up is looked for in up to three runs; every run must keep to
+    // the rate limit.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let catching_up = late_sender_run();
+        let median = catching_up[catching_up.len() / 2];
+        if (600.0..=950.0).contains(&median) {
+            return;
+        }
+        seen.push(catching_up);
+    }
+    panic!("catch-up gaps {seen:?} µs: 800 expected");
+}
+
+/// One run of [`a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst`]:
+/// checks the counts and the rate limit, and returns the six gaps after
+/// the hold, sorted, in µs.
+fn late_sender_run() -> Vec<f64> {
     const FRAMES: usize = 1000;
     let collector = Collector::start(FRAMES);
     let a =
@@ -249,14 +268,6 @@ fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
     let got: Vec<_> = collector.finish();
     let stamps = check_frames(&got, &a, FRAMES as u64);
     let held = held.expect("a run of 1 s reports progress") as usize;
-    // Frame `held` is the first sent after the hold; the six after it catch
-    // up (the median, so that one preemption of a busy machine cannot decide).
-    let gap_us = |k: usize| (stamps[k] - stamps[k - 1]) as f64 / 1e3;
-    assert!(gap_us(held) >= 2_400.0, "the hold shows before frame {held}: {} µs", gap_us(held));
-    let mut catching_up: Vec<f64> = (held + 1..held + 7).map(gap_us).collect();
-    catching_up.sort_by(f64::total_cmp);
-    let median = catching_up[3];
-    assert!((600.0..=950.0).contains(&median), "catch-up gaps {catching_up:?} µs: 800 expected");
     // Whatever else held it up, no frame left sooner than the catch-up rate
     // allows: a frame's earliest time moves on 800 µs from the later of that
     // time and the frame before it, less the burst allowance (and 20 µs for
@@ -271,6 +282,12 @@ fn a_late_sender_sends_what_it_owes_at_its_catch_up_rate_not_in_one_burst() {
         );
         next_ns = next_ns.max(t as f64) + 800_000.0;
     }
+    // Frame `held` is the first sent after the hold; the six after it catch up.
+    let gap_us = |k: usize| (stamps[k] - stamps[k - 1]) as f64 / 1e3;
+    assert!(gap_us(held) >= 2_400.0, "the hold shows before frame {held}: {} µs", gap_us(held));
+    let mut catching_up: Vec<f64> = (held + 1..held + 7).map(gap_us).collect();
+    catching_up.sort_by(f64::total_cmp);
+    catching_up
 }
 
 #[test]
