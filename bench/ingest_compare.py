@@ -367,11 +367,12 @@ def search_steps(tool, size, args, log):
             log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {'clean' if r['clean'] else 'LOSS'} "
                       f"load {load()} {json.dumps(r)}")
             yield
-        clean = sum(r["clean"] for r in runs) * 2 > len(runs)
+        clean_trials = sum(r["clean"] for r in runs)
+        clean = clean_trials * 2 > len(runs)
         agree = sorted((r for r in runs if r["clean"] == clean), key=lambda r: r["rx_pps"])
-        r = dict(agree[len(agree) // 2], clean=clean, clean_trials=sum(r["clean"] for r in runs), trials=len(runs))
+        r = dict(agree[len(agree) // 2], clean=clean, clean_trials=clean_trials, trials=len(runs))
         if args.repeats > 1:
-            log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {r['clean_trials']} of {len(runs)} "
+            log.write(f"# {tool.name} {size} B offered {gbps:.2f} Gb/s: {clean_trials} of {len(runs)} "
                       f"trials clean: {'clean' if clean else 'LOSS'}")
         return r
 

@@ -2,6 +2,7 @@
 //! (in order, shuffled, lost, duplicated, corrupted) into a real frame ring,
 //! frames read back with the ring reader.
 
+use frameloop::ingest::FrameAssembler;
 use frameloop::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, ring_bytes};
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
 use frameloop::rtp::{Packetizer, RtpAssembler, RtpConfig, RtpCounter, RtpSettings, Sampling, VideoGeometry};

@@ -9,7 +9,7 @@
 //! Seeds: `fuzz/seeds/native_reassembly`.
 #![no_main]
 
-use frameloop::ingest::{Reassembler, ReassemblyConfig};
+use frameloop::ingest::{FrameAssembler, Reassembler, ReassemblyConfig};
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
 use frameloop::wire::native;

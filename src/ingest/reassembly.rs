@@ -526,13 +526,6 @@ impl Reassembler {
         }
     }
 
-    /// Publishes the frames that are complete or stale at `now_ns`, for a
-    /// receiver that has read every datagram waiting for it (else
-    /// [`Reassembler::on_tick_behind`]).
-    pub fn on_tick(&mut self, now_ns: u64) {
-        self.on_tick_behind(now_ns, now_ns);
-    }
-
     /// The tick of a receiver with datagrams still waiting: publishes at
     /// `now_ns` what is complete, or stale at `stale_at` (the arrival time
     /// of the latest datagram it handled).
@@ -809,6 +802,7 @@ mod mark_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::FrameAssembler;
     use crate::ring::layout::ring_bytes;
     use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
     use proptest::prelude::*;

@@ -4,6 +4,7 @@
 //! exceeds the frame, and the bytes under it are the sender's.
 
 use super::*;
+use crate::ingest::FrameAssembler;
 use crate::ring::layout::{SLOT_PAYLOAD_OFFSET, SLOTS_OFFSET, received_prefix, ring_bytes};
 use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
 use proptest::prelude::*;

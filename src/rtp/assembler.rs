@@ -155,12 +155,7 @@ impl RtpAssembler {
             Ok(p) => self.on_packet(&p, rx_ns),
             Err(e) => self.counters.bump(parse_error_counter(&e)),
         }
-        self.on_tick(rx_ns);
-    }
-
-    /// Publishes the frame in progress if it went stale by `now_ns`.
-    pub fn on_tick(&mut self, now_ns: u64) {
-        self.on_tick_behind(now_ns, now_ns);
+        self.on_tick_behind(rx_ns, rx_ns);
     }
 
     /// The tick of a receiver with datagrams still waiting: publishes the
