@@ -95,18 +95,20 @@ def udp_socket_drops(port):
 
 
 def thread_cpu(pid):
-    """CPU seconds used so far by each thread of `pid`, by thread name."""
+    """CPU seconds used so far by each thread of `pid`, by thread name: a
+    dict of totals and one of the part spent in the kernel (system time)."""
     tick = os.sysconf("SC_CLK_TCK")
-    out = {}
+    total, system = {}, {}
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
             stat = open(f"/proc/{pid}/task/{tid}/stat").read()
             name = stat[stat.index("(") + 1:stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2:].split()
-            out[name] = round(out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick, 2)
+            total[name] = round(total.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick, 2)
+            system[name] = round(system.get(name, 0.0) + int(fields[12]) / tick, 2)
     except OSError:
         pass
-    return out
+    return total, system
 
 
 def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
@@ -125,7 +127,7 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
             time.sleep(0.05)
         # spead2_recv exits at the end of the stream, so the socket is
         # sampled while the sender runs and the last reading is kept.
-        seen = dict(socket=udp_socket_drops(port), threads={})
+        seen = dict(socket=udp_socket_drops(port), threads={}, threads_sys={})
         sending = threading.Event()
         sending.set()
 
@@ -144,7 +146,7 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
         sending.clear()
         sampler.join()
         seen["socket"] = udp_socket_drops(port) or seen["socket"]
-        seen["threads"] = thread_cpu(recv.pid)
+        seen["threads"], seen["threads_sys"] = thread_cpu(recv.pid)
         # The receiver's whole CPU time (every thread, start-up included) is
         # the children's rusage gained when it is reaped: the sender was
         # reaped before, and spead2_recv may have exited already.
@@ -164,12 +166,14 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
             recv.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     seen["cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3)
+    seen["sys_cpu_s"] = round(after.ru_stime - before.ru_stime, 3)
     log.raw("sender stdout", send.stdout)
     if send.stderr.strip():
         log.raw("sender stderr", send.stderr[-4000:])
     log.raw("receiver output", recv_out)
     log.write(f"# receiver after the sender: socket (kernel drops, queued bytes) = {seen['socket']}, "
-              f"thread CPU s = {json.dumps(seen['threads'])}, process CPU s = {seen['cpu_s']}")
+              f"thread CPU s = {json.dumps(seen['threads'])} (in the kernel {json.dumps(seen['threads_sys'])}), "
+              f"process CPU s = {seen['cpu_s']} (in the kernel {seen['sys_cpu_s']})")
     if send.returncode != 0:
         raise RuntimeError(f"sender failed ({send.returncode}): {send.stderr[-2000:]}")
     return send.stdout, recv_out, seen
@@ -205,7 +209,7 @@ class Spead2:
         h = re.search(r"Received (\d+) heaps", r_out)
         stats["heaps_received"] = int(h.group(1)) if h else stats.get("heaps", 0)
         stats["kernel_drops"] = seen["socket"][0] if seen["socket"] else 0
-        stats["cpu_s"] = seen["cpu_s"]
+        stats["cpu_s"], stats["sys_cpu_s"] = seen["cpu_s"], seen["sys_cpu_s"]
         return int(m.group(1)), float(m.group(2)), stats
 
     def calibrate(self, size):
@@ -234,7 +238,8 @@ class Spead2:
                     rx_pps=packets / seconds, rx_gbps=packets * heap_bytes / heap_packets * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=max(lost_heaps, 0),
                     cpu_s_per_gbit=st["cpu_s"] / max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9),
-                    rx_thread_cpu_s_per_gbit=None,
+                    sys_cpu_s_per_gbit=st["sys_cpu_s"] / max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9),
+                    rx_thread_cpu_s_per_gbit=None, rx_thread_sys_cpu_s_per_gbit=None,
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
                     clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)
 
@@ -329,6 +334,7 @@ class Frameloop:
         if ingest is None:
             raise RuntimeError("`frameloop run --json` printed no ingest counters (datagrams, frames_complete)")
         seconds = sent.get("elapsed_s") or a.trial_s
+        gbit = max(ingest["bytes"] * 8 / 1e9, 1e-9)
         drops = sum(v for k, v in ingest.items() if k not in self.DROP_KEYS_NOT_LOSS and isinstance(v, int))
         kernel_drops = seen["socket"][0] if seen["socket"] else 0
         lost = max(sent["packets"] - ingest["datagrams"], 0) + drops
@@ -339,8 +345,10 @@ class Frameloop:
                     sender_rebases=sent.get("schedule_rebases", 0), sender_skipped_frames=sent.get("skipped_frames", 0),
                     rx_pps=ingest["datagrams"] / seconds, rx_gbps=ingest["bytes"] * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=incomplete,
-                    cpu_s_per_gbit=seen["cpu_s"] / max(ingest["bytes"] * 8 / 1e9, 1e-9),
-                    rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / max(ingest["bytes"] * 8 / 1e9, 1e-9),
+                    cpu_s_per_gbit=seen["cpu_s"] / gbit,
+                    sys_cpu_s_per_gbit=seen["sys_cpu_s"] / gbit,
+                    rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / gbit,
+                    rx_thread_sys_cpu_s_per_gbit=seen["threads_sys"].get("frameloop-rx", 0.0) / gbit,
                     loss_pct=100.0 * lost / max(sent["packets"], 1),
                     clean=lost == 0 and kernel_drops == 0 and incomplete == 0
                     and ingest["frames_complete"] >= sent["frames"])
@@ -453,9 +461,11 @@ def main():
     p.add_argument("--frameloop-pacing", default="sleep",
                    help="`frameloop send --pacing`: sleep (the default here: like spead2_send, the sender does "
                         "not spin a core between frames) or spin")
-    p.add_argument("--frameloop-catch-up", default="",
+    p.add_argument("--frameloop-catch-up", default="1.05",
                    help="`frameloop send --catch-up` for the frameloop tools other than -base (empty: the sender's "
-                        "default): how fast a sender behind its schedule sends what it owes, as a multiple of the rate")
+                        "default, 1.25): how fast a sender behind its schedule sends what it owes, as a multiple of "
+                        "the rate. The default, 1.05, is spead2_send's (its default burst rate ratio), so that a "
+                        "sender that woke late loads both receivers alike")
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
@@ -520,20 +530,24 @@ def main():
             rows.append((name, size, best, clean))
 
     header = (f"{'tool':<14}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
-              f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'rx thr s/Gb':>12}  vs spead2")
+              f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'sys s/Gb':>10}{'rx thr s/Gb':>12}{'rx sys s/Gb':>12}"
+              "  vs spead2")
     lines = ["", "highest rate without loss (loopback, "
              f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial; loss = datagrams the kernel dropped "
              "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss;\n"
              "CPU s/Gb = the receiving process's CPU seconds (all threads, start-up included) per Gbit received; "
-             "rx thr s/Gb = frameloop's receiving thread alone):",
+             "sys s/Gb = the part of it spent in the kernel; rx thr s/Gb, rx sys s/Gb = the same for frameloop's "
+             "receiving thread alone):",
              header]
     for name, size, b, clean in rows:
         ref = next((r for n, s, r, _ in rows if n == "spead2" and s == size), None)
         ratio = f"{b['rx_pps'] / ref['rx_pps']:.2f}" if ref and name != "spead2" and ref["rx_pps"] else "-"
         note = "" if clean else "  (no clean trial: least loss shown)"
-        thr = "-" if b.get("rx_thread_cpu_s_per_gbit") is None else f"{b['rx_thread_cpu_s_per_gbit']:.3f}"
+        per_gbit = lambda key: "-" if b.get(key) is None else f"{b[key]:.3f}"
         lines.append(f"{name:<14}{size:>11}{b['offered_pps']:>15.0f}{b['offered_gbps']:>14.2f}{b['rx_pps']:>12.0f}"
-                     f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}{b['cpu_s_per_gbit']:>10.3f}{thr:>12}  {ratio}{note}")
+                     f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}{b['cpu_s_per_gbit']:>10.3f}"
+                     f"{per_gbit('sys_cpu_s_per_gbit'):>10}{per_gbit('rx_thread_cpu_s_per_gbit'):>12}"
+                     f"{per_gbit('rx_thread_sys_cpu_s_per_gbit'):>12}  {ratio}{note}")
     table = "\n".join(lines)
     print(table)
     log.write(table)
