@@ -289,6 +289,14 @@ class Frameloop:
             return self.args.frameloop_slots
         return 32 if self.backend == "cuda" else 256
 
+    def config_extra(self):
+        """TOML appended to the config: --frameloop-base-config-extra for the
+        -base tools where given, else --frameloop-config-extra."""
+        a = self.args
+        if "-base" in self.name and a.frameloop_base_config_extra is not None:
+            return a.frameloop_base_config_extra.replace("\\n", "\n")
+        return a.frameloop_config_extra.replace("\\n", "\n")
+
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
         `--frameloop-slots` slots), the chain is the lightest (unpack u8 -> stats), and the
@@ -303,7 +311,7 @@ class Frameloop:
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
                 + (a.frameloop_loop_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_loop_extra else "") +
-                f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + a.frameloop_config_extra)
+                f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + self.config_extra())
         f = tempfile.NamedTemporaryFile("w", prefix="frameloop-ingest-", suffix=".toml", delete=False)
         f.write(text)
         f.close()
@@ -322,8 +330,9 @@ class Frameloop:
             # A build with --pacing also has --pattern static: the sender
             # writes the payload once, as spead2_send sends the same heap.
             send += ["--pacing", self.pacing, "--pattern", "static"]
-        if a.frameloop_catch_up and "-base" not in self.name:
-            send += ["--catch-up", a.frameloop_catch_up]
+        catch_up = a.frameloop_base_catch_up if "-base" in self.name else a.frameloop_catch_up
+        if catch_up:
+            send += ["--catch-up", catch_up]
         try:
             s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
                                           a.trial_s + a.frameloop_slack_s + 20, a.port)
@@ -466,6 +475,8 @@ def main():
                         "default, 1.25): how fast a sender behind its schedule sends what it owes, as a multiple of "
                         "the rate. The default, 1.05, is spead2_send's (its default burst rate ratio), so that a "
                         "sender that woke late loads both receivers alike")
+    p.add_argument("--frameloop-base-catch-up", default="",
+                   help="--catch-up for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
@@ -486,7 +497,11 @@ def main():
                         "e.g. 'realtime_priority = 10\\n'")
     p.add_argument("--frameloop-loop-extra", default="",
                    help="keys added to frameloop's [loop] table, one per line (\\n between lines), e.g. 'host_nice = 19'")
-    p.add_argument("--frameloop-config-extra", default="", help="TOML appended to frameloop's config")
+    p.add_argument("--frameloop-config-extra", default="",
+                   help="TOML appended to frameloop's config (\\n between lines), e.g. '[service]\\nreceiver_cpu = 2'")
+    p.add_argument("--frameloop-base-config-extra",
+                   help="TOML appended to the config of the -base tools instead of --frameloop-config-extra "
+                        "(a before/after pair of settings with one binary)")
     p.add_argument("--out", help="results file (raw output and command lines)")
     args = p.parse_args()
     if args.repeats < 1:

@@ -11,6 +11,11 @@
 #   (defaults: target/release/frameloop 8972 4 5). Needs perf (Debian: linux-perf).
 # Env: OUT  directory for perf.data, the sample dump and the breakdown (default: a temp dir).
 #      INGEST_EXTRA  lines added to the [ingest] table (e.g. "batch = 8").
+#      BACKEND  the backend (default host; cuda on a GPU host, where the chain runs on the GPU).
+#      SLOTS  ring.slots (default 256; the comparison gives the CUDA backend 32).
+#      PERF  the perf binary (default: perf on the PATH).
+#      PERF_EVENT  the sampling event (default: perf's own; cpu-clock in a virtual
+#        machine without hardware counters).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin="${1:-$here/../target/release/frameloop}"
@@ -22,14 +27,16 @@ port=8899
 hz=2999
 mkdir -p "$out"
 fps=$(python3 -c "print(round($gbps * 1e9 / 8 / 65536, 1))")
+perf="${PERF:-perf}"
 cat > "$out/config.toml" <<TOML
+backend = "${BACKEND:-host}"
 [ingest]
 bind = "127.0.0.1:$port"
 recv_buffer_bytes = 4194304
 gro = true
 ${INGEST_EXTRA:-}
 [ring]
-slots = 256
+slots = ${SLOTS:-256}
 slot_bytes = 65536
 policy = "latest"
 [loop]
@@ -45,12 +52,12 @@ TOML
 rp=$!
 hexport=$(printf '%04X' $port)
 for _ in $(seq 200); do grep -q ":$hexport " /proc/net/udp && break; sleep 0.05; done
-perf record -F $hz -g -p $rp -o "$out/perf.data" -- sleep $((secs + 1)) > "$out/perf.log" 2>&1 &
+"$perf" record ${PERF_EVENT:+-e "$PERF_EVENT"} -F $hz -g -p $rp -o "$out/perf.data" -- sleep $((secs + 1)) > "$out/perf.log" 2>&1 &
 pp=$!
 sleep 0.3
 "$bin" send --to 127.0.0.1:$port --rate "$fps" --frame-bytes 65536 --packet-bytes "$size" --duration "$secs" > "$out/send.json" 2>&1
 wait $pp
 wait $rp
-perf script -i "$out/perf.data" --comm frameloop-rx -F tid,ip,sym > "$out/rx-samples.txt" 2>/dev/null
+"$perf" script -i "$out/perf.data" --comm frameloop-rx -F tid,ip,sym > "$out/rx-samples.txt" 2>/dev/null
 python3 "$here/ingest_profile.py" "$out/rx-samples.txt" $hz "$out/run.json" | tee "$out/breakdown.txt"
 echo "perf data and breakdown: $out"
