@@ -1,8 +1,10 @@
 //! Fuzz target: any bytes as a sequence of native datagrams (a 2-byte
 //! big-endian length before each) fed through `Reassembler::on_datagram_at`
-//! into a small host-memory frame ring, as the UDP receiver feeds it (each
-//! handled up to 7 ms after it arrived, then a tick: by the clock, or by the
-//! latest arrival as while datagrams still wait); each
+//! (or, runs of them, through `Reassembler::on_datagrams_at`, as the UDP
+//! receiver hands over a receive buffer) into a small host-memory frame
+//! ring, as the UDP receiver feeds it (each handled up to 7 ms after it
+//! arrived, then a tick: by the clock, or by the latest arrival as while
+//! datagrams still wait); each
 //! datagram also through `native::parse_split` (the one-copy receive path's
 //! parse of a header whose payload lies elsewhere), which must agree with
 //! `native::parse`.
@@ -37,6 +39,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rx = 1_000 * MS;
     let mut now = rx;
     let mut fed = 0u64;
+    let mut buffer: Vec<&[u8]> = Vec::new();
     for datagram in framing::datagrams(data) {
         // Arrivals move on by the datagram's first byte (ms), so timeouts
         // happen; its last byte says how far behind the receiver handles it.
@@ -53,19 +56,30 @@ fuzz_target!(|data: &[u8]| {
                 Err(e) => assert_eq!(split.map_err(|e| e.kind()), Err(e.kind()), "split parse disagrees"),
             }
         }
-        reassembler.on_datagram_at(datagram, rx, now);
+        fed += 1;
+        // Bit 4 of the last byte holds the datagram back, to be handed over
+        // in one call with those after it.
+        buffer.push(datagram);
+        if lag & 16 != 0 {
+            continue;
+        }
+        match buffer.as_slice() {
+            [one] => reassembler.on_datagram_at(one, rx, now),
+            _ => reassembler.on_datagrams_at(buffer.drain(..), rx, now),
+        }
+        buffer.clear();
         if lag & 8 == 0 {
             reassembler.on_tick_behind(rx, now);
         } else {
             reassembler.on_tick(now);
         }
-        fed += 1;
         while let Some(slot) = reader.claim() {
             assert!(slot.payload.len() <= CAPACITY, "a slot payload larger than the ring's capacity");
             let seq = slot.seq;
             reader.finish(seq);
         }
     }
+    reassembler.on_datagrams_at(buffer.drain(..), rx, now);
     reassembler.flush(now + 100 * MS);
     while let Some(slot) = reader.claim() {
         let seq = slot.seq;

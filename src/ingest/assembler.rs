@@ -17,6 +17,13 @@ pub trait FrameAssembler: Send {
         let _ = now_ns;
         self.on_datagram(datagram, rx_ns)
     }
+    /// As [`FrameAssembler::on_datagram_at`] for each datagram of one
+    /// receive buffer (all received at `rx_ns`, handled at `now_ns`).
+    fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
+        for datagram in datagrams {
+            self.on_datagram_at(datagram, rx_ns, now_ns);
+        }
+    }
     /// One-copy receive: plans where the datagrams (of at least
     /// `min_payload` payload bytes) of up to `groups` receive buffers are
     /// expected to go ([`Reassembler::plan_landing`]);
@@ -81,6 +88,9 @@ impl FrameAssembler for Reassembler {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         Reassembler::on_datagram_at(self, datagram, rx_ns, now_ns)
     }
+    fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
+        Reassembler::on_datagrams_at(self, datagrams, rx_ns, now_ns)
+    }
     fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
         Some(Reassembler::plan_landing(self, groups, min_payload))
     }
@@ -107,6 +117,9 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         (**self).on_datagram_at(datagram, rx_ns, now_ns)
+    }
+    fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
+        (**self).on_datagrams_at(datagrams, rx_ns, now_ns)
     }
     fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
         (**self).plan_landing(groups, min_payload)

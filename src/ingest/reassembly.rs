@@ -62,7 +62,7 @@
 //! `packet_count == ceil(frame_len / stride)` (see
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
-use super::counters::IngestCounters;
+use super::counters::{IngestCounters, PendingCounts};
 use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingTarget};
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
@@ -317,6 +317,9 @@ pub struct Reassembler {
     /// Payload capacity of one slot (cached from the ring).
     capacity: usize,
     counters: Arc<IngestCounters>,
+    /// Counts raised since the last flush into `counters`: zero whenever no
+    /// call into the reassembler runs.
+    pending: PendingCounts,
     /// Frames in ring order. Invariant: their `ring_seq`s are consecutive and
     /// the front's is the writer's next sequence to publish.
     in_flight: VecDeque<Frame>,
@@ -348,6 +351,7 @@ impl Reassembler {
             capacity: writer.ring().payload_capacity(),
             writer,
             counters,
+            pending: PendingCounts::default(),
             in_flight: VecDeque::with_capacity(max_in_flight),
             spare_bitmaps: (0..max_in_flight).map(|_| Vec::new()).collect(),
             recent: RecentFrames::new(),
@@ -382,8 +386,29 @@ impl Reassembler {
     /// behind its socket must not time out a frame whose packets arrived in
     /// time and are still queued behind this one.
     pub fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        self.handle_datagram(datagram, rx_ns, now_ns);
+        self.pending.flush_into(&self.counters);
+    }
+
+    /// As [`Reassembler::on_datagram_at`] for each of `datagrams` (the
+    /// datagrams of one receive buffer), with the counts every datagram
+    /// raises added to the shared counters once at the end (and before each
+    /// publication) instead of once per datagram.
+    pub fn on_datagrams_at<'a>(
+        &mut self,
+        datagrams: impl IntoIterator<Item = &'a [u8]>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        for datagram in datagrams {
+            self.handle_datagram(datagram, rx_ns, now_ns);
+        }
+        self.pending.flush_into(&self.counters);
+    }
+
+    fn handle_datagram(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         debug_assert!(now_ns >= rx_ns);
-        self.counters.datagram(datagram.len());
+        self.pending.datagram(datagram.len());
         match native::parse(datagram) {
             Ok((h, payload)) => self.on_packet(&h, Payload::Bytes(payload), rx_ns, now_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
@@ -489,13 +514,14 @@ impl Reassembler {
                 return;
             }
         };
-        self.counters.datagram(head.len() + available);
+        self.pending.datagram(head.len() + available);
         match native::parse_split(head, available) {
             Ok(h) => self.on_packet(&h, Payload::Landed(k), rx_ns, now_ns),
             Err(e) => IngestCounters::bump(self.counters.parse_error(&e)),
         }
         self.landing.take(k);
         self.publish_ready(rx_ns, now_ns);
+        self.pending.flush_into(&self.counters);
     }
 
     /// The current batch's landing plan (for the receiver to record arrivals).
@@ -663,7 +689,6 @@ impl Reassembler {
         }
         let ring_seq = f.ring_seq;
         self.place(ring_seq, start..end, payload);
-        let c = &*self.counters;
         let f = &mut self.in_flight[pos];
         f.seen[h.packet_index as usize / 64] |= 1 << (h.packet_index % 64);
         f.received += 1;
@@ -679,7 +704,7 @@ impl Reassembler {
             frame_len: f.frame_len,
             stride: f.stride,
         });
-        IngestCounters::bump(&c.packets_accepted);
+        self.pending.accepted();
     }
 
     /// Puts a packet's payload at bytes `range` of slot `ring_seq` (inside
@@ -733,6 +758,8 @@ impl Reassembler {
     /// packets zeroed and is flagged (`timed_out` adds `SLOT_TIMED_OUT`).
     fn publish_oldest(&mut self, now_ns: u64, timed_out: bool) {
         let Some(f) = self.in_flight.pop_front() else { return };
+        // A frame is never visible before the datagrams that made it are counted.
+        self.pending.flush_into(&self.counters);
         // Payloads the kernel put in this slot for other packets (a frame
         // other than the one predicted took the slot) move out before the
         // slot is handed to the consumer.
@@ -862,6 +889,39 @@ mod tests {
 
     fn frame_bytes(len: usize, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+    }
+
+    #[test]
+    fn a_buffer_handled_in_one_call_counts_and_publishes_as_datagram_by_datagram() {
+        // Three frames of four datagrams, one datagram malformed and one
+        // duplicated, handled once per datagram and once as one buffer.
+        let mut datagrams: Vec<Vec<u8>> =
+            (1..=3).flat_map(|seq| packets(5, seq, &frame_bytes(1000, seq as u8), 300)).collect();
+        datagrams.insert(5, vec![0xEE; 20]);
+        datagrams.insert(2, datagrams[1].clone());
+        let (mut one_by_one, mut rd1) = setup(8, 1024, ReassemblyConfig::default());
+        for d in &datagrams {
+            one_by_one.on_datagram_at(d, 100, 200);
+        }
+        let (mut batched, mut rd2) = setup(8, 1024, ReassemblyConfig::default());
+        // While the buffer is handled, every frame the ring shows has had its
+        // datagrams counted: a frame is never visible before its counts.
+        let counters = Arc::clone(batched.counters());
+        let mut seen_published = 0;
+        let mut each = datagrams.iter().map(|d| {
+            let published = rd2.ring().head();
+            let counted = counters.snapshot().packets_accepted;
+            assert!(counted >= published * 4, "{published} frames visible, {counted} packets counted");
+            seen_published = seen_published.max(published);
+            d.as_slice()
+        });
+        batched.on_datagrams_at(&mut each, 100, 200);
+        assert_eq!(seen_published, 2, "frames published while the buffer was handled");
+        assert_eq!(snap(&batched), snap(&one_by_one));
+        let s = snap(&batched);
+        assert_eq!((s.datagrams, s.packets_accepted, s.duplicate, s.frames_complete), (14, 12, 1, 3));
+        assert_eq!(s.datagrams_accounted(), s.datagrams, "every datagram accepted or dropped by kind");
+        assert_eq!(drain(&mut rd2), drain(&mut rd1));
     }
 
     #[test]
