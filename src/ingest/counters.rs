@@ -43,49 +43,7 @@ macro_rules! ingest_counters {
             }
         }
 
-        /// The counts every datagram raises (`datagrams`, `bytes`,
-/// `packets_accepted`), held by the one reassembler that raises them and
-/// added to its [`IngestCounters`] by [`PendingCounts::flush_into`], one
-/// atomic add each, before each publication and at the end of each call
-/// into the reassembler. A locked add per datagram would make the
-/// receiving thread wait, datagram after datagram, for the stores of the
-/// payload it just copied to reach the cache.
-#[derive(Debug, Default)]
-pub(crate) struct PendingCounts {
-    datagrams: u64,
-    bytes: u64,
-    accepted: u64,
-}
-
-impl PendingCounts {
-    /// One arriving datagram of `len` bytes.
-    #[inline]
-    pub(crate) fn datagram(&mut self, len: usize) {
-        self.datagrams += 1;
-        self.bytes += len as u64;
-    }
-
-    /// One packet accepted into its frame.
-    #[inline]
-    pub(crate) fn accepted(&mut self) {
-        self.accepted += 1;
-    }
-
-    /// Adds what is pending to `counters` and starts over from zero.
-    #[inline]
-    pub(crate) fn flush_into(&mut self, counters: &IngestCounters) {
-        if self.datagrams != 0 {
-            IngestCounters::add(&counters.datagrams, self.datagrams);
-            IngestCounters::add(&counters.bytes, self.bytes);
-        }
-        if self.accepted != 0 {
-            IngestCounters::add(&counters.packets_accepted, self.accepted);
-        }
-        *self = Self::default();
-    }
-}
-
-impl IngestSnapshot {
+        impl IngestSnapshot {
             /// `(name, value)` for every counter, in declaration order.
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
                 [$( self.$name, )+].into_iter().zip(COUNTERS.iter()).map(|(v, (n, _))| (*n, v))
@@ -223,6 +181,48 @@ impl IngestSnapshot {
     /// Frames dropped whole, all reasons.
     pub fn frames_dropped(&self) -> u64 {
         self.frame_too_large + self.ring_full
+    }
+}
+
+/// The counts every datagram raises (`datagrams`, `bytes`,
+/// `packets_accepted`), held by the one reassembler that raises them and
+/// added to its [`IngestCounters`] by [`PendingCounts::flush_into`], one
+/// atomic add each, before each publication and at the end of each call
+/// into the reassembler. A locked add per datagram would make the
+/// receiving thread wait, datagram after datagram, for the stores of the
+/// payload it just copied to reach the cache.
+#[derive(Debug, Default)]
+pub(crate) struct PendingCounts {
+    datagrams: u64,
+    bytes: u64,
+    accepted: u64,
+}
+
+impl PendingCounts {
+    /// One arriving datagram of `len` bytes.
+    #[inline]
+    pub(crate) fn datagram(&mut self, len: usize) {
+        self.datagrams += 1;
+        self.bytes += len as u64;
+    }
+
+    /// One packet accepted into its frame.
+    #[inline]
+    pub(crate) fn accepted(&mut self) {
+        self.accepted += 1;
+    }
+
+    /// Adds what is pending to `counters` and starts over from zero.
+    #[inline]
+    pub(crate) fn flush_into(&mut self, counters: &IngestCounters) {
+        if self.datagrams != 0 {
+            IngestCounters::add(&counters.datagrams, self.datagrams);
+            IngestCounters::add(&counters.bytes, self.bytes);
+        }
+        if self.accepted != 0 {
+            IngestCounters::add(&counters.packets_accepted, self.accepted);
+        }
+        *self = Self::default();
     }
 }
 
