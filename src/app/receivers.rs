@@ -60,6 +60,9 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
         self.inner.on_datagram_at(datagram, rx_ns, now_ns);
     }
+    fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
+        self.inner.on_datagrams_at(datagrams, rx_ns, now_ns);
+    }
     fn plan_landing(
         &mut self,
         groups: usize,
@@ -274,4 +277,38 @@ pub(super) fn start_ingest(
             IngestParts::plain(local_addr, thread)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records how the datagrams reached it.
+    #[derive(Default)]
+    struct Calls {
+        one_by_one: usize,
+        buffers: Vec<usize>,
+    }
+
+    impl FrameAssembler for Calls {
+        fn on_datagram(&mut self, _: &[u8], _: u64) {
+            self.one_by_one += 1;
+        }
+        fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, _: u64, _: u64) {
+            self.buffers.push(datagrams.count());
+        }
+        fn on_tick_behind(&mut self, _: u64, _: u64) {}
+        fn flush(&mut self, _: u64) {}
+    }
+
+    #[test]
+    fn the_watchdog_wrapper_hands_a_receive_buffer_over_whole() {
+        let (loops, stop) = (Arc::default(), Arc::default());
+        let mut wrapped = PollCounted::new(Calls::default(), &loops, &stop);
+        let buffer: [&[u8]; 3] = [b"a", b"b", b"c"];
+        wrapped.on_datagrams_at(&mut buffer.into_iter(), 1, 2);
+        wrapped.on_datagram_at(b"d", 3, 4);
+        assert_eq!(wrapped.inner.buffers, [3], "one call for the buffer's three datagrams");
+        assert_eq!(wrapped.inner.one_by_one, 1, "a single datagram still goes alone");
+    }
 }
