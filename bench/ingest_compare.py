@@ -233,12 +233,13 @@ class Spead2:
         expected_packets = heaps * heap_packets
         packets = st.get("packets", 0)
         kernel_drops = st["kernel_drops"]
+        gbit = max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9)
         return dict(offered_fps=fps, offered_pps=fps * heap_packets, offered_gbps=gbps,
                     sent_gbps=sent_bytes * 8 / seconds / 1e9, seconds=seconds,
                     rx_pps=packets / seconds, rx_gbps=packets * heap_bytes / heap_packets * 8 / seconds / 1e9,
                     kernel_drops=kernel_drops, incomplete=max(lost_heaps, 0),
-                    cpu_s_per_gbit=st["cpu_s"] / max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9),
-                    sys_cpu_s_per_gbit=st["sys_cpu_s"] / max(packets * heap_bytes / heap_packets * 8 / 1e9, 1e-9),
+                    cpu_s_per_gbit=st["cpu_s"] / gbit,
+                    sys_cpu_s_per_gbit=st["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=None, rx_thread_sys_cpu_s_per_gbit=None,
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
                     clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)

@@ -86,22 +86,19 @@ fn deliver<A: FrameAssembler + ?Sized>(
         // datagrams once rather than per datagram.
         let mut each = datagrams(buf, info.gro_segment).inspect(|_| segments += 1);
         assembler.on_datagrams_at(&mut each, info.rx_ns, now_ns);
-        if segments > 1 {
-            IngestCounters::add(&counters.gro_segments, segments);
+    } else {
+        for d in datagrams(buf, info.gro_segment) {
+            if let Some(t) = tap.as_deref_mut() {
+                t.on_datagram(info.source.unwrap_or(UNKNOWN_SOURCE), local, d, info.rx_ns);
+            }
+            if allowed {
+                assembler.on_datagram_at(d, info.rx_ns, now_ns);
+            } else {
+                counters.datagram(d.len());
+                IngestCounters::bump(&counters.source_not_allowed);
+            }
+            segments += 1;
         }
-        return;
-    }
-    for d in datagrams(buf, info.gro_segment) {
-        if let Some(t) = tap.as_deref_mut() {
-            t.on_datagram(info.source.unwrap_or(UNKNOWN_SOURCE), local, d, info.rx_ns);
-        }
-        if allowed {
-            assembler.on_datagram_at(d, info.rx_ns, now_ns);
-        } else {
-            counters.datagram(d.len());
-            IngestCounters::bump(&counters.source_not_allowed);
-        }
-        segments += 1;
     }
     if segments > 1 {
         IngestCounters::add(&counters.gro_segments, segments);
