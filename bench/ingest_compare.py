@@ -197,6 +197,9 @@ class Spead2:
         a = self.args
         recv = [f"{self.bin}/spead2_recv", "--quiet", "--packet", str(size), "--buffer", str(a.recv_buffer),
                 f"127.0.0.1:{a.port}"]
+        if a.spead2_cpus:
+            # taskset execs spead2_recv, so the pid (whose CPU time and socket are read) stays its own.
+            recv = ["taskset", "-c", a.spead2_cpus] + recv
         send = [f"{self.bin}/spead2_send", "--packet", str(size), "--heap-size", str(a.frame_bytes),
                 "--heaps", str(heaps), "--rate", f"{gbps:.6f}", "--buffer", str(a.send_buffer),
                 f"127.0.0.1:{a.port}"]
@@ -466,6 +469,10 @@ def main():
     p.add_argument("--send-buffer", type=int, default=4 << 20, help="spead2 send socket buffer, bytes")
     p.add_argument("--spead2-bin", default=os.path.join(HERE, "spead2/build/bin"))
     p.add_argument("--spead2-nogso-bin", default=os.path.join(HERE, "spead2/build/bin-nogso"))
+    p.add_argument("--spead2-cpus", default="",
+                   help="run spead2_recv under `taskset -c` with this CPU list (its tool has no affinity "
+                        "option; all its threads share the list), e.g. 3,7 to match frameloop's "
+                        "[service] receiver_cpu = 3, result_cpu = 7; empty (the default): unpinned")
     p.add_argument("--frameloop", default=os.path.join(HERE, "../target/release/frameloop"))
     p.add_argument("--frameloop-base", help="a second frameloop binary, run by the frameloop-base* tools")
     p.add_argument("--frameloop-pacing", default="sleep",
