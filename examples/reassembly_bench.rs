@@ -7,10 +7,20 @@
 //! not. Each frame's datagrams go in one call, as the receiver hands over
 //! one receive buffer.
 //!
-//! `cargo run --release --example reassembly_bench -- [DATAGRAM_BYTES] [SLOTS,SLOTS..] [FRAMES]`
-//! (defaults: 1472, 16,256, 20000 frames of 64 KiB; five rounds each,
-//! the median and the spread printed, and each ring's median against the
-//! first ring's: with 16 slots of 64 KiB the ring stays in the cache, so
+//! With `MODE` `landed` or `landed-each`, the datagrams go the one-copy
+//! way instead: the reassembler plans where they will land, the bench
+//! writes each payload there (the kernel's copy, done by `memcpy` here) and
+//! hands the headers over, one call per receive buffer (`landed`, as the
+//! receiver does) or one call per datagram (`landed-each`). Those times
+//! include the payload's copy into the slot, which in the receiver is the
+//! kernel's; `copy` includes the reassembler's own copy but not the kernel's
+//! copy into the receive buffer before it, so the modes compare with each
+//! other only within the landed pair.
+//!
+//! `cargo run --release --example reassembly_bench -- [DATAGRAM_BYTES] [SLOTS,SLOTS..] [FRAMES] [MODE]`
+//! (defaults: 1472, 16,256, 20000 frames of 64 KiB, `copy`; five rounds
+//! each, the median and the spread printed, and each ring's median against
+//! the first ring's: with 16 slots of 64 KiB the ring stays in the cache, so
 //! that ratio is what a cold slot costs).
 
 use frameloop::ingest::{IngestCounters, Reassembler, ReassemblyConfig};
@@ -31,8 +41,60 @@ fn frame_seq_offset() -> usize {
     a.iter().zip(&b).position(|(x, y)| x != y).expect("frame_seq is encoded")
 }
 
+/// How the datagrams reach the reassembler.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Copied by the reassembler, one call per frame.
+    Copy,
+    /// Landed in place, one call per receive buffer.
+    Landed,
+    /// Landed in place, one call per datagram.
+    LandedEach,
+}
+
+/// Hands one frame's `datagrams` over the one-copy way: lands every
+/// datagram the plan expects (writing its payload at its target) and
+/// passes the landed ones receive buffer by receive buffer; the ones the
+/// plan does not cover (the first frame, before anything predicts it) are
+/// copied. Returns how many landed.
+fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) -> usize {
+    // Twice the receive buffers a frame needs, as the receiver plans about
+    // twice what its last receive call returned.
+    let plan = reassembler.plan_landing(2 * datagrams.len().div_ceil(7), 1);
+    let planned = plan.groups().checked_sub(1).map_or(0, |last| plan.group(last).end);
+    let mut landed = 0;
+    while landed < datagrams.len().min(planned) {
+        let payload = &datagrams[landed][HEADER_LEN..];
+        if plan.target(landed).len != payload.len() {
+            break;
+        }
+        // SAFETY: the target lies in a ring slot the reassembler's writer
+        // reserved, valid for the target's length, which is the payload's
+        // (checked above); no reference to that memory is alive here.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), plan.addr(landed), payload.len()) };
+        plan.set_arrived(landed, payload.len());
+        landed += 1;
+    }
+    let groups: Vec<std::ops::Range<usize>> = (0..plan.groups())
+        .map(|g| plan.group(g))
+        .filter(|g| g.start < landed)
+        .map(|g| g.start..g.end.min(landed))
+        .collect();
+    for group in groups {
+        if mode == Mode::LandedEach {
+            for k in group {
+                reassembler.on_landed_at(k, &datagrams[k][..HEADER_LEN], 0, 0);
+            }
+        } else {
+            reassembler.on_landed_run_at(group.map(|k| (k, &datagrams[k][..HEADER_LEN])), 0, 0);
+        }
+    }
+    reassembler.on_datagrams_at(datagrams[landed..].iter().map(Vec::as_slice), 0, 0);
+    landed
+}
+
 /// Nanoseconds per datagram over `frames` frames into a ring of `slots` slots.
-fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64) -> f64 {
+fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64, mode: Mode) -> f64 {
     let mem = HostMemory::new(ring_bytes(slots, FRAME_BYTES).expect("ring size")).expect("ring memory");
     let ring = FrameRing::new(Box::new(mem), slots, FRAME_BYTES, OverrunPolicy::Every).expect("ring");
     let mut reader = ring.reader().expect("reader");
@@ -44,8 +106,12 @@ fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64) ->
             for d in datagrams.iter_mut() {
                 d[seq_at..seq_at + 8].copy_from_slice(&seq.to_le_bytes());
             }
-            // One call per frame, as the receiver hands over a receive buffer.
-            reassembler.on_datagrams_at(datagrams.iter().map(Vec::as_slice), 0, 0);
+            if mode == Mode::Copy {
+                // One call per frame, as the receiver hands over a receive buffer.
+                reassembler.on_datagrams_at(datagrams.iter().map(Vec::as_slice), 0, 0);
+            } else {
+                land_frame(&mut reassembler, datagrams, mode);
+            }
             while let Some(slot) = reader.claim() {
                 let s = slot.seq;
                 reader.finish(s);
@@ -60,6 +126,11 @@ fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64) ->
     let snap = counters.snapshot();
     assert_eq!(snap.frames_incomplete, 0, "every frame arrives whole");
     assert_eq!(snap.frames_complete, frames + 2 * slots as u64, "every frame is published");
+    if mode != Mode::Copy {
+        // All but the first frame's datagrams land where they belong.
+        let landed = snap.placed_by_kernel;
+        assert_eq!(landed, snap.datagrams - datagrams.len() as u64, "every later datagram lands in place");
+    }
     ns / (frames as f64 * datagrams.len() as f64)
 }
 
@@ -73,6 +144,12 @@ fn main() {
         .map(|s| s.parse().expect("SLOTS: numbers separated by commas"))
         .collect();
     let frames: u64 = args.get(3).map_or(20000, |a| a.parse().expect("FRAMES: a number"));
+    let mode = match args.get(4).map_or("copy", String::as_str) {
+        "copy" => Mode::Copy,
+        "landed" => Mode::Landed,
+        "landed-each" => Mode::LandedEach,
+        other => panic!("MODE {other:?}: use copy, landed or landed-each"),
+    };
     assert!(datagram_bytes > HEADER_LEN, "DATAGRAM_BYTES must exceed the {HEADER_LEN}-byte header");
     let frame: Vec<u8> = (0..FRAME_BYTES).map(|i| (i * 7 + 3) as u8).collect();
     let mut datagrams = native::encode_frame(1, 1, &frame, (datagram_bytes - HEADER_LEN) as u32, 0);
@@ -84,7 +161,8 @@ fn main() {
     println!("slots  ring MiB  ns/datagram median  min  max  vs first ring");
     let mut first_median = None;
     for &slots in &slot_counts {
-        let mut ns: Vec<f64> = (0..ROUNDS).map(|_| round(&mut datagrams, seq_at, slots, frames)).collect();
+        let mut ns: Vec<f64> =
+            (0..ROUNDS).map(|_| round(&mut datagrams, seq_at, slots, frames, mode)).collect();
         ns.sort_by(f64::total_cmp);
         let median = ns[ROUNDS / 2];
         let baseline = *first_median.get_or_insert(median);

@@ -76,6 +76,14 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
         self.inner.on_landed_at(k, head, rx_ns, now_ns)
     }
+    fn on_landed_run_at(
+        &mut self,
+        landed: &mut dyn Iterator<Item = (usize, &[u8])>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        self.inner.on_landed_run_at(landed, rx_ns, now_ns)
+    }
     fn end_landing(&mut self) {
         self.inner.end_landing()
     }
@@ -288,6 +296,8 @@ mod tests {
     struct Calls {
         one_by_one: usize,
         buffers: Vec<usize>,
+        landed_one_by_one: usize,
+        landed_runs: Vec<Vec<usize>>,
     }
 
     impl FrameAssembler for Calls {
@@ -296,6 +306,12 @@ mod tests {
         }
         fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, _: u64, _: u64) {
             self.buffers.push(datagrams.count());
+        }
+        fn on_landed_at(&mut self, _: usize, _: &[u8], _: u64, _: u64) {
+            self.landed_one_by_one += 1;
+        }
+        fn on_landed_run_at(&mut self, landed: &mut dyn Iterator<Item = (usize, &[u8])>, _: u64, _: u64) {
+            self.landed_runs.push(landed.map(|(k, _)| k).collect());
         }
         fn on_tick_behind(&mut self, _: u64, _: u64) {}
         fn flush(&mut self, _: u64) {}
@@ -310,5 +326,20 @@ mod tests {
         wrapped.on_datagram_at(b"d", 3, 4);
         assert_eq!(wrapped.inner.buffers, [3], "one call for the buffer's three datagrams");
         assert_eq!(wrapped.inner.one_by_one, 1, "a single datagram still goes alone");
+    }
+
+    #[test]
+    fn the_watchdog_wrapper_hands_a_landed_run_over_whole() {
+        let (loops, stop) = (Arc::default(), Arc::default());
+        let mut wrapped = PollCounted::new(Calls::default(), &loops, &stop);
+        let heads: [(usize, &[u8]); 3] = [(4, b"a"), (5, b"b"), (6, b"c")];
+        wrapped.on_landed_run_at(&mut heads.into_iter(), 1, 2);
+        wrapped.on_landed_at(7, b"d", 3, 4);
+        assert_eq!(
+            wrapped.inner.landed_runs,
+            [vec![4, 5, 6]],
+            "one call for the run's three targets, in order"
+        );
+        assert_eq!(wrapped.inner.landed_one_by_one, 1, "a single landed datagram still goes alone");
     }
 }

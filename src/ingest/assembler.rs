@@ -42,6 +42,18 @@ pub trait FrameAssembler: Send {
         let _ = (k, head, rx_ns, now_ns);
         debug_assert!(false, "a datagram landed for an assembler that planned nothing");
     }
+    /// As [`FrameAssembler::on_landed_at`] for each `(target, header)` of
+    /// one receive buffer's landed datagrams, in order.
+    fn on_landed_run_at(
+        &mut self,
+        landed: &mut dyn Iterator<Item = (usize, &[u8])>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        for (k, head) in landed {
+            self.on_landed_at(k, head, rx_ns, now_ns);
+        }
+    }
     /// Forgets the last plan.
     fn end_landing(&mut self) {}
     /// The tick of a receiver with datagrams still waiting: frames go stale
@@ -100,6 +112,14 @@ impl FrameAssembler for Reassembler {
     fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
         Reassembler::on_landed_at(self, k, head, rx_ns, now_ns)
     }
+    fn on_landed_run_at(
+        &mut self,
+        landed: &mut dyn Iterator<Item = (usize, &[u8])>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        Reassembler::on_landed_run_at(self, landed, rx_ns, now_ns)
+    }
     fn end_landing(&mut self) {
         Reassembler::end_landing(self)
     }
@@ -129,6 +149,14 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
         (**self).on_landed_at(k, head, rx_ns, now_ns)
+    }
+    fn on_landed_run_at(
+        &mut self,
+        landed: &mut dyn Iterator<Item = (usize, &[u8])>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        (**self).on_landed_run_at(landed, rx_ns, now_ns)
     }
     fn end_landing(&mut self) {
         (**self).end_landing()

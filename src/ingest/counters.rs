@@ -185,7 +185,8 @@ impl IngestSnapshot {
 }
 
 /// The counts every datagram raises (`datagrams`, `bytes`,
-/// `packets_accepted`), held by the one reassembler that raises them and
+/// `packets_accepted`, and with one-copy receive `placed_by_kernel`), held
+/// by the one reassembler that raises them and
 /// added to its [`IngestCounters`] by [`PendingCounts::flush_into`], one
 /// atomic add each, before each publication and at the end of each call
 /// into the reassembler. A locked add per datagram would make the
@@ -196,6 +197,7 @@ pub(crate) struct PendingCounts {
     datagrams: u64,
     bytes: u64,
     accepted: u64,
+    placed_by_kernel: u64,
 }
 
 impl PendingCounts {
@@ -212,6 +214,12 @@ impl PendingCounts {
         self.accepted += 1;
     }
 
+    /// One payload the kernel put where it belongs.
+    #[inline]
+    pub(crate) fn placed_by_kernel(&mut self) {
+        self.placed_by_kernel += 1;
+    }
+
     /// Adds what is pending to `counters` and starts over from zero.
     #[inline]
     pub(crate) fn flush_into(&mut self, counters: &IngestCounters) {
@@ -221,6 +229,9 @@ impl PendingCounts {
         }
         if self.accepted != 0 {
             IngestCounters::add(&counters.packets_accepted, self.accepted);
+        }
+        if self.placed_by_kernel != 0 {
+            IngestCounters::add(&counters.placed_by_kernel, self.placed_by_kernel);
         }
         *self = Self::default();
     }

@@ -507,6 +507,27 @@ impl Reassembler {
     /// kernel put at landing target `k` of the last plan (see
     /// [`Reassembler::plan_landing`]), received at `rx_ns`, handled at `now_ns`.
     pub fn on_landed_at(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
+        self.handle_landed(k, head, rx_ns, now_ns);
+        self.pending.flush_into(&self.counters);
+    }
+
+    /// As [`Reassembler::on_landed_at`] for each `(target, header)` of
+    /// `landed` (one receive buffer's landed datagrams, in order), with the
+    /// counts every datagram raises added to the shared counters once at
+    /// the end (and before each publication) instead of once per datagram.
+    pub fn on_landed_run_at<'a>(
+        &mut self,
+        landed: impl IntoIterator<Item = (usize, &'a [u8])>,
+        rx_ns: u64,
+        now_ns: u64,
+    ) {
+        for (k, head) in landed {
+            self.handle_landed(k, head, rx_ns, now_ns);
+        }
+        self.pending.flush_into(&self.counters);
+    }
+
+    fn handle_landed(&mut self, k: usize, head: &[u8], rx_ns: u64, now_ns: u64) {
         let available = match self.landing.landed(k) {
             Landed::InSlot(len) | Landed::Spilled { len, .. } => len,
             Landed::Empty => {
@@ -521,7 +542,6 @@ impl Reassembler {
         }
         self.landing.take(k);
         self.publish_ready(rx_ns, now_ns);
-        self.pending.flush_into(&self.counters);
     }
 
     /// The current batch's landing plan (for the receiver to record arrivals).
@@ -725,7 +745,7 @@ impl Reassembler {
                     && self.landing.landed(k) == Landed::InSlot(range.len())
                 {
                     self.landing.take(k);
-                    IngestCounters::bump(&self.counters.placed_by_kernel);
+                    self.pending.placed_by_kernel();
                     return;
                 }
                 // Elsewhere: out of its slot first (what is written next may
@@ -922,6 +942,78 @@ mod tests {
         assert_eq!((s.datagrams, s.packets_accepted, s.duplicate, s.frames_complete), (14, 12, 1, 3));
         assert_eq!(s.datagrams_accounted(), s.datagrams, "every datagram accepted or dropped by kind");
         assert_eq!(drain(&mut rd2), drain(&mut rd1));
+    }
+
+    /// Lands `datagrams` (in order, each the next target of the plan
+    /// `plan_landing` makes now) as the kernel would: each payload written
+    /// at its target's place in the slot. Returns each one's (target, header).
+    fn land(r: &mut Reassembler, datagrams: &[Vec<u8>]) -> Vec<(usize, Vec<u8>)> {
+        let plan = r.plan_landing(8, 1);
+        datagrams
+            .iter()
+            .enumerate()
+            .map(|(k, d)| {
+                let payload = &d[native::HEADER_LEN..];
+                assert_eq!(
+                    plan.target(k).len,
+                    payload.len(),
+                    "datagram {k} is not where the plan expects it"
+                );
+                // SAFETY: the target's address lies in a slot the reassembler's
+                // writer reserved, valid for the target's length (checked
+                // above); no reference to that memory is alive here.
+                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), plan.addr(k), payload.len()) };
+                plan.set_arrived(k, payload.len());
+                (k, d[..native::HEADER_LEN].to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_landed_run_handled_in_one_call_counts_and_publishes_as_one_by_one() {
+        // Three frames of four datagrams; the first datagram of the first
+        // frame is copied (it starts the prediction), the other eleven land
+        // in the slots, one of them under a header that fails to parse.
+        let datagrams: Vec<Vec<u8>> =
+            (1..=3).flat_map(|seq| packets(5, seq, &frame_bytes(1000, seq as u8), 300)).collect();
+        let run = |batched: bool| {
+            let (mut r, mut rd) = setup(8, 1024, ReassemblyConfig::default());
+            r.on_datagram_at(&datagrams[0], 100, 200);
+            let mut landed = land(&mut r, &datagrams[1..]);
+            landed[6].1[0] = b'X';
+            if batched {
+                // Every frame the ring shows while the run is handled has
+                // had its datagrams counted.
+                let counters = Arc::clone(r.counters());
+                let ring = Arc::clone(rd.ring());
+                let mut each = landed.iter().map(|(k, head)| {
+                    let published = ring.head();
+                    let counted = counters.snapshot().packets_accepted;
+                    assert!(
+                        counted >= published * 4,
+                        "{published} frames visible, {counted} packets counted"
+                    );
+                    (*k, head.as_slice())
+                });
+                r.on_landed_run_at(&mut each, 100, 200);
+            } else {
+                for (k, head) in &landed {
+                    r.on_landed_at(*k, head, 100, 200);
+                }
+            }
+            // Nothing is left pending once the call returns.
+            let after_call = snap(&r);
+            r.on_tick(10_000_000_000);
+            (after_call, snap(&r), drain(&mut rd))
+        };
+        let (one_by_one, batched) = (run(false), run(true));
+        assert_eq!(batched.0, one_by_one.0, "counts as the call returned");
+        assert_eq!(batched.1, one_by_one.1);
+        assert_eq!(batched.2, one_by_one.2);
+        let s = &batched.1;
+        assert_eq!((s.datagrams, s.packets_accepted, s.placed_by_kernel, s.bad_magic), (12, 11, 10, 1));
+        assert_eq!((s.frames_complete, s.frames_incomplete), (2, 1));
+        assert_eq!(s.datagrams_accounted(), s.datagrams, "every datagram accepted or dropped by kind");
     }
 
     #[test]

@@ -432,11 +432,17 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 MessageLayout::Aligned { landed, tail, .. } => {
                     let group = self.batch.group(i);
                     let allowed = self.allow.allows(info.source.map(|s| s.ip()));
-                    for k in group.start..group.start + landed {
-                        if allowed {
-                            let head = self.batch.head(k);
-                            self.assembler.on_landed_at(k, head, info.rx_ns, info.batch_ns.max(info.rx_ns));
-                        } else {
+                    let targets = group.start..group.start + landed;
+                    if allowed {
+                        let batch = &self.batch;
+                        let mut heads = targets.map(|k| (k, batch.head(k).as_slice()));
+                        self.assembler.on_landed_run_at(
+                            &mut heads,
+                            info.rx_ns,
+                            info.batch_ns.max(info.rx_ns),
+                        );
+                    } else {
+                        for k in targets {
                             let payload = match self.assembler.landing().map(|p| p.take(k)) {
                                 Some(Landed::InSlot(len)) => len,
                                 _ => 0,
