@@ -56,31 +56,30 @@ enum Mode {
 /// datagram the plan expects (writing its payload at its target) and
 /// passes the landed ones receive buffer by receive buffer; the ones the
 /// plan does not cover (the first frame, before anything predicts it) are
-/// copied. Returns how many landed.
-fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) -> usize {
+/// copied.
+fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) {
     // Twice the receive buffers a frame needs, as the receiver plans about
     // twice what its last receive call returned.
     let plan = reassembler.plan_landing(2 * datagrams.len().div_ceil(7), 1);
-    let planned = plan.groups().checked_sub(1).map_or(0, |last| plan.group(last).end);
+    let groups = plan.groups();
+    let planned = groups.checked_sub(1).map_or(0, |last| plan.group(last).end);
     let mut landed = 0;
     while landed < datagrams.len().min(planned) {
         let payload = &datagrams[landed][HEADER_LEN..];
         if plan.target(landed).len != payload.len() {
             break;
         }
-        // SAFETY: the target lies in a ring slot the reassembler's writer
-        // reserved, valid for the target's length, which is the payload's
-        // (checked above); no reference to that memory is alive here.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), plan.addr(landed), payload.len()) };
-        plan.set_arrived(landed, payload.len());
+        // SAFETY: the plan was just made, so its slots are reserved and
+        // unpublished; nothing else touches them here.
+        unsafe { plan.land(landed, payload) };
         landed += 1;
     }
-    let groups: Vec<std::ops::Range<usize>> = (0..plan.groups())
-        .map(|g| plan.group(g))
-        .filter(|g| g.start < landed)
-        .map(|g| g.start..g.end.min(landed))
-        .collect();
-    for group in groups {
+    for g in 0..groups {
+        let group = reassembler.landing_mut().group(g);
+        if group.start >= landed {
+            break;
+        }
+        let group = group.start..group.end.min(landed);
         if mode == Mode::LandedEach {
             for k in group {
                 reassembler.on_landed_at(k, &datagrams[k][..HEADER_LEN], 0, 0);
@@ -90,7 +89,6 @@ fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) 
         }
     }
     reassembler.on_datagrams_at(datagrams[landed..].iter().map(Vec::as_slice), 0, 0);
-    landed
 }
 
 /// Nanoseconds per datagram over `frames` frames into a ring of `slots` slots.

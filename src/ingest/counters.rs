@@ -186,10 +186,10 @@ impl IngestSnapshot {
 
 /// The counts every datagram raises (`datagrams`, `bytes`,
 /// `packets_accepted`, and with one-copy receive `placed_by_kernel`), held
-/// by the one reassembler that raises them and
-/// added to its [`IngestCounters`] by [`PendingCounts::flush_into`], one
-/// atomic add each, before each publication and at the end of each call
-/// into the reassembler. A locked add per datagram would make the
+/// by the one reassembler that raises them and added to its
+/// [`IngestCounters`] by [`PendingCounts::flush_into`], one atomic add
+/// each, before each publication and at the end of each call into the
+/// reassembler. A locked add per datagram would make the
 /// receiving thread wait, datagram after datagram, for the stores of the
 /// payload it just copied to reach the cache.
 #[derive(Debug, Default)]

@@ -129,6 +129,25 @@ impl LandingPlan {
         self.landed[k] = Landed::InSlot(len);
     }
 
+    /// Writes `payload` at target `k`'s place and records it arrived, as a
+    /// receive that put it there does (for driving the reassembler in memory:
+    /// tests and benchmarks).
+    ///
+    /// # Safety
+    /// Target `k`'s address must still be valid for its length and not be
+    /// accessed otherwise during the call: its slot reserved by the plan's
+    /// writer and not yet published, as between a plan and the next.
+    ///
+    /// # Panics
+    /// If `payload` is longer than the target.
+    pub unsafe fn land(&mut self, k: usize, payload: &[u8]) {
+        assert!(payload.len() <= self.targets[k].len, "payload longer than landing target {k}");
+        // SAFETY: the caller guarantees the address is valid for the
+        // target's length, which covers the payload (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), self.addrs[k], payload.len()) };
+        self.set_arrived(k, payload.len());
+    }
+
     /// Takes what landed at target `k`, leaving it empty.
     pub fn take(&mut self, k: usize) -> Landed {
         std::mem::replace(&mut self.landed[k], Landed::Empty)

@@ -959,11 +959,9 @@ mod tests {
                     payload.len(),
                     "datagram {k} is not where the plan expects it"
                 );
-                // SAFETY: the target's address lies in a slot the reassembler's
-                // writer reserved, valid for the target's length (checked
-                // above); no reference to that memory is alive here.
-                unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), plan.addr(k), payload.len()) };
-                plan.set_arrived(k, payload.len());
+                // SAFETY: the plan was just made, so its slots are reserved
+                // and unpublished; nothing else touches them here.
+                unsafe { plan.land(k, payload) };
                 (k, d[..native::HEADER_LEN].to_vec())
             })
             .collect()
