@@ -11,6 +11,8 @@
 #   (defaults: target/release/frameloop 8972 4 5). Needs perf (Debian: linux-perf).
 # Env: OUT  directory for perf.data, the sample dump and the breakdown (default: a temp dir).
 #      INGEST_EXTRA  lines added to the [ingest] table (e.g. "batch = 8").
+#      CONFIG_EXTRA  TOML appended to the config, \n for a new line (e.g.
+#        "[service]\nreceiver_cpu = 3\nresult_cpu = 7\nloop_cpu = 11").
 #      BACKEND  the backend (default host; cuda on a GPU host, where the chain runs on the GPU).
 #      SLOTS  ring.slots (default 256; the comparison gives the CUDA backend 32).
 #      PERF  the perf binary (default: perf on the PATH).
@@ -48,6 +50,7 @@ format = "u8"
 [[chain]]
 op = "stats"
 TOML
+printf '%b\n' "${CONFIG_EXTRA:-}" >> "$out/config.toml"
 "$bin" run --config "$out/config.toml" --duration $((secs + 4)) --json > "$out/run.json" 2> "$out/run.err" &
 rp=$!
 hexport=$(printf '%04X' $port)
