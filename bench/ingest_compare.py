@@ -309,7 +309,8 @@ class Frameloop:
         a = self.args
         text = ((f'backend = "{self.backend}"\n' if self.backend else '') +
                 f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
-                f'gro = {"true" if a.frameloop_gro else "false"}\n' + a.frameloop_ingest_extra.replace("\\n", "\n") +
+                f'gro = {"true" if a.frameloop_gro else "false"}\n' +
+                (a.frameloop_ingest_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_ingest_extra else "") +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
