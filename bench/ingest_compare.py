@@ -268,6 +268,13 @@ def last_json(text):
     return json.loads(text[start:text.rfind("}") + 1])
 
 
+def toml_lines(extra):
+    """Extra TOML given on the command line (`\\n` for a new line) as whole
+    lines to splice into a config: empty, or ending in one newline."""
+    text = extra.replace("\\n", "\n").rstrip("\n")
+    return text + "\n" if text else ""
+
+
 class Frameloop:
     """`frameloop send` -> `frameloop run --config FILE --duration S --json`,
     configured for an ingest measurement (see the module doc and `config`)."""
@@ -298,8 +305,8 @@ class Frameloop:
         -base tools where given, else --frameloop-config-extra."""
         a = self.args
         if "-base" in self.name and a.frameloop_base_config_extra is not None:
-            return a.frameloop_base_config_extra.replace("\\n", "\n")
-        return a.frameloop_config_extra.replace("\\n", "\n")
+            return toml_lines(a.frameloop_base_config_extra)
+        return toml_lines(a.frameloop_config_extra)
 
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
@@ -310,12 +317,12 @@ class Frameloop:
         text = ((f'backend = "{self.backend}"\n' if self.backend else '') +
                 f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
                 f'gro = {"true" if a.frameloop_gro else "false"}\n' +
-                (a.frameloop_ingest_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_ingest_extra else "") +
+                toml_lines(a.frameloop_ingest_extra) +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
-                + (a.frameloop_loop_extra.replace("\\n", "\n").rstrip("\n") + "\n" if a.frameloop_loop_extra else "") +
+                + toml_lines(a.frameloop_loop_extra) +
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + self.config_extra())
         f = tempfile.NamedTemporaryFile("w", prefix="frameloop-ingest-", suffix=".toml", delete=False)
         f.write(text)
