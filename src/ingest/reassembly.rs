@@ -157,6 +157,19 @@ impl Frame {
         self.received == self.packet_count
     }
 
+    /// Whether `h`, a packet of this frame's count and length, has the
+    /// offset and length its index has in this frame's cut: the same answer
+    /// as `implied_stride(h) == Some(self.stride)`, without a division.
+    fn fits_cut(&self, h: &NativeHeader) -> bool {
+        let offset = u64::from(h.packet_index) * u64::from(self.stride);
+        let len = if h.packet_index + 1 < self.packet_count {
+            u64::from(self.stride)
+        } else {
+            u64::from(self.frame_len).saturating_sub(offset)
+        };
+        u64::from(h.payload_offset) == offset && u64::from(h.payload_len) == len
+    }
+
     /// Bytes of the packets `0..prefix`: the received prefix of the payload.
     fn prefix_bytes(&self) -> u32 {
         (u64::from(self.prefix) * u64::from(self.stride)).min(u64::from(self.frame_len)) as u32
@@ -689,7 +702,8 @@ impl Reassembler {
             Some(&c.packet_count_mismatch)
         } else if h.frame_len != f.frame_len {
             Some(&c.frame_len_mismatch)
-        } else if implied_stride(h) != Some(f.stride) {
+        } else if !f.fits_cut(h) {
+            debug_assert_ne!(implied_stride(h), Some(f.stride));
             Some(&c.layout_mismatch)
         } else if f.seen[h.packet_index as usize / 64] & (1 << (h.packet_index % 64)) != 0 {
             Some(&c.duplicate)
@@ -699,6 +713,7 @@ impl Reassembler {
         if let Some(counter) = drop {
             return IngestCounters::bump(counter);
         }
+        debug_assert_eq!(implied_stride(h), Some(f.stride));
         let start = h.payload_offset as usize;
         // The regular cut and `frame_len <= capacity` keep this inside the
         // slot; the check makes that hold even if those checks were wrong.

@@ -337,11 +337,21 @@ impl FrameRing {
         self.header().consumed_seq.load(Ordering::Acquire)
     }
 
-    fn slot_base(&self, seq: u64) -> *mut u8 {
+    /// The slot (0-based) that holds ring sequence `seq` (>= 1).
+    fn slot_index(&self, seq: u64) -> usize {
         debug_assert!(seq > 0);
+        ((seq - 1) % self.slot_count as u64) as usize
+    }
+
+    fn slot_base(&self, seq: u64) -> *mut u8 {
+        self.slot_base_at(self.slot_index(seq))
+    }
+
+    /// Host address of slot `index` (below the slot count).
+    fn slot_base_at(&self, index: usize) -> *mut u8 {
+        assert!(index < self.slot_count, "slot {index} of a {}-slot ring", self.slot_count);
         debug_assert!(!self.is_device_only(), "slots of a device-only ring have no host address");
-        let index = ((seq - 1) % self.slot_count as u64) as usize;
-        // SAFETY: index < slot_count, so the slot lies inside the allocation.
+        // SAFETY: index < slot_count (checked above), so the slot lies inside the allocation.
         unsafe { self.mem.as_ptr().add(SLOTS_OFFSET + index * self.stride) }
     }
 
@@ -353,7 +363,7 @@ impl FrameRing {
             return None;
         }
         let head = self.head();
-        Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1 })
+        Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1, last_slot: (0, 0) })
     }
 
     /// Marks the writer side as taken by a remote writer (an RDMA sensor
@@ -386,6 +396,10 @@ pub struct RingWriter {
     published: u64,
     /// Next sequence `reserve` hands out; `published < s < next` are reserved.
     next: u64,
+    /// The last sequence looked up and its slot index (sequence 0: none).
+    /// A frame's datagrams all go to one slot, so nearly every lookup is
+    /// that one and skips the division.
+    last_slot: (u64, usize),
 }
 
 impl RingWriter {
@@ -425,7 +439,7 @@ impl RingWriter {
     /// If `seq` is not reserved by this writer.
     pub fn payload_mut(&mut self, seq: u64) -> &mut [u8] {
         assert!(seq > self.published && seq < self.next, "ring sequence {seq} is not reserved");
-        let base = self.ring.slot_base(seq);
+        let base = self.reserved_slot_base(seq);
         // SAFETY: the slot is reserved by this (unique) writer and unpublished,
         // and `writable` established that the consumer no longer reads it; the
         // payload lies inside the slot stride.
@@ -448,8 +462,17 @@ impl RingWriter {
         // its header lies inside the slot; the slot is 256-byte aligned and the
         // word's offset a multiple of 8, as AtomicU64 needs. A consumer on the
         // device reads the word concurrently, which an atomic store permits.
-        let word = unsafe { AtomicU64::from_ptr(self.ring.slot_base(seq).add(at).cast::<u64>()) };
+        let word = unsafe { AtomicU64::from_ptr(self.reserved_slot_base(seq).add(at).cast::<u64>()) };
         word.store(received_mark(seq, bytes), Ordering::Release);
+    }
+
+    /// Host address of the slot of `seq`, through the one-entry cache.
+    fn reserved_slot_base(&mut self, seq: u64) -> *mut u8 {
+        if self.last_slot.0 != seq {
+            self.last_slot = (seq, self.ring.slot_index(seq));
+        }
+        debug_assert_eq!(self.last_slot.1, self.ring.slot_index(seq));
+        self.ring.slot_base_at(self.last_slot.1)
     }
 
     /// Publishes the oldest reserved slot: writes its header and makes it
