@@ -489,7 +489,7 @@ impl RingWriter {
         h.payload_len = h.payload_len.min(self.ring.payload_capacity as u32);
         // SAFETY: the slot is reserved by this writer (see `payload_mut`); the
         // header occupies the first 128 bytes of the slot.
-        unsafe { std::ptr::write_volatile(self.ring.slot_base(seq) as *mut SlotHeader, h) };
+        unsafe { std::ptr::write_volatile(self.reserved_slot_base(seq) as *mut SlotHeader, h) };
         self.ring.header().head_seq.store(seq, Ordering::Release);
         self.published = seq;
         self.ring.wake.wake();
@@ -574,6 +574,34 @@ mod tests {
         let p = w.payload_mut(seq);
         p[..8].fill(byte);
         w.publish(seq, &SlotHeader { payload_len: 8, frame_seq: byte as u64, ..Default::default() });
+    }
+
+    #[test]
+    fn writes_to_several_reserved_slots_in_turn_land_in_each_ones_slot() {
+        // The writer caches the last slot it looked up; frames in flight
+        // are written in any order, across the ring's wrap.
+        let r = ring(3, 64, OverrunPolicy::Latest);
+        let mut w = r.writer().unwrap();
+        let mut rd = r.reader().unwrap();
+        for round in 0..4u64 {
+            let seqs = [w.reserve().unwrap(), w.reserve().unwrap()];
+            for seq in seqs {
+                w.payload_mut(seq)[..4].fill(0);
+            }
+            for (i, &seq) in seqs.iter().chain(seqs.iter().rev()).enumerate() {
+                w.payload_mut(seq)[i] = seq as u8;
+                w.mark_received(seq, i as u32 + 1);
+            }
+            for seq in seqs {
+                w.publish(seq, &SlotHeader { payload_len: 4, frame_seq: seq, ..Default::default() });
+                let c = rd.claim().unwrap();
+                let s = seq as u8;
+                let expected = if seq == seqs[0] { [s, 0, 0, s] } else { [0, s, s, 0] };
+                assert_eq!((c.seq, &c.payload[..4]), (seq, &expected[..]), "round {round}");
+                assert_eq!(c.header.frame_seq, seq);
+                rd.finish(seq);
+            }
+        }
     }
 
     #[test]
