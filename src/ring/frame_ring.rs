@@ -398,7 +398,9 @@ pub struct RingWriter {
     next: u64,
     /// The last sequence looked up and its slot index (sequence 0: none).
     /// A frame's datagrams all go to one slot, so nearly every lookup is
-    /// that one and skips the division.
+    /// that one and skips the division. Invariant: for a sequence `s > 0`
+    /// the index is `FrameRing::slot_index(s)` (checked on every lookup in
+    /// debug builds), hence below the slot count.
     last_slot: (u64, usize),
 }
 
