@@ -111,6 +111,60 @@ def thread_cpu(pid):
     return total, system
 
 
+def thread_sched(pid):
+    """How the scheduler has treated each thread of `pid` so far, by thread
+    id: (name, milliseconds it waited on a run queue while runnable
+    (schedstat), times it was preempted (`nonvoluntary_ctxt_switches`))."""
+    threads = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                stat = open(f"{base}/stat").read()
+                wait_ns = int(open(f"{base}/schedstat").read().split()[1])
+                switches = re.search(r"^nonvoluntary_ctxt_switches:\s*(\d+)", open(f"{base}/status").read(), re.M)
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended while it was read
+            threads[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], wait_ns / 1e6,
+                            int(switches.group(1)) if switches else 0)
+    except OSError:
+        pass
+    return threads
+
+
+def sched_between(before, after):
+    """What the scheduler did to the receiver's threads between two
+    `thread_sched` readings, by thread name (threads of one name summed;
+    only threads alive at both): run-queue wait in ms and preemptions. A
+    receiving thread that waited or was preempted during a lossy trial lost
+    its CPU to another task; one that did neither was on its CPU and fell
+    behind there."""
+    waited, preempted = {}, {}
+    for tid, (name, wait_ms, switches) in after.items():
+        if tid in before:
+            waited[name] = round(waited.get(name, 0.0) + wait_ms - before[tid][1], 3)
+            preempted[name] = preempted.get(name, 0) + switches - before[tid][2]
+    return waited, preempted
+
+
+def thread_cpus_now(pid):
+    """The CPU each thread of `pid` last ran on (field 39 of its stat)."""
+    cpus = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            cpus.append(int(stat[stat.rindex(")") + 2:].split()[36]))
+    except (OSError, ValueError, IndexError):
+        pass
+    return cpus
+
+
+def pinned(argv, cpus):
+    """`argv` under `taskset -c cpus` (taskset execs it, so the pid stays the
+    tool's own), or `argv` itself for an empty list."""
+    return ["taskset", "-c", cpus] + argv if cpus else argv
+
+
 def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
     """Starts the receiver, waits until `ready()`, runs the sender, then
     waits for the receiver (SIGINT after `recv_timeout` s). Returns both
@@ -127,26 +181,32 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
             time.sleep(0.05)
         # spead2_recv exits at the end of the stream, so the socket is
         # sampled while the sender runs and the last reading is kept.
-        seen = dict(socket=udp_socket_drops(port), threads={}, threads_sys={})
+        seen = dict(socket=udp_socket_drops(port), threads={}, threads_sys={}, sender_cpus={})
+        sched_before = thread_sched(recv.pid)
         sending = threading.Event()
         sending.set()
+        log.command(send_argv)
+        send = subprocess.Popen(send_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
         def sample():
             while sending.is_set():
                 reading = udp_socket_drops(port)
                 if reading is not None:
                     seen["socket"] = reading
+                # Where the sender's threads ran, every 50 ms.
+                for cpu in thread_cpus_now(send.pid):
+                    seen["sender_cpus"][cpu] = seen["sender_cpus"].get(cpu, 0) + 1
                 time.sleep(0.05)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        log.command(send_argv)
-        send = subprocess.run(send_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        send_out, send_err = send.communicate()
         time.sleep(0.3)  # let the receiver drain its queue
         sending.clear()
         sampler.join()
         seen["socket"] = udp_socket_drops(port) or seen["socket"]
         seen["threads"], seen["threads_sys"] = thread_cpu(recv.pid)
+        seen["waited_ms"], seen["preempted"] = sched_between(sched_before, thread_sched(recv.pid))
         # The receiver's whole CPU time (every thread, start-up included) is
         # the children's rusage gained when it is reaped: the sender was
         # reaped before, and spead2_recv may have exited already.
@@ -167,16 +227,19 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     seen["cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3)
     seen["sys_cpu_s"] = round(after.ru_stime - before.ru_stime, 3)
-    log.raw("sender stdout", send.stdout)
-    if send.stderr.strip():
-        log.raw("sender stderr", send.stderr[-4000:])
+    log.raw("sender stdout", send_out)
+    if send_err.strip():
+        log.raw("sender stderr", send_err[-4000:])
     log.raw("receiver output", recv_out)
     log.write(f"# receiver after the sender: socket (kernel drops, queued bytes) = {seen['socket']}, "
               f"thread CPU s = {json.dumps(seen['threads'])} (in the kernel {json.dumps(seen['threads_sys'])}), "
               f"process CPU s = {seen['cpu_s']} (in the kernel {seen['sys_cpu_s']})")
+    log.write(f"# scheduling while the sender ran: receiver threads' run-queue wait ms = "
+              f"{json.dumps(seen.get('waited_ms', {}))}, preemptions = {json.dumps(seen.get('preempted', {}))}; "
+              f"sender's threads seen on CPU (50 ms samples) = {json.dumps(dict(sorted(seen['sender_cpus'].items())))}")
     if send.returncode != 0:
-        raise RuntimeError(f"sender failed ({send.returncode}): {send.stderr[-2000:]}")
-    return send.stdout, recv_out, seen
+        raise RuntimeError(f"sender failed ({send.returncode}): {send_err[-2000:]}")
+    return send_out, recv_out, seen
 
 
 def udp_port_bound(port):
@@ -197,12 +260,11 @@ class Spead2:
         a = self.args
         recv = [f"{self.bin}/spead2_recv", "--quiet", "--packet", str(size), "--buffer", str(a.recv_buffer),
                 f"127.0.0.1:{a.port}"]
-        if a.spead2_cpus:
-            # taskset execs spead2_recv, so the pid (whose CPU time and socket are read) stays its own.
-            recv = ["taskset", "-c", a.spead2_cpus] + recv
-        send = [f"{self.bin}/spead2_send", "--packet", str(size), "--heap-size", str(a.frame_bytes),
-                "--heaps", str(heaps), "--rate", f"{gbps:.6f}", "--buffer", str(a.send_buffer),
-                f"127.0.0.1:{a.port}"]
+        # The pid whose CPU time and socket are read stays spead2_recv's own (see `pinned`).
+        recv = pinned(recv, a.spead2_cpus)
+        send = pinned([f"{self.bin}/spead2_send", "--packet", str(size), "--heap-size", str(a.frame_bytes),
+                       "--heaps", str(heaps), "--rate", f"{gbps:.6f}", "--buffer", str(a.send_buffer),
+                       f"127.0.0.1:{a.port}"], a.sender_cpus)
         ready_at = time.time() + 0.5
         s_out, r_out, seen = run_pair(self.log, recv, send, lambda: time.time() > ready_at, a.trial_s + 15, a.port)
         m = re.search(r"Sent (\d+) bytes in ([0-9.e+-]+) seconds", s_out)
@@ -213,6 +275,8 @@ class Spead2:
         stats["heaps_received"] = int(h.group(1)) if h else stats.get("heaps", 0)
         stats["kernel_drops"] = seen["socket"][0] if seen["socket"] else 0
         stats["cpu_s"], stats["sys_cpu_s"] = seen["cpu_s"], seen["sys_cpu_s"]
+        stats["waited_ms"] = round(sum(seen.get("waited_ms", {}).values()), 3)
+        stats["preempted"] = sum(seen.get("preempted", {}).values())
         return int(m.group(1)), float(m.group(2)), stats
 
     def calibrate(self, size):
@@ -244,6 +308,7 @@ class Spead2:
                     cpu_s_per_gbit=st["cpu_s"] / gbit,
                     sys_cpu_s_per_gbit=st["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=None, rx_thread_sys_cpu_s_per_gbit=None,
+                    recv_waited_ms=st["waited_ms"], recv_preempted=st["preempted"],
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
                     clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)
 
@@ -345,6 +410,7 @@ class Frameloop:
         catch_up = a.frameloop_base_catch_up if "-base" in self.name else a.frameloop_catch_up
         if catch_up:
             send += ["--catch-up", catch_up]
+        send = pinned(send, a.sender_cpus)
         try:
             s_out, r_out, seen = run_pair(self.log, recv, send, lambda: udp_port_bound(a.port),
                                           a.trial_s + a.frameloop_slack_s + 20, a.port)
@@ -370,6 +436,10 @@ class Frameloop:
                     sys_cpu_s_per_gbit=seen["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / gbit,
                     rx_thread_sys_cpu_s_per_gbit=seen["threads_sys"].get("frameloop-rx", 0.0) / gbit,
+                    recv_waited_ms=round(sum(seen.get("waited_ms", {}).values()), 3),
+                    recv_preempted=sum(seen.get("preempted", {}).values()),
+                    rx_thread_waited_ms=seen.get("waited_ms", {}).get("frameloop-rx"),
+                    rx_thread_preempted=seen.get("preempted", {}).get("frameloop-rx"),
                     loss_pct=100.0 * lost / max(sent["packets"], 1),
                     clean=lost == 0 and kernel_drops == 0 and incomplete == 0
                     and ingest["frames_complete"] >= sent["frames"])
@@ -481,6 +551,11 @@ def main():
                    help="run spead2_recv under `taskset -c` with this CPU list (its tool has no affinity "
                         "option; all its threads share the list), e.g. 3,7 to match frameloop's "
                         "[service] receiver_cpu = 3, result_cpu = 7; empty (the default): unpinned")
+    p.add_argument("--sender-cpus", default="",
+                   help="run both tools' senders under `taskset -c` with this CPU list, e.g. 1,5, away from the "
+                        "receivers' CPUs, so that where the scheduler puts the sender does not decide a trial "
+                        "(on loopback the sender's CPU also runs the kernel's receive path into the socket); "
+                        "empty (the default): unpinned")
     p.add_argument("--frameloop", default=os.path.join(HERE, "../target/release/frameloop"))
     p.add_argument("--frameloop-base", help="a second frameloop binary, run by the frameloop-base* tools")
     p.add_argument("--frameloop-pacing", default="sleep",
