@@ -23,7 +23,9 @@
 #     receiver did not count (sent packets vs spead2 `packets` / frameloop
 #     `datagrams`, plus any frameloop ingest drop counter), and frames (heaps)
 #     incomplete. A trial is clean when there is none.
-#   Each trial also logs the receiver's CPU seconds per thread.
+#   Each trial also logs the receiver's CPU seconds per thread, each receiver
+#   thread's run-queue wait and preemptions, and the CPUs the sender ran on
+#   (--sender-cpus pins both senders).
 #
 # Usage: bench/ingest_compare.sh [options of bench/ingest_compare.py]
 #   e.g. bench/ingest_compare.sh --tools spead2,spead2-nogso --sizes 8972
