@@ -94,41 +94,46 @@ def udp_socket_drops(port):
     return (drops, queued) if found else None
 
 
+def tasks(pid):
+    """Each live thread of `pid`: (its /proc directory, its name, the fields
+    of its stat after the name: field 3 of proc(5) is index 0). A thread that
+    ends while it is read is left out."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            stat = open(f"{base}/stat").read()
+        except OSError:
+            continue
+        yield base, stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def thread_cpu(pid):
     """CPU seconds used so far by each thread of `pid`, by thread name: a
     dict of totals and one of the part spent in the kernel (system time)."""
     tick = os.sysconf("SC_CLK_TCK")
     total, system = {}, {}
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
-            total[name] = round(total.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick, 2)
-            system[name] = round(system.get(name, 0.0) + int(fields[12]) / tick, 2)
-    except OSError:
-        pass
+    for _, name, fields in tasks(pid):
+        total[name] = round(total.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick, 2)
+        system[name] = round(system.get(name, 0.0) + int(fields[12]) / tick, 2)
     return total, system
 
 
 def thread_sched(pid):
-    """How the scheduler has treated each thread of `pid` so far, by thread
-    id: (name, milliseconds it waited on a run queue while runnable
-    (schedstat), times it was preempted (`nonvoluntary_ctxt_switches`))."""
+    """How the scheduler has treated each thread of `pid` so far, by its
+    /proc directory: (name, milliseconds it waited on a run queue while
+    runnable (schedstat), times it was preempted (`nonvoluntary_ctxt_switches`))."""
     threads = {}
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                stat = open(f"{base}/stat").read()
-                wait_ns = int(open(f"{base}/schedstat").read().split()[1])
-                switches = re.search(r"^nonvoluntary_ctxt_switches:\s*(\d+)", open(f"{base}/status").read(), re.M)
-            except (OSError, ValueError, IndexError):
-                continue  # the thread ended while it was read
-            threads[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], wait_ns / 1e6,
-                            int(switches.group(1)) if switches else 0)
-    except OSError:
-        pass
+    for base, name, _ in tasks(pid):
+        try:
+            wait_ns = int(open(f"{base}/schedstat").read().split()[1])
+            switches = re.search(r"^nonvoluntary_ctxt_switches:\s*(\d+)", open(f"{base}/status").read(), re.M)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended while it was read
+        threads[base] = (name, wait_ns / 1e6, int(switches.group(1)) if switches else 0)
     return threads
 
 
@@ -147,16 +152,16 @@ def sched_between(before, after):
     return waited, preempted
 
 
+def receiver_sched(seen):
+    """A trial's fields for the receiving process as a whole: its threads'
+    run-queue wait (ms) and preemptions while the sender ran, summed."""
+    return dict(recv_waited_ms=round(sum(seen["waited_ms"].values()), 3),
+                recv_preempted=sum(seen["preempted"].values()))
+
+
 def thread_cpus_now(pid):
     """The CPU each thread of `pid` last ran on (field 39 of its stat)."""
-    cpus = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
-            cpus.append(int(stat[stat.rindex(")") + 2:].split()[36]))
-    except (OSError, ValueError, IndexError):
-        pass
-    return cpus
+    return [int(fields[36]) for _, _, fields in tasks(pid)]
 
 
 def pinned(argv, cpus):
@@ -235,7 +240,7 @@ def run_pair(log, recv_argv, send_argv, ready, recv_timeout, port):
               f"thread CPU s = {json.dumps(seen['threads'])} (in the kernel {json.dumps(seen['threads_sys'])}), "
               f"process CPU s = {seen['cpu_s']} (in the kernel {seen['sys_cpu_s']})")
     log.write(f"# scheduling while the sender ran: receiver threads' run-queue wait ms = "
-              f"{json.dumps(seen.get('waited_ms', {}))}, preemptions = {json.dumps(seen.get('preempted', {}))}; "
+              f"{json.dumps(seen['waited_ms'])}, preemptions = {json.dumps(seen['preempted'])}; "
               f"sender's threads seen on CPU (50 ms samples) = {json.dumps(dict(sorted(seen['sender_cpus'].items())))}")
     if send.returncode != 0:
         raise RuntimeError(f"sender failed ({send.returncode}): {send_err[-2000:]}")
@@ -275,8 +280,7 @@ class Spead2:
         stats["heaps_received"] = int(h.group(1)) if h else stats.get("heaps", 0)
         stats["kernel_drops"] = seen["socket"][0] if seen["socket"] else 0
         stats["cpu_s"], stats["sys_cpu_s"] = seen["cpu_s"], seen["sys_cpu_s"]
-        stats["waited_ms"] = round(sum(seen.get("waited_ms", {}).values()), 3)
-        stats["preempted"] = sum(seen.get("preempted", {}).values())
+        stats.update(receiver_sched(seen))
         return int(m.group(1)), float(m.group(2)), stats
 
     def calibrate(self, size):
@@ -308,7 +312,7 @@ class Spead2:
                     cpu_s_per_gbit=st["cpu_s"] / gbit,
                     sys_cpu_s_per_gbit=st["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=None, rx_thread_sys_cpu_s_per_gbit=None,
-                    recv_waited_ms=st["waited_ms"], recv_preempted=st["preempted"],
+                    recv_waited_ms=st["recv_waited_ms"], recv_preempted=st["recv_preempted"],
                     loss_pct=100.0 * max(lost_heaps, 0) / heaps,
                     clean=lost_heaps == 0 and kernel_drops == 0 and packets >= expected_packets)
 
@@ -436,10 +440,9 @@ class Frameloop:
                     sys_cpu_s_per_gbit=seen["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / gbit,
                     rx_thread_sys_cpu_s_per_gbit=seen["threads_sys"].get("frameloop-rx", 0.0) / gbit,
-                    recv_waited_ms=round(sum(seen.get("waited_ms", {}).values()), 3),
-                    recv_preempted=sum(seen.get("preempted", {}).values()),
-                    rx_thread_waited_ms=seen.get("waited_ms", {}).get("frameloop-rx"),
-                    rx_thread_preempted=seen.get("preempted", {}).get("frameloop-rx"),
+                    **receiver_sched(seen),
+                    rx_thread_waited_ms=seen["waited_ms"].get("frameloop-rx"),
+                    rx_thread_preempted=seen["preempted"].get("frameloop-rx"),
                     loss_pct=100.0 * lost / max(sent["packets"], 1),
                     clean=lost == 0 and kernel_drops == 0 and incomplete == 0
                     and ingest["frames_complete"] >= sent["frames"])
