@@ -54,19 +54,25 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    /// Percentiles of a nanosecond histogram (all 0 when it is empty).
-    pub fn of(h: &Histogram<u64>) -> Self {
+    /// Percentiles of a nanosecond histogram (all 0 when it is empty), and
+    /// the mean of its values from their sum `sum_ns` (exact, and without
+    /// the walk over every bucket that the histogram's own mean takes: a
+    /// tenth of a millisecond per segment once its values reach a few
+    /// hundred µs).
+    pub fn of(h: &Histogram<u64>, sum_ns: u128) -> Self {
         if h.is_empty() {
             return Self::default();
         }
         let us = |ns: u64| ns as f64 / 1000.0;
+        let mut at = h.value_at_quantiles([0.50, 0.90, 0.99, 0.999]).map(us);
+        let mut next = || at.next().unwrap_or_default();
         Self {
-            p50_us: us(h.value_at_quantile(0.50)),
-            p90_us: us(h.value_at_quantile(0.90)),
-            p99_us: us(h.value_at_quantile(0.99)),
-            p99_9_us: us(h.value_at_quantile(0.999)),
+            p50_us: next(),
+            p90_us: next(),
+            p99_us: next(),
+            p99_9_us: next(),
             max_us: us(h.max()),
-            mean_us: h.mean() / 1000.0,
+            mean_us: sum_ns as f64 / h.len() as f64 / 1000.0,
         }
     }
 }
@@ -83,6 +89,9 @@ pub fn new_segment_histogram() -> Histogram<u64> {
 pub struct LatencyHistograms {
     /// Indexed like [`Segment::ALL`].
     histograms: [Histogram<u64>; Segment::COUNT],
+    /// Sum of the values recorded in each histogram (ns, as recorded:
+    /// negative spans as 0, spans past [`HIGHEST_NS`] as that).
+    sums_ns: [u128; Segment::COUNT],
     /// Spans that came out negative (clock skew), recorded as 0.
     negative: [u64; Segment::COUNT],
     /// Spans with an end never stamped, not recorded.
@@ -100,6 +109,7 @@ impl LatencyHistograms {
     pub fn new() -> Self {
         Self {
             histograms: std::array::from_fn(|_| new_segment_histogram()),
+            sums_ns: [0; Segment::COUNT],
             negative: [0; Segment::COUNT],
             unstamped: [0; Segment::COUNT],
             counters: FrameCounters::default(),
@@ -122,7 +132,10 @@ impl LatencyHistograms {
     pub fn record_span(&mut self, segment: Segment, span: SegmentSpan) {
         let i = segment.index();
         match span {
-            SegmentSpan::Ns(ns) => self.histograms[i].saturating_record(ns),
+            SegmentSpan::Ns(ns) => {
+                self.histograms[i].saturating_record(ns);
+                self.sums_ns[i] += u128::from(ns.min(HIGHEST_NS));
+            }
             SegmentSpan::Negative => {
                 self.negative[i] += 1;
                 self.histograms[i].saturating_record(0);
@@ -155,7 +168,7 @@ impl LatencyHistograms {
     }
 
     pub fn percentiles(&self, segment: Segment) -> Percentiles {
-        Percentiles::of(self.histogram(segment))
+        Percentiles::of(self.histogram(segment), self.sums_ns[segment.index()])
     }
 
     /// Empties every histogram and counter (for interval sets).
@@ -163,6 +176,7 @@ impl LatencyHistograms {
         for h in &mut self.histograms {
             h.reset();
         }
+        self.sums_ns = [0; Segment::COUNT];
         self.negative = [0; Segment::COUNT];
         self.unstamped = [0; Segment::COUNT];
         self.counters = FrameCounters::default();
@@ -206,6 +220,40 @@ mod tests {
         assert!(seen.p50_us <= seen.p90_us && seen.p90_us <= seen.p99_us && seen.p99_us <= seen.p99_9_us);
         let e2e = h.percentiles(Segment::EndToEnd);
         assert!((e2e.p50_us - 36.0).abs() < 0.05, "{e2e:?}");
+    }
+
+    /// The percentiles are the histogram's own; the mean is the exact mean of
+    /// the values as recorded (negative spans as 0, huge ones as one hour).
+    #[test]
+    fn percentiles_are_the_histograms_and_the_mean_is_exact() {
+        let mut h = LatencyHistograms::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut values = Vec::new();
+        for _ in 0..5_001 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ns = 1 + x % 3_000_000;
+            values.push(ns);
+            h.record_span(Segment::Compute, SegmentSpan::Ns(ns));
+        }
+        h.record_span(Segment::Compute, SegmentSpan::Negative);
+        h.record_span(Segment::Compute, SegmentSpan::Ns(u64::MAX));
+        values.extend([0, HIGHEST_NS]);
+        let p = h.percentiles(Segment::Compute);
+        let hist = h.histogram(Segment::Compute);
+        let us = |ns: u64| ns as f64 / 1000.0;
+        assert_eq!(p.p50_us, us(hist.value_at_quantile(0.50)));
+        assert_eq!(p.p90_us, us(hist.value_at_quantile(0.90)));
+        assert_eq!(p.p99_us, us(hist.value_at_quantile(0.99)));
+        assert_eq!(p.p99_9_us, us(hist.value_at_quantile(0.999)));
+        assert_eq!(p.max_us, us(hist.max()));
+        let mean_ns = values.iter().map(|&v| u128::from(v)).sum::<u128>() as f64 / values.len() as f64;
+        assert!((p.mean_us * 1000.0 - mean_ns).abs() < 1e-6 * mean_ns, "{} against {mean_ns}", p.mean_us);
+        h.reset();
+        assert_eq!(h.percentiles(Segment::Compute), Percentiles::default());
+        h.record_span(Segment::Compute, SegmentSpan::Ns(4_000));
+        assert_eq!(h.percentiles(Segment::Compute).mean_us, 4.0, "the sum starts over with the histogram");
     }
 
     #[test]
