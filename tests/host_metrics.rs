@@ -296,6 +296,81 @@ fn a_frame_publication_wakes_the_result_thread_to_spin_for_its_result() {
     thread.stop().unwrap();
 }
 
+/// A result thread over a 32-slot frame ring whose head it watches and
+/// sleeps on, as with the CUDA backend (its poll interval: 30 s).
+fn watching_result_thread(
+    budget: Duration,
+) -> (ResultThread, frameloop::ring::RingWriter, frameloop::ring::ResultWriter) {
+    use frameloop::metrics::ResultSpin;
+    use frameloop::ring::layout::ring_bytes;
+    use frameloop::ring::{FrameRing, OverrunPolicy};
+    let results = result_ring(64);
+    let frames = FrameRing::new(
+        Box::new(HostMemory::new(ring_bytes(32, 64).unwrap()).unwrap()),
+        32,
+        64,
+        OverrunPolicy::Every,
+    )
+    .unwrap();
+    let (writer, producer) = (frames.writer().unwrap(), results.writer().unwrap());
+    let (head_ring, wait_ring) = (Arc::clone(&frames), Arc::clone(&frames));
+    let spin = ResultSpin {
+        budget,
+        frame_head: Some(Box::new(move || head_ring.head())),
+        frame_wait: Some(Box::new(move |seen, timeout| wait_ring.wait_published_past(seen, timeout))),
+    };
+    let sink = ResultSink::new(ResultReader::new(results), 0);
+    let thread =
+        ResultThread::spawn_placed(sink, Duration::from_secs(30), Some(spin), None, || Ok(())).unwrap();
+    (thread, writer, producer)
+}
+
+/// A summary walks every histogram (a fraction of a millisecond): asked for
+/// while a frame's result is due, the result thread computes it after
+/// recording that result, so the asking never delays the result, and the
+/// summary already counts it.
+#[test]
+fn a_summary_asked_for_while_a_result_is_due_follows_that_result() {
+    use frameloop::ring::SlotHeader;
+    let (thread, mut writer, mut producer) = watching_result_thread(Duration::from_secs(30));
+    let thread = Arc::new(thread);
+    let seq = writer.reserve().unwrap();
+    writer.publish(seq, &SlotHeader { payload_len: 8, frame_seq: 1, ..Default::default() });
+    let asking = Arc::clone(&thread);
+    let asked = std::thread::spawn(move || asking.snapshot());
+    // The request is open while the result is due (the thread spins for it).
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!asked.is_finished(), "answered while the result was due");
+    producer.push(&ResultRecord { ring_seq: seq, ..result(1, frameloop::clock::realtime_ns(), 1_000) });
+    let summary = asked.join().unwrap();
+    assert_eq!(summary.frames.processed, 1, "the summary follows the due result");
+    Arc::into_inner(thread).unwrap().stop().unwrap();
+}
+
+/// Between frames the thread sleeps (here for up to 30 s); a request for a
+/// summary wakes it to compute one, counting everything recorded so far.
+#[test]
+fn asking_for_a_summary_wakes_the_sleeping_result_thread() {
+    use frameloop::ring::SlotHeader;
+    let (thread, mut writer, mut producer) = watching_result_thread(Duration::from_millis(5));
+    let progress = thread.progress();
+    let iterations = || progress.iterations.load(std::sync::atomic::Ordering::Relaxed);
+    for round in 1..=3u64 {
+        let seq = writer.reserve().unwrap();
+        writer.publish(seq, &SlotHeader { payload_len: 8, frame_seq: round, ..Default::default() });
+        producer
+            .push(&ResultRecord { ring_seq: seq, ..result(round, frameloop::clock::realtime_ns(), 1_000) });
+        // Past the spin budget the thread sleeps on the frame ring.
+        std::thread::sleep(Duration::from_millis(60));
+        let asleep = iterations();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(iterations() - asleep <= 2, "round {round}: the thread sleeps between frames");
+        assert_eq!(thread.snapshot().frames.processed, round);
+        assert!(iterations() > asleep, "round {round}: the request woke the thread to answer it");
+    }
+    thread.stop().unwrap();
+}
+
 #[test]
 fn creating_a_log_in_a_missing_directory_names_the_path() {
     let err = create_interval_log(std::path::Path::new("/no/such/dir/latency.hlog"), T0).err().unwrap();

@@ -1,21 +1,27 @@
 //! [`ResultThread`]: runs a [`ResultSink`] on its own thread with the real
 //! clock, polling the result ring, and hands out snapshots for the progress
-//! line and the final summary.
+//! line and the final summary, computed by the thread between results.
 
 use super::MetricsError;
 use super::sink::ResultSink;
 use super::summary::Summary;
 use crate::clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long [`ResultThread::snapshot`] waits for the thread to compute the
+/// summary before computing it itself under the sink's lock (a thread that
+/// hangs in a callback or a test's stall still leaves the lock free).
+const SUMMARY_WAIT: Duration = Duration::from_millis(100);
 
 /// The result thread. Dropping it stops the thread (without the final summary).
 pub struct ResultThread {
     sink: Arc<Mutex<ResultSink>>,
     stop: Arc<AtomicBool>,
     progress: Arc<ResultProgress>,
+    summaries: Arc<SummaryRequests>,
     /// Invariant: `Some` until `stop` or drop joins it.
     handle: Option<JoinHandle<()>>,
 }
@@ -55,6 +61,61 @@ pub struct ResultProgress {
 /// the thread's stop flag (a test hook can hang the thread there).
 pub type LoopHook = Box<dyn FnMut(&AtomicBool) + Send>;
 
+/// Summaries other threads asked for, which the result thread computes when
+/// no result is due. A summary walks every segment's histogram (about 0.3
+/// ms); computed by the asking thread under the sink's lock, it held up
+/// every result that arrived meanwhile, three times a second (the progress
+/// line and the metrics board), which put those stalls into the tail of
+/// every latency the appliance reports.
+#[derive(Default)]
+struct SummaryRequests {
+    /// Requests made so far (each [`ResultThread::snapshot`] adds one).
+    requested: AtomicU64,
+    served: Mutex<ServedSummary>,
+    ready: Condvar,
+}
+
+/// The newest summary the result thread computed, and the requests it answers.
+#[derive(Default)]
+struct ServedSummary {
+    /// Requests `1..=up_to` are answered by `summary`.
+    up_to: u64,
+    summary: Option<Summary>,
+}
+
+impl SummaryRequests {
+    fn served(&self) -> MutexGuard<'_, ServedSummary> {
+        self.served.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Answers requests up to `up_to` with `summary`.
+    fn serve(&self, up_to: u64, summary: Summary) {
+        let mut served = self.served();
+        if up_to > served.up_to {
+            *served = ServedSummary { up_to, summary: Some(summary) };
+        }
+        self.ready.notify_all();
+    }
+
+    /// The summary answering request `request`, waiting until `deadline`
+    /// or until `running` says the thread has ended.
+    fn wait_for(&self, request: u64, deadline: Instant, running: impl Fn() -> bool) -> Option<Summary> {
+        let mut served = self.served();
+        loop {
+            if served.up_to >= request {
+                return served.summary.clone();
+            }
+            let now = Instant::now();
+            if now >= deadline || !running() {
+                return None;
+            }
+            // Short waits, so that a thread that ended is noticed.
+            let wait = (deadline - now).min(Duration::from_millis(5));
+            served = self.ready.wait_timeout(served, wait).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
 /// Locks the sink even if a callback panicked while holding it: the
 /// histograms stay consistent between two results.
 fn lock(sink: &Mutex<ResultSink>) -> MutexGuard<'_, ResultSink> {
@@ -92,6 +153,8 @@ impl ResultThread {
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_sink, thread_stop) = (Arc::clone(&sink), Arc::clone(&stop));
         let thread_progress = Arc::clone(&progress);
+        let summaries = Arc::new(SummaryRequests::default());
+        let thread_summaries = Arc::clone(&summaries);
         let handle = std::thread::Builder::new()
             .name("frameloop-results".into())
             .spawn(move || {
@@ -99,7 +162,13 @@ impl ResultThread {
                 let ok = placed.is_ok();
                 let _ = placed_tx.send(placed);
                 if ok {
-                    run(&thread_sink, &thread_stop, &thread_progress, poll_interval, spin, each_loop)
+                    let shared = Shared {
+                        sink: &thread_sink,
+                        stop: &thread_stop,
+                        progress: &thread_progress,
+                        summaries: &thread_summaries,
+                    };
+                    run(shared, poll_interval, spin, each_loop)
                 }
             })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
@@ -107,7 +176,7 @@ impl ResultThread {
             let _ = handle.join();
             return Err(MetricsError::Spawn(e));
         }
-        Ok(Self { sink, stop, progress, handle: Some(handle) })
+        Ok(Self { sink, stop, progress, summaries, handle: Some(handle) })
     }
 
     /// The thread's progress counters (shared; they keep advancing).
@@ -131,9 +200,20 @@ impl ResultThread {
         self.handle.as_ref().is_some_and(|h| !h.is_finished())
     }
 
-    /// Summary of every result recorded so far.
+    /// Summary of every result recorded so far (up to the moment of the
+    /// call, or later). The result thread computes it when no result is due,
+    /// so asking never delays a result; a thread that does not answer within
+    /// [`SUMMARY_WAIT`] (ended, or hung in a callback) leaves it to this
+    /// caller, under the sink's lock.
     pub fn snapshot(&self) -> Summary {
-        lock(&self.sink).summary()
+        let request = self.summaries.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(h) = &self.handle {
+            // Asleep between frames, it would see the request only at its wait's end.
+            h.thread().unpark();
+        }
+        self.summaries
+            .wait_for(request, Instant::now() + SUMMARY_WAIT, || self.is_running())
+            .unwrap_or_else(|| lock(&self.sink).summary())
     }
 
     /// Stops the thread, drains the last results, closes the interval log
@@ -158,15 +238,21 @@ impl ResultThread {
     }
 }
 
+/// What the result thread shares with its [`ResultThread`].
+struct Shared<'a> {
+    sink: &'a Mutex<ResultSink>,
+    stop: &'a AtomicBool,
+    progress: &'a ResultProgress,
+    summaries: &'a SummaryRequests,
+}
+
 fn run(
-    sink: &Mutex<ResultSink>,
-    stop: &AtomicBool,
-    progress: &ResultProgress,
+    shared: Shared<'_>,
     poll_interval: Duration,
     spin: Option<ResultSpin>,
     mut each_loop: Option<LoopHook>,
 ) {
-    use std::time::Instant;
+    let Shared { sink, stop, progress, summaries } = shared;
     let ring = std::sync::Arc::clone(lock(sink).ring());
     let budget = spin.as_ref().map_or(Duration::ZERO, |s| s.budget);
     let (frame_head, frame_wait) = spin.map_or((None, None), |s| (s.frame_head, s.frame_wait));
@@ -176,6 +262,9 @@ fn run(
     let mut pending_since: Option<Instant> = None;
     // Head for which waiting already ran out of budget: sleep until it moves.
     let mut gave_up_at_head = 0u64;
+    // Summary requests answered, and when the thread first saw the oldest open one.
+    let mut summaries_served = 0u64;
+    let mut summary_asked_at: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         let (drained, last_seen, read_to) = {
             let mut s = lock(sink);
@@ -188,14 +277,13 @@ fn run(
         if let Some(hook) = each_loop.as_mut() {
             hook(stop);
         }
+        let head = frame_head.as_ref().map_or(0, |head| head());
+        // A published frame whose result has not been seen (within the budget).
+        let due = head > last_seen && head != gave_up_at_head;
         if drained > 0 {
             last_activity = Some(Instant::now());
             pending_since = None;
-            continue;
-        }
-        let head = frame_head.as_ref().map_or(0, |head| head());
-        let pending = head > last_seen && head != gave_up_at_head;
-        if pending {
+        } else if due {
             let since = *pending_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= budget {
                 gave_up_at_head = head;
@@ -203,6 +291,21 @@ fn run(
             }
         } else {
             pending_since = None;
+        }
+        // Summaries in the gaps between results; one asked for while results
+        // keep coming is answered after the budget at the latest.
+        let requested = summaries.requested.load(Ordering::Acquire);
+        if requested > summaries_served {
+            let asked_at = *summary_asked_at.get_or_insert_with(Instant::now);
+            if !due || asked_at.elapsed() >= budget {
+                let summary = lock(sink).summary();
+                summaries.serve(requested, summary);
+                (summaries_served, summary_asked_at) = (requested, None);
+                continue;
+            }
+        }
+        if drained > 0 {
+            continue;
         }
         let flowing = last_activity.is_some_and(|t| t.elapsed() < budget);
         if pending_since.is_some() || flowing {
