@@ -16,7 +16,11 @@
 # (`frameloop send --link-gbps`) instead of in one burst. SEND_EXTRA (say
 # '--gso off': every datagram paced on its own, as a sensor sends them,
 # rather than 64 KiB messages back to back) is added to the sender's
-# arguments.
+# arguments. SERVICE_EXTRA (say 'receiver_cpu = 1\nresult_cpu = 2\nloop_cpu = 3':
+# the appliance's threads on cores of their own, as docs/operations.md
+# deploys them on a GPU host) goes into a [service] section, and SEND_CPUS
+# (say 4) runs the sender under `taskset -c` (on loopback the sender's CPU
+# also delivers the datagrams into the receiver's socket).
 #
 # CASES (say 'image-768k-on default-2m-on') runs only the cases named, by
 # their directory names (small-8k, image-768k-off, ..., default-8m-on).
@@ -63,11 +67,15 @@ case_run() {
     echo '[loop]'
     echo "stream_to_gpu = \"$stream\""
     echo "${LOOP_EXTRA:-}"
+    if [ -n "${SERVICE_EXTRA:-}" ]; then
+      echo '[service]'
+      printf '%b\n' "$SERVICE_EXTRA"
+    fi
   } > "$dir/config.toml"
   "$B" run --config "$dir/config.toml" > "$dir/run.txt" 2>&1 &
   local pid=$!
   for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
-  "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
+  ${SEND_CPUS:+taskset -c "$SEND_CPUS"} "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
     --packet-bytes 8972 ${LINK_GBPS:+--link-gbps "$LINK_GBPS"} ${SEND_EXTRA:-} > "$dir/send.txt" 2>&1
   sleep 1
   kill -INT $pid
