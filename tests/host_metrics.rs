@@ -371,6 +371,41 @@ fn asking_for_a_summary_wakes_the_sleeping_result_thread() {
     thread.stop().unwrap();
 }
 
+/// A result thread that does not answer (here held in its loop hook, as a
+/// hung callback would hold it) does not hang the asking thread: after a
+/// short wait the caller computes the summary itself.
+#[test]
+fn a_result_thread_that_does_not_answer_leaves_the_summary_to_the_caller() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ring = result_ring(64);
+    let mut producer = ring.writer().unwrap();
+    let (held, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (held_in_hook, release_in_hook) = (Arc::clone(&held), Arc::clone(&release));
+    let hook: frameloop::metrics::LoopHook = Box::new(move |_stop: &AtomicBool| {
+        held_in_hook.store(true, Ordering::Release);
+        while !release_in_hook.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), 0);
+    producer.push(&result(1, frameloop::clock::realtime_ns(), 1_000));
+    let thread =
+        ResultThread::spawn_placed(sink, Duration::from_millis(1), None, Some(hook), || Ok(())).unwrap();
+    while !held.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The thread drained the result before its hook held it.
+    let asked = std::time::Instant::now();
+    let processed = thread.snapshot().frames.processed;
+    let waited = asked.elapsed();
+    // Let the thread go before asserting, so that a failure does not hang the test.
+    release.store(true, Ordering::Release);
+    assert_eq!(processed, 1);
+    assert!(waited >= Duration::from_millis(50), "answered by a thread held in its hook? ({waited:?})");
+    assert!(waited < Duration::from_secs(10), "the caller waited {waited:?}");
+    assert_eq!(thread.stop().unwrap().frames.processed, 1);
+}
+
 #[test]
 fn creating_a_log_in_a_missing_directory_names_the_path() {
     let err = create_interval_log(std::path::Path::new("/no/such/dir/latency.hlog"), T0).err().unwrap();
