@@ -241,61 +241,6 @@ fn result_thread_drains_live_results_and_writes_the_log_file() {
     assert!(intervals.iter().filter(|(t, ..)| t == "wire").count() >= 2, "several intervals over ~180 ms");
 }
 
-/// Where a device writes the results (nothing wakes the result thread),
-/// the thread sleeps on the frame ring between frames: a frame's publication
-/// wakes it to spin for the result, instead of the result waiting for the
-/// thread's next poll (30 s here); after the spin budget it sleeps again.
-#[test]
-fn a_frame_publication_wakes_the_result_thread_to_spin_for_its_result() {
-    use frameloop::metrics::ResultSpin;
-    use frameloop::ring::layout::ring_bytes;
-    use frameloop::ring::{FrameRing, OverrunPolicy, SlotHeader};
-    let results = result_ring(64);
-    let frames = FrameRing::new(
-        Box::new(HostMemory::new(ring_bytes(32, 64).unwrap()).unwrap()),
-        32,
-        64,
-        OverrunPolicy::Every,
-    )
-    .unwrap();
-    let mut writer = frames.writer().unwrap();
-    let mut producer = results.writer().unwrap();
-    let (head_ring, wait_ring) = (Arc::clone(&frames), Arc::clone(&frames));
-    let spin = ResultSpin {
-        budget: Duration::from_millis(20),
-        frame_head: Some(Box::new(move || head_ring.head())),
-        frame_wait: Some(Box::new(move |seen, timeout| wait_ring.wait_published_past(seen, timeout))),
-    };
-    let sink = ResultSink::new(ResultReader::new(Arc::clone(&results)), 0);
-    let thread =
-        ResultThread::spawn_placed(sink, Duration::from_secs(30), Some(spin), None, || Ok(())).unwrap();
-    let progress = thread.progress();
-    let iterations = || progress.iterations.load(std::sync::atomic::Ordering::Relaxed);
-    for round in 1..=5u64 {
-        // Past the spin budget: asleep on the frame ring, so its loop stands still.
-        std::thread::sleep(Duration::from_millis(60));
-        let asleep = iterations();
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(iterations() - asleep <= 2, "round {round}: the thread sleeps between frames");
-        let seq = writer.reserve().unwrap();
-        writer.publish(seq, &SlotHeader { payload_len: 8, frame_seq: round, ..Default::default() });
-        // Woken by the publication, it spins while the result is on its way.
-        let woke = std::time::Instant::now();
-        while iterations() < asleep + 100 {
-            assert!(woke.elapsed() < Duration::from_secs(5), "round {round}: not woken by the frame");
-            std::hint::spin_loop();
-        }
-        // The result as a device writes it: the result ring's writer wakes only its own sleepers.
-        producer.push(&result(round, frameloop::clock::realtime_ns(), 1_000));
-        let seen = std::time::Instant::now();
-        while thread.snapshot().frames.processed < round {
-            assert!(seen.elapsed() < Duration::from_secs(5), "round {round}: result not seen while spinning");
-            std::hint::spin_loop();
-        }
-    }
-    thread.stop().unwrap();
-}
-
 /// A result thread over a 32-slot frame ring whose head it watches and
 /// sleeps on, as with the CUDA backend (its poll interval: 30 s).
 fn watching_result_thread(
@@ -325,17 +270,56 @@ fn watching_result_thread(
     (thread, writer, producer)
 }
 
+/// Publishes the next slot of `writer`'s frame ring as frame `frame_seq`;
+/// returns its ring sequence.
+fn publish_frame(writer: &mut frameloop::ring::RingWriter, frame_seq: u64) -> u64 {
+    let seq = writer.reserve().unwrap();
+    writer.publish(seq, &frameloop::ring::SlotHeader { payload_len: 8, frame_seq, ..Default::default() });
+    seq
+}
+
+/// Where a device writes the results (nothing wakes the result thread),
+/// the thread sleeps on the frame ring between frames: a frame's publication
+/// wakes it to spin for the result, instead of the result waiting for the
+/// thread's next poll (30 s here); after the spin budget it sleeps again.
+#[test]
+fn a_frame_publication_wakes_the_result_thread_to_spin_for_its_result() {
+    let (thread, mut writer, mut producer) = watching_result_thread(Duration::from_millis(20));
+    let progress = thread.progress();
+    let iterations = || progress.iterations.load(std::sync::atomic::Ordering::Relaxed);
+    for round in 1..=5u64 {
+        // Past the spin budget: asleep on the frame ring, so its loop stands still.
+        std::thread::sleep(Duration::from_millis(60));
+        let asleep = iterations();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(iterations() - asleep <= 2, "round {round}: the thread sleeps between frames");
+        publish_frame(&mut writer, round);
+        // Woken by the publication, it spins while the result is on its way.
+        let woke = std::time::Instant::now();
+        while iterations() < asleep + 100 {
+            assert!(woke.elapsed() < Duration::from_secs(5), "round {round}: not woken by the frame");
+            std::hint::spin_loop();
+        }
+        // The result as a device writes it: the result ring's writer wakes only its own sleepers.
+        producer.push(&result(round, frameloop::clock::realtime_ns(), 1_000));
+        let seen = std::time::Instant::now();
+        while thread.snapshot().frames.processed < round {
+            assert!(seen.elapsed() < Duration::from_secs(5), "round {round}: result not seen while spinning");
+            std::hint::spin_loop();
+        }
+    }
+    thread.stop().unwrap();
+}
+
 /// A summary walks every histogram (a fraction of a millisecond): asked for
 /// while a frame's result is due, the result thread computes it after
 /// recording that result, so the asking never delays the result, and the
 /// summary already counts it.
 #[test]
 fn a_summary_asked_for_while_a_result_is_due_follows_that_result() {
-    use frameloop::ring::SlotHeader;
     let (thread, mut writer, mut producer) = watching_result_thread(Duration::from_secs(30));
     let thread = Arc::new(thread);
-    let seq = writer.reserve().unwrap();
-    writer.publish(seq, &SlotHeader { payload_len: 8, frame_seq: 1, ..Default::default() });
+    let seq = publish_frame(&mut writer, 1);
     let asking = Arc::clone(&thread);
     let asked = std::thread::spawn(move || asking.snapshot());
     // The request is open while the result is due (the thread spins for it).
@@ -351,13 +335,11 @@ fn a_summary_asked_for_while_a_result_is_due_follows_that_result() {
 /// summary wakes it to compute one, counting everything recorded so far.
 #[test]
 fn asking_for_a_summary_wakes_the_sleeping_result_thread() {
-    use frameloop::ring::SlotHeader;
     let (thread, mut writer, mut producer) = watching_result_thread(Duration::from_millis(5));
     let progress = thread.progress();
     let iterations = || progress.iterations.load(std::sync::atomic::Ordering::Relaxed);
     for round in 1..=3u64 {
-        let seq = writer.reserve().unwrap();
-        writer.publish(seq, &SlotHeader { payload_len: 8, frame_seq: round, ..Default::default() });
+        let seq = publish_frame(&mut writer, round);
         producer
             .push(&ResultRecord { ring_seq: seq, ..result(round, frameloop::clock::realtime_ns(), 1_000) });
         // Past the spin budget the thread sleeps on the frame ring.

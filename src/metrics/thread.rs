@@ -62,8 +62,9 @@ pub struct ResultProgress {
 pub type LoopHook = Box<dyn FnMut(&AtomicBool) + Send>;
 
 /// Summaries other threads asked for, which the result thread computes when
-/// no result is due. A summary walks every segment's histogram (about 0.3
-/// ms); computed by the asking thread under the sink's lock, it held up
+/// no result is due. A summary walks every segment's histogram (0.05 ms,
+/// 0.35 ms when the means walked every bucket too); computed by the asking
+/// thread under the sink's lock, it held up
 /// every result that arrived meanwhile, three times a second (the progress
 /// line and the metrics board), which put those stalls into the tail of
 /// every latency the appliance reports.
@@ -71,29 +72,20 @@ pub type LoopHook = Box<dyn FnMut(&AtomicBool) + Send>;
 struct SummaryRequests {
     /// Requests made so far (each [`ResultThread::snapshot`] adds one).
     requested: AtomicU64,
-    served: Mutex<ServedSummary>,
+    /// The newest summary the thread computed, with the number of the last
+    /// request it answers (requests up to that number are answered by it).
+    served: Mutex<Option<(u64, Summary)>>,
     ready: Condvar,
 }
 
-/// The newest summary the result thread computed, and the requests it answers.
-#[derive(Default)]
-struct ServedSummary {
-    /// Requests `1..=up_to` are answered by `summary`.
-    up_to: u64,
-    summary: Option<Summary>,
-}
-
 impl SummaryRequests {
-    fn served(&self) -> MutexGuard<'_, ServedSummary> {
+    fn served(&self) -> MutexGuard<'_, Option<(u64, Summary)>> {
         self.served.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Answers requests up to `up_to` with `summary`.
     fn serve(&self, up_to: u64, summary: Summary) {
-        let mut served = self.served();
-        if up_to > served.up_to {
-            *served = ServedSummary { up_to, summary: Some(summary) };
-        }
+        *self.served() = Some((up_to, summary));
         self.ready.notify_all();
     }
 
@@ -102,8 +94,10 @@ impl SummaryRequests {
     fn wait_for(&self, request: u64, deadline: Instant, running: impl Fn() -> bool) -> Option<Summary> {
         let mut served = self.served();
         loop {
-            if served.up_to >= request {
-                return served.summary.clone();
+            if let Some((up_to, summary)) = served.as_ref()
+                && *up_to >= request
+            {
+                return Some(summary.clone());
             }
             let now = Instant::now();
             if now >= deadline || !running() {
