@@ -377,16 +377,27 @@ class Frameloop:
             return toml_lines(a.frameloop_base_config_extra)
         return toml_lines(a.frameloop_config_extra)
 
+    def ingest_extra(self):
+        """Keys added to [ingest]: --frameloop-base-ingest-extra for the -base
+        tools where given, else --frameloop-ingest-extra (either may set `gro`,
+        which then replaces --frameloop-gro)."""
+        a = self.args
+        if "-base" in self.name and a.frameloop_base_ingest_extra is not None:
+            return toml_lines(a.frameloop_base_ingest_extra)
+        return toml_lines(a.frameloop_ingest_extra)
+
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
         `--frameloop-slots` slots), the chain is the lightest (unpack u8 -> stats), and the
         resident loop sleeps when no frame waits instead of spinning a core
         (`poll_budget_us = 0`), since sender, receiver and loop share 2 cores."""
         a = self.args
+        ingest_extra = self.ingest_extra()
         text = ((f'backend = "{self.backend}"\n' if self.backend else '') +
-                f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n'
-                f'gro = {"true" if a.frameloop_gro else "false"}\n' +
-                toml_lines(a.frameloop_ingest_extra) +
+                f'[ingest]\nbind = "127.0.0.1:{a.port}"\nrecv_buffer_bytes = {a.recv_buffer}\n' +
+                ('' if re.search(r'^\s*gro\s*=', ingest_extra, re.M) else
+                 f'gro = {"true" if a.frameloop_gro else "false"}\n') +
+                ingest_extra +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
@@ -589,6 +600,10 @@ def main():
     p.add_argument("--frameloop-ingest-extra", default="",
                    help="keys added to frameloop's [ingest] table, one per line (\\n between lines), "
                         "e.g. 'realtime_priority = 10\\n'")
+    p.add_argument("--frameloop-base-ingest-extra",
+                   help="keys added to the -base tools' [ingest] instead of --frameloop-ingest-extra (a "
+                        "before/after pair of receive settings with one binary, e.g. 'gro = false\\n"
+                        "receive_into_slots = \"on\"')")
     p.add_argument("--frameloop-loop-extra", default="",
                    help="keys added to frameloop's [loop] table, one per line (\\n between lines), e.g. 'host_nice = 19'")
     p.add_argument("--frameloop-config-extra", default="",
