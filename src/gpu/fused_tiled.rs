@@ -137,6 +137,21 @@ impl TilePlan {
     }
 }
 
+/// Places (room for one block on an SM) the tiled kernel leaves to kernels
+/// launched beside the loop, the GPU clock's probe once a second among
+/// them. With every place taken such a kernel starts only when one of the
+/// loop's launches ends, and the loop's next launch, whose whole grid must
+/// be resident before it claims a frame, then waits for it to finish: the
+/// probe's 200 round trips held frames published meanwhile for up to 0.8 ms.
+pub const PLACES_LEFT_FREE: u32 = 1;
+
+/// Tile blocks of a kernel on a GPU that runs `places` of its blocks at
+/// once, `pullers` of them pulling streamed frames: the rest less
+/// [`PLACES_LEFT_FREE`], at least one.
+pub fn tile_blocks(places: u32, pullers: u32) -> u32 {
+    places.saturating_sub(pullers.saturating_add(PLACES_LEFT_FREE)).max(1)
+}
+
 /// Tiles for frames of at most `capacity` samples and a chain reaching
 /// `halo`: `blocks` blocks (what the GPU runs at once), fewer when their
 /// tiles would hold under [`MIN_TILE_SAMPLES`], and at most
@@ -283,9 +298,10 @@ impl FusedTiledOp {
         let halo = chain_halo(&self.chain.program);
         let capacity = self.chain.program.capacity as usize;
         // One tile per SM first; a second per SM where two blocks fit at once.
-        // A puller takes an SM (or a place) from the tiles.
+        // A puller takes an SM (or a place) from the tiles, and one place
+        // stays free (`PLACES_LEFT_FREE`).
         let sms = u32::try_from(sms).unwrap_or(1).max(1);
-        let tile_blocks = |resident: u32| resident.saturating_sub(pullers).max(1);
+        let tile_blocks = |places: u32| tile_blocks(places, pullers);
         let mut plan = plan_tiles(capacity, halo, tile_blocks(sms), limit, self.source)
             .map_err(|e| self.problem(e.to_string()))?;
         // The grid never holds more blocks than the GPU runs at once: the
@@ -621,6 +637,19 @@ mod tests {
             assert_covers(&small, n);
         }
         assert!(small.tiles(1 << 24) > 4 * small.grid as usize);
+    }
+
+    #[test]
+    fn one_place_stays_free_beside_the_tiles_and_the_puller() {
+        // An H200's 132 SMs, one block each: 130 tiles and a puller, or 131
+        // tiles, and one SM for the clock's probe.
+        assert_eq!(tile_blocks(132, 1), 130);
+        assert_eq!(tile_blocks(132, 0), 131);
+        // Two blocks per SM: one place of the 264 stays free.
+        assert_eq!(tile_blocks(264, 1), 262);
+        // A GPU too small to spare a place still gets a tile block.
+        assert_eq!((tile_blocks(2, 1), tile_blocks(1, 0), tile_blocks(1, 1)), (1, 1, 1));
+        assert_eq!(tile_blocks(u32::MAX, u32::MAX), 1);
     }
 
     #[test]
