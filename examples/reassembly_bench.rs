@@ -23,6 +23,7 @@
 //! the first ring's: with 16 slots of 64 KiB the ring stays in the cache, so
 //! that ratio is what a cold slot costs).
 
+use frameloop::ingest::landing::LandingShape;
 use frameloop::ingest::{IngestCounters, Reassembler, ReassemblyConfig};
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
@@ -60,7 +61,7 @@ enum Mode {
 fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) {
     // Twice the receive buffers a frame needs, as the receiver plans about
     // twice what its last receive call returned.
-    let plan = reassembler.plan_landing(2 * datagrams.len().div_ceil(7), 1);
+    let plan = reassembler.plan_landing(LandingShape::coalesced(2 * datagrams.len().div_ceil(7)), 1);
     let groups = plan.groups();
     let planned = groups.checked_sub(1).map_or(0, |last| plan.group(last).end);
     let mut landed = 0;

@@ -65,10 +65,10 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     }
     fn plan_landing(
         &mut self,
-        groups: usize,
+        shape: crate::ingest::landing::LandingShape,
         min_payload: usize,
     ) -> Option<&mut crate::ingest::landing::LandingPlan> {
-        self.inner.plan_landing(groups, min_payload)
+        self.inner.plan_landing(shape, min_payload)
     }
     fn landing(&mut self) -> Option<&mut crate::ingest::landing::LandingPlan> {
         self.inner.landing()

@@ -2,7 +2,7 @@
 //! ([`Reassembler`]) or RFC 4175 RTP video ([`RtpAssembler`]). Both are pure
 //! state machines (no I/O, no clock reads) with the same three entry points.
 
-use super::landing::LandingPlan;
+use super::landing::{LandingPlan, LandingShape};
 use super::reassembly::Reassembler;
 use crate::rtp::RtpAssembler;
 
@@ -25,11 +25,11 @@ pub trait FrameAssembler: Send {
         }
     }
     /// One-copy receive: plans where the datagrams (of at least
-    /// `min_payload` payload bytes) of up to `groups` receive buffers are
+    /// `min_payload` payload bytes) of the receive buffers `shape` says are
     /// expected to go ([`Reassembler::plan_landing`]);
     /// `None` (the default) when this assembler does not predict.
-    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
-        let _ = (groups, min_payload);
+    fn plan_landing(&mut self, shape: LandingShape, min_payload: usize) -> Option<&mut LandingPlan> {
+        let _ = (shape, min_payload);
         None
     }
     /// The plan [`FrameAssembler::plan_landing`] returned last, if any.
@@ -103,8 +103,8 @@ impl FrameAssembler for Reassembler {
     fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
         Reassembler::on_datagrams_at(self, datagrams, rx_ns, now_ns)
     }
-    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
-        Some(Reassembler::plan_landing(self, groups, min_payload))
+    fn plan_landing(&mut self, shape: LandingShape, min_payload: usize) -> Option<&mut LandingPlan> {
+        Some(Reassembler::plan_landing(self, shape, min_payload))
     }
     fn landing(&mut self) -> Option<&mut LandingPlan> {
         Some(self.landing_mut())
@@ -141,8 +141,8 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     fn on_datagrams_at(&mut self, datagrams: &mut dyn Iterator<Item = &[u8]>, rx_ns: u64, now_ns: u64) {
         (**self).on_datagrams_at(datagrams, rx_ns, now_ns)
     }
-    fn plan_landing(&mut self, groups: usize, min_payload: usize) -> Option<&mut LandingPlan> {
-        (**self).plan_landing(groups, min_payload)
+    fn plan_landing(&mut self, shape: LandingShape, min_payload: usize) -> Option<&mut LandingPlan> {
+        (**self).plan_landing(shape, min_payload)
     }
     fn landing(&mut self) -> Option<&mut LandingPlan> {
         (**self).landing()

@@ -18,6 +18,27 @@ use crate::wire::native::HEADER_LEN;
 /// buffer of several): a group of targets never spans more.
 pub const GROUP_BYTES: usize = 65536;
 
+/// What a plan covers: `buffers` receive buffers, each expected to hold at
+/// most `datagrams_per_buffer` datagrams. The kernel puts several
+/// datagrams in one buffer only when UDP GRO coalesced them (a sender's
+/// burst, a GSO send); datagrams that arrive apart (a sensor pacing them on
+/// its link) come one per buffer even when many wait in the socket. A plan
+/// shaped for one case costs the other a copy of every datagram after the
+/// first buffer's, so the receiver shapes each plan after what its last
+/// receive call returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LandingShape {
+    pub buffers: usize,
+    pub datagrams_per_buffer: usize,
+}
+
+impl LandingShape {
+    /// `buffers` receive buffers, each filled as far as a GRO buffer goes.
+    pub fn coalesced(buffers: usize) -> Self {
+        Self { buffers, datagrams_per_buffer: usize::MAX }
+    }
+}
+
 /// One predicted datagram: its header goes to the receiver's memory, its
 /// payload to `len` bytes at `offset` in the payload of ring slot `ring_seq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +119,11 @@ impl LandingPlan {
     pub fn open_group_bytes(&self) -> usize {
         let start = self.group_ends.last().copied().unwrap_or(0);
         self.targets[start..].iter().map(LandingTarget::datagram_bytes).sum()
+    }
+
+    /// Targets the current (unfinished) group already holds.
+    pub fn open_group_targets(&self) -> usize {
+        self.targets.len() - self.group_ends.last().copied().unwrap_or(0)
     }
 
     /// Number of finished groups.

@@ -63,7 +63,7 @@
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
 use super::counters::{IngestCounters, PendingCounts};
-use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingTarget};
+use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingShape, LandingTarget};
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
@@ -429,7 +429,8 @@ impl Reassembler {
         self.publish_ready(rx_ns, now_ns);
     }
 
-    /// Plans one-copy receive for up to `groups` receive buffers: from the
+    /// Plans one-copy receive for the receive buffers `shape` says (how
+    /// many, and how many datagrams each holds at most): from the
     /// last accepted packet on, the next packets of its frame and of the
     /// stream's next frames (same cut), each frame not started yet in a slot
     /// reserved ahead for it. The receiver points the kernel at the targets,
@@ -438,17 +439,19 @@ impl Reassembler {
     /// [`Reassembler::end_landing`]) forgets the targets.
     /// Plans nothing when the stream's packets carry fewer than
     /// `min_payload` bytes.
-    pub fn plan_landing(&mut self, groups: usize, min_payload: usize) -> &mut LandingPlan {
+    pub fn plan_landing(&mut self, shape: LandingShape, min_payload: usize) -> &mut LandingPlan {
         self.landing.clear();
         if let Some(c) = self.cursor
             && c.stride as usize >= min_payload
         {
-            self.plan_from(c, groups);
+            self.plan_from(c, shape);
         }
         &mut self.landing
     }
 
-    fn plan_from(&mut self, c: Cursor, groups: usize) {
+    fn plan_from(&mut self, c: Cursor, shape: LandingShape) {
+        let groups = shape.buffers;
+        let per_buffer = shape.datagrams_per_buffer.max(1);
         let (mut key, mut index) = (c.key, c.next_index);
         let mut pos = self.in_flight.iter().position(|f| f.key == key);
         if pos.is_none() {
@@ -488,7 +491,9 @@ impl Reassembler {
                 }
                 let offset = index as usize * c.stride as usize;
                 let len = (c.frame_len as usize - offset).min(c.stride as usize);
-                if self.landing.open_group_bytes() + native::HEADER_LEN + len > GROUP_BYTES {
+                if self.landing.open_group_targets() >= per_buffer
+                    || self.landing.open_group_bytes() + native::HEADER_LEN + len > GROUP_BYTES
+                {
                     self.landing.end_group();
                     if self.landing.groups() >= groups {
                         return;
@@ -963,7 +968,7 @@ mod tests {
     /// `plan_landing` makes now) as the kernel would: each payload written
     /// at its target's place in the slot. Returns each one's (target, header).
     fn land(r: &mut Reassembler, datagrams: &[Vec<u8>]) -> Vec<(usize, Vec<u8>)> {
-        let plan = r.plan_landing(8, 1);
+        let plan = r.plan_landing(LandingShape::coalesced(8), 1);
         datagrams
             .iter()
             .enumerate()
@@ -1027,6 +1032,26 @@ mod tests {
         assert_eq!((s.datagrams, s.packets_accepted, s.placed_by_kernel, s.bad_magic), (12, 11, 10, 1));
         assert_eq!((s.frames_complete, s.frames_incomplete), (2, 1));
         assert_eq!(s.datagrams_accounted(), s.datagrams, "every datagram accepted or dropped by kind");
+    }
+
+    #[test]
+    fn plans_take_the_shape_the_receiver_asks_for() {
+        let (mut r, _rd) = setup(8, 4096, ReassemblyConfig::default());
+        // One packet of a 10-packet frame of 400-byte payloads accepted:
+        // the plan starts at the second.
+        let datagrams = packets(3, 1, &frame_bytes(4000, 5), 400);
+        r.on_datagram(&datagrams[0], 100);
+        let groups = |plan: &LandingPlan| (0..plan.groups()).map(|g| plan.group(g).len()).collect::<Vec<_>>();
+        // Whole GRO buffers: the frame's other nine packets fit one.
+        assert_eq!(groups(r.plan_landing(LandingShape::coalesced(3), 1)), [9, 10, 10]);
+        // Datagrams one per receive buffer: one target per group, in order.
+        let plan = r.plan_landing(LandingShape { buffers: 4, datagrams_per_buffer: 1 }, 1);
+        assert_eq!(groups(plan), [1, 1, 1, 1]);
+        let offsets: Vec<_> = (0..4).map(|k| plan.target(k).offset).collect();
+        assert_eq!(offsets, [400, 800, 1200, 1600]);
+        assert_eq!(groups(r.plan_landing(LandingShape { buffers: 2, datagrams_per_buffer: 4 }, 1)), [4, 4]);
+        // Asking for none is taken as one a buffer.
+        assert_eq!(groups(r.plan_landing(LandingShape { buffers: 2, datagrams_per_buffer: 0 }, 1)), [1, 1]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::assembler::FrameAssembler;
 use super::batch::{BufferInfo, RecvBatch, datagram_count, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
-use super::landing::{Landed, MessageLayout};
+use super::landing::{Landed, LandingShape, MessageLayout};
 use super::reassembly::Reassembler;
 use super::tap::DatagramTap;
 use crate::clock;
@@ -170,9 +170,11 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     /// `ingest.receive_into_slots`: the smallest datagram payload to ask the
     /// assembler for landing targets for; `None`: never.
     one_copy: Option<usize>,
-    /// Receive buffers to plan targets for: twice the last batch's count and
-    /// a little more, so a quiet socket costs little planning.
-    groups_wanted: usize,
+    /// What the next one-copy plan covers: twice the last batch's receive
+    /// buffers and a little more (so a quiet socket costs little planning),
+    /// each expected to hold as many datagrams as the fullest buffer of the
+    /// last batch did.
+    landing_shape: LandingShape,
     /// Arrival time (CLOCK_REALTIME ns) of the latest datagram read: the
     /// clock frames go stale by while the socket still holds datagrams.
     latest_rx_ns: u64,
@@ -265,7 +267,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             poll_budget: Duration::from_micros(cfg.poll_budget_us.into()),
             realtime_priority: cfg.realtime_priority,
             one_copy: cfg.receive_into_slots.min_payload(),
-            groups_wanted: MIN_GROUPS,
+            landing_shape: LandingShape::coalesced(MIN_GROUPS),
             latest_rx_ns: 0,
             layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
         })
@@ -352,27 +354,24 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         for _ in 0..BATCHES_PER_WAKE {
             if let Some(min_payload) = self.one_copy
                 && self.tap.is_none()
+                && let Some(plan) = self.assembler.plan_landing(self.landing_shape, min_payload)
+                && plan.groups() > 0
             {
-                let groups = self.groups_wanted;
-                if let Some(plan) = self.assembler.plan_landing(groups, min_payload)
-                    && plan.groups() > 0
-                {
-                    let n = self.batch.recv_landing(fd, plan).map_err(IngestError::Recv)?;
-                    drained.buffers += n;
-                    self.groups_wanted = (2 * n + MIN_GROUPS).min(self.batch.buffers());
-                    if n > 0 {
-                        self.deliver_landed(n, clock::realtime_ns());
-                    }
-                    self.assembler.end_landing();
-                    if n < self.batch.buffers() {
-                        drained.empty = true;
-                        break;
-                    }
-                    continue;
+                let n = self.batch.recv_landing(fd, plan).map_err(IngestError::Recv)?;
+                drained.buffers += n;
+                self.landing_shape = self.shape_after(n);
+                if n > 0 {
+                    self.deliver_landed(n, clock::realtime_ns());
                 }
+                self.assembler.end_landing();
+                if n < self.batch.buffers() {
+                    drained.empty = true;
+                    break;
+                }
+                continue;
             }
             let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
-            self.groups_wanted = (2 * n + MIN_GROUPS).min(self.batch.buffers());
+            self.landing_shape = self.shape_after(n);
             drained.buffers += n;
             let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
             for i in 0..n {
@@ -398,6 +397,23 @@ impl<A: FrameAssembler> UdpReceiver<A> {
 }
 
 impl<A: FrameAssembler> UdpReceiver<A> {
+    /// The plan to make after a receive call that returned `n` buffers:
+    /// twice as many and a little more. Several buffers show how the kernel
+    /// cut what waited, and the next plan expects as many datagrams in each
+    /// as the fullest of them held; one buffer only shows that it may hold
+    /// more than planned (a plan's first buffer takes whatever comes, so
+    /// planning it too large costs nothing).
+    fn shape_after(&self, n: usize) -> LandingShape {
+        let buffers = (2 * n + MIN_GROUPS).min(self.batch.buffers());
+        let fullest = (0..n).map(|i| self.batch.datagrams_in(i)).max().unwrap_or(0);
+        let datagrams_per_buffer = match n {
+            0 => self.landing_shape.datagrams_per_buffer,
+            1 => fullest.max(self.landing_shape.datagrams_per_buffer),
+            _ => fullest,
+        };
+        LandingShape { buffers, datagrams_per_buffer }
+    }
+
     /// Hands the `n` messages of a one-copy receive to the assembler: first
     /// records where every message's datagrams fell (gathering the ones
     /// that did not line up) before anything is written to a slot, then
