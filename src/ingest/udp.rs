@@ -170,10 +170,9 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     /// `ingest.receive_into_slots`: the smallest datagram payload to ask the
     /// assembler for landing targets for; `None`: never.
     one_copy: Option<usize>,
-    /// What the next one-copy plan covers: twice the last batch's receive
-    /// buffers and a little more (so a quiet socket costs little planning),
-    /// each expected to hold as many datagrams as the fullest buffer of the
-    /// last batch did.
+    /// What the next one-copy plan covers ([`UdpReceiver::shape_after`] the
+    /// last receive call): how many receive buffers, and how many datagrams
+    /// each is expected to hold.
     landing_shape: LandingShape,
     /// Arrival time (CLOCK_REALTIME ns) of the latest datagram read: the
     /// clock frames go stale by while the socket still holds datagrams.
