@@ -343,3 +343,56 @@ fn policy_latest_with_a_slow_chain_skips_frames_but_never_repeats_one() {
     let skipped: u64 = results.iter().map(|r| r.skipped_before).sum();
     assert!(skipped > 0, "a chain this slow makes policy latest skip frames ({published} published)");
 }
+
+/// `metrics.frame_log`: one CSV line per result, in result order, with the
+/// frame's identity and every timestamp on the host clock in the order the
+/// frame went through the appliance; the report says how many were written.
+#[test]
+fn the_frame_log_has_a_line_per_frame_with_its_times_in_order() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("frames.csv");
+    let mut cfg = host_config(default_chain());
+    cfg.ring.slot_bytes = 8192;
+    cfg.ring.slots = 256;
+    cfg.metrics.frame_log = Some(path.clone());
+    let t = Traffic {
+        frame_bytes: 8192,
+        packet_bytes: 1472,
+        streams: 2,
+        count: 120,
+        rate: 2000.0,
+        pattern: Pattern::Counter,
+    };
+    let app = Running::start(&cfg);
+    send(app.addr(), t);
+    app.wait_results(t.count as usize);
+    let (report, results) = app.stop();
+    let log = report.frame_log.as_ref().expect("the report has the frame log");
+    assert_eq!((log.written, log.dropped, log.error.as_deref()), (t.count, 0, None), "{log:?}");
+    assert_eq!(log.path, path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(frameloop::metrics::frame_log::FRAME_LOG_HEADER));
+    let rows: Vec<Vec<u64>> =
+        lines.map(|l| l.split(',').map(|f| f.parse().expect("every field is a number")).collect()).collect();
+    assert_eq!(rows.len(), results.len());
+    for (row, r) in rows.iter().zip(&results) {
+        assert_eq!(row.len(), 13, "{row:?}");
+        assert_eq!(
+            (row[0], row[1], row[2], row[3]),
+            (r.result_seq, u64::from(r.stream_id), r.frame_seq, r.ring_seq),
+            "identity"
+        );
+        assert_eq!(
+            (row[6], row[7], row[8], row[9]),
+            (r.sender_ts_ns, r.first_rx_ns, r.last_rx_ns, r.published_ns)
+        );
+        // One host clock: sent, first and last datagram, published, detected,
+        // done; seen is read before the result ring (see the segments test).
+        let times = &row[6..12];
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "times out of order: {row:?}");
+        assert!(row[12] > 0 && row[12] + 1_000_000 > row[11], "seen: {row:?}");
+    }
+    assert!(report.render().contains("frame log: 120 lines written to"), "{}", report.render());
+}

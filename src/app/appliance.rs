@@ -16,8 +16,8 @@ use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{
-    FrameWait, LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread, Summary,
-    create_interval_log,
+    FrameLog, FrameWait, LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread,
+    Summary, create_interval_log,
 };
 use crate::rdma::Transport;
 use crate::reload::{ReloadOutcome, Reloader};
@@ -143,6 +143,8 @@ pub struct Appliance {
     outputs: Option<crate::output::OutputServer>,
     /// The NATS sink's counters (`[sink.nats]`).
     nats_sink: Option<crate::sink::nats::SinkSender>,
+    /// The frame log's writer (`metrics.frame_log`), finished at stop.
+    frame_log: Option<FrameLog>,
     started: Instant,
     /// The running config and the way to change the chain live.
     reloader: Reloader,
@@ -245,6 +247,15 @@ impl Appliance {
             let writer = create_interval_log(path, now)?;
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
+        let frame_log = match &cfg.metrics.frame_log {
+            Some(path) => {
+                let (log, feed) = FrameLog::create(path)?;
+                sink = sink.with_frame_log(feed);
+                tracing::info!("frame log: one line per frame to {}", path.display());
+                Some(log)
+            }
+            None => None,
+        };
         // Reading the head of a ring in GPU memory takes a copy and a stream
         // sync (~10 µs), too slow to poll: there only the flow of results counts.
         let frame_head = (!frame_ring.is_device_only()).then(|| {
@@ -325,6 +336,7 @@ impl Appliance {
             shutdown_timeout: cfg.service.shutdown_timeout(),
             outputs,
             nats_sink,
+            frame_log,
             started: Instant::now(),
             reloader,
         })
@@ -645,6 +657,23 @@ impl Appliance {
             },
             None => Summary::of(&Default::default()),
         };
+        // After the result thread: every line it pushed is queued.
+        let frame_log = self.frame_log.take().map(FrameLog::finish);
+        if let Some(log) = &frame_log {
+            match (&log.error, log.dropped) {
+                (Some(e), _) => tracing::error!(
+                    "frame log {}: writing stopped after {} lines: {e} ({} lines dropped)",
+                    log.path.display(),
+                    log.written,
+                    log.dropped
+                ),
+                (None, 0) => {}
+                (None, dropped) => tracing::warn!(
+                    "frame log {}: {dropped} lines dropped (the disk fell behind the frames)",
+                    log.path.display()
+                ),
+            }
+        }
         match rx {
             Some(Ok(Ok(()))) | None => {}
             Some(Ok(Err(e))) => tracing::error!("receiver stopped with an error: {e}"),
@@ -676,6 +705,7 @@ impl Appliance {
             recording,
             outputs,
             nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
+            frame_log,
             latency,
             hung,
             shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),

@@ -316,6 +316,11 @@ pub struct RunArgs {
     /// Write HdrHistogram interval logs to this file (overrides metrics.histogram_log).
     #[arg(long)]
     pub histogram_log: Option<PathBuf>,
+    /// Write one CSV line per frame with all its timestamps (host clock, ns)
+    /// to this file (overrides metrics.frame_log; with [[loop]] tables, one file
+    /// per loop, named like frames.cam0.csv).
+    #[arg(long, value_name = "FILE.csv")]
+    pub frame_log: Option<PathBuf>,
     /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -396,6 +401,9 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
 
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
+    if let Some(path) = &args.frame_log {
+        cfg.metrics.frame_log = Some(path.clone());
+    }
     if !cfg.loops.is_empty() {
         return loops::run_loops(args, &cfg);
     }

@@ -32,6 +32,9 @@ pub struct Report {
     /// The NATS sink's counters at stop, when `[sink.nats]` is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_sink: Option<crate::metrics::SinkMetrics>,
+    /// What the frame log holds, when `metrics.frame_log` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frame_log: Option<crate::metrics::FrameLogReport>,
     pub latency: Summary,
     /// What did not stop within `service.shutdown_timeout_ms` and was left
     /// behind (a hung thread, a wedged device); empty after a clean stop.
@@ -79,6 +82,20 @@ impl Report {
         if let Some(sink) = &self.nats_sink {
             summary.add_counters("nats sink", sink.counters());
         }
+        let frame_log = match &self.frame_log {
+            None => String::new(),
+            Some(f) => format!(
+                "frame log: {} lines written to {}{}{}\n",
+                f.written,
+                f.path.display(),
+                if f.dropped > 0 {
+                    format!(", {} dropped (the disk fell behind)", f.dropped)
+                } else {
+                    String::new()
+                },
+                f.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
+            ),
+        };
         let recording = match &self.recording {
             None => String::new(),
             Some(r) => format!(
@@ -109,7 +126,7 @@ impl Report {
             String::new()
         };
         format!(
-            "backend: {} ({})\n{clock}{recording}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
             self.listen,

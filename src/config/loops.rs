@@ -478,6 +478,7 @@ pub fn loop_config(cfg: &Config, spec: &LoopSpec) -> Config {
     one.chain = spec.chain.clone();
     one.loop_ = spec.settings.clone();
     one.metrics.histogram_log = cfg.metrics.histogram_log.as_deref().map(|p| per_loop_path(p, &spec.name));
+    one.metrics.frame_log = cfg.metrics.frame_log.as_deref().map(|p| per_loop_path(p, &spec.name));
     one
 }
 
@@ -741,9 +742,14 @@ mod tests {
     }
 
     #[test]
-    fn histogram_logs_are_named_after_their_loop() {
+    fn histogram_and_frame_logs_are_named_after_their_loop() {
         let p = per_loop_path(std::path::Path::new("/var/log/latency.hlog"), "cam0");
         assert_eq!(p, std::path::Path::new("/var/log/latency.cam0.hlog"));
         assert_eq!(per_loop_path(std::path::Path::new("lat"), "b"), std::path::Path::new("lat.b"));
+        let mut cfg = parse(TWO).unwrap();
+        cfg.metrics.frame_log = Some("/var/log/frames.csv".into());
+        let one = loop_config(&cfg, &cfg.loops[1]);
+        assert_eq!(one.metrics.frame_log.as_deref(), Some(std::path::Path::new("/var/log/frames.cam1.csv")));
+        assert_eq!(one.metrics.histogram_log, None);
     }
 }

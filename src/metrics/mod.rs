@@ -1,9 +1,10 @@
 //! Latency accounting: every segment of every frame's latency into HDR
 //! histograms, the result thread that records them, the summary table and
-//! JSON, HdrHistogram interval logs, and the delivery counters of the
-//! output ring and the result sinks.
+//! JSON, HdrHistogram interval logs, the per-frame log, and the delivery
+//! counters of the output ring and the result sinks.
 
 pub mod delivery;
+pub mod frame_log;
 pub mod histograms;
 pub mod interval_log;
 pub mod segment;
@@ -12,6 +13,7 @@ pub mod summary;
 pub mod thread;
 
 pub use delivery::{OutputMetrics, SinkMetrics};
+pub use frame_log::{FrameLog, FrameLogFeed, FrameLogLine, FrameLogReport};
 pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
 pub use interval_log::{IntervalLogWriter, create_interval_log};
 pub use segment::{Segment, SegmentSpan, segment_spans};
@@ -31,6 +33,10 @@ pub enum MetricsError {
         "cannot create the histogram log {path}: {source}; check that the directory exists and is writable"
     )]
     Open { path: PathBuf, source: std::io::Error },
+    #[error(
+        "cannot create the frame log {path} (metrics.frame_log or --frame-log): {source}; check that the directory exists and is writable"
+    )]
+    OpenFrameLog { path: PathBuf, source: std::io::Error },
     #[error("writing the histogram log failed: {0}; check free disk space (the log stopped at the error)")]
     IntervalLog(std::io::Error),
     #[error("cannot start the result thread ({0}); check the process thread limit (ulimit -u)")]
@@ -49,35 +55,49 @@ pub struct MetricsConfig {
     pub histogram_log: Option<PathBuf>,
     /// Length of one interval of the log, in seconds.
     pub interval_s: u64,
+    /// Where to write one CSV line per frame with its timestamps (the
+    /// frame log); none when absent.
+    pub frame_log: Option<PathBuf>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        Self { histogram_log: None, interval_s: 1 }
+        Self { histogram_log: None, interval_s: 1, frame_log: None }
     }
 }
 
 impl MetricsConfig {
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
         check_range(problems, "metrics.interval_s", self.interval_s, 1, 3600);
-        if let Some(path) = &self.histogram_log {
-            if path.as_os_str().is_empty() || path.file_name().is_none() {
-                problems.push(ConfigProblem::new(
-                    "metrics.histogram_log",
-                    "is not a file path; give a file name such as \"latency.hlog\" or leave the key out",
-                ));
-            } else if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
-                problems.push(ConfigProblem::new(
-                    "metrics.histogram_log",
-                    format!("directory {} does not exist; create it or choose another path", dir.display()),
-                ));
-            }
-        }
+        check_file_path(problems, "metrics.histogram_log", self.histogram_log.as_deref(), "latency.hlog");
+        check_file_path(problems, "metrics.frame_log", self.frame_log.as_deref(), "frames.csv");
     }
 
     /// Interval length in nanoseconds.
     pub fn interval_ns(&self) -> u64 {
         self.interval_s.saturating_mul(1_000_000_000)
+    }
+}
+
+/// Records a problem with `key` when `path` is given but is not a file
+/// path in an existing directory (`example`: a file name to suggest).
+fn check_file_path(
+    problems: &mut Vec<ConfigProblem>,
+    key: &str,
+    path: Option<&std::path::Path>,
+    example: &str,
+) {
+    let Some(path) = path else { return };
+    if path.as_os_str().is_empty() || path.file_name().is_none() {
+        problems.push(ConfigProblem::new(
+            key,
+            format!("is not a file path; give a file name such as \"{example}\" or leave the key out"),
+        ));
+    } else if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+        problems.push(ConfigProblem::new(
+            key,
+            format!("directory {} does not exist; create it or choose another path", dir.display()),
+        ));
     }
 }
 
@@ -94,11 +114,18 @@ mod tests {
         assert!(
             toml::from_str::<MetricsConfig>("interval = 5").unwrap_err().to_string().contains("interval")
         );
-        let bad = MetricsConfig { histogram_log: Some("/no/such/dir/x.hlog".into()), interval_s: 0 };
+        let bad = MetricsConfig {
+            histogram_log: Some("/no/such/dir/x.hlog".into()),
+            interval_s: 0,
+            frame_log: Some("".into()),
+        };
         let mut problems = Vec::new();
         bad.validate(&mut problems);
         let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
-        assert_eq!(keys, ["metrics.interval_s", "metrics.histogram_log"]);
+        assert_eq!(keys, ["metrics.interval_s", "metrics.histogram_log", "metrics.frame_log"]);
+        assert!(problems[2].to_string().contains("frames.csv"), "{}", problems[2]);
+        let c: MetricsConfig = toml::from_str("frame_log = \"/tmp/frames.csv\"").unwrap();
+        assert_eq!(c.frame_log.as_deref(), Some(std::path::Path::new("/tmp/frames.csv")));
         let mut none = Vec::new();
         MetricsConfig::default().validate(&mut none);
         assert!(none.is_empty());

@@ -97,7 +97,7 @@ fn span(start: u64, end: u64) -> SegmentSpan {
 
 /// Converts a consumer timestamp to the host clock: results flagged
 /// `RESULT_GPU_CLOCK` carry GPU `%globaltimer` values.
-fn to_host_clock(t: u64, gpu_clock: bool, clock_offset_ns: i64) -> u64 {
+pub(crate) fn to_host_clock(t: u64, gpu_clock: bool, clock_offset_ns: i64) -> u64 {
     if t == 0 || !gpu_clock { t } else { t.saturating_add_signed(clock_offset_ns) }
 }
 

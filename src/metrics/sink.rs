@@ -1,7 +1,9 @@
 //! The pure core of the result thread: drain the result ring, stamp each
-//! batch with the time it was seen, record every segment, and roll the
-//! interval histograms into the interval log. Times are arguments.
+//! batch with the time it was seen, record every segment, roll the
+//! interval histograms into the interval log and hand each frame's line to
+//! the frame log. Times are arguments.
 
+use super::frame_log::{FrameLogFeed, FrameLogLine};
 use super::histograms::LatencyHistograms;
 use super::interval_log::IntervalLogWriter;
 use super::summary::Summary;
@@ -36,6 +38,7 @@ pub struct ResultSink {
     /// The first interval-log write error; logging stops after it.
     log_error: Option<io::Error>,
     on_result: Option<ResultCallback>,
+    frame_log: Option<FrameLogFeed>,
     /// Reused drain buffer, so draining does not allocate once warm.
     batch: Vec<ResultRecord>,
     /// `reader.lost()` already added to the counters.
@@ -57,10 +60,17 @@ impl ResultSink {
             log: None,
             log_error: None,
             on_result: None,
+            frame_log: None,
             batch: Vec::with_capacity(1024),
             lost_seen: 0,
             last_ring_seq: 0,
         }
+    }
+
+    /// Hands a line of every result recorded from now on to the frame log.
+    pub fn with_frame_log(mut self, feed: FrameLogFeed) -> Self {
+        self.frame_log = Some(feed);
+        self
     }
 
     /// Calls `callback` with every result recorded from now on.
@@ -104,6 +114,9 @@ impl ResultSink {
         for r in &self.batch {
             let offset = self.offset_for(r);
             self.totals.record(r, seen_ns, offset);
+            if let Some(feed) = &self.frame_log {
+                feed.push(FrameLogLine::new(r, seen_ns, offset));
+            }
             if let Some(log) = &mut self.log {
                 log.current.record(r, seen_ns, offset);
             }

@@ -1,0 +1,299 @@
+//! The frame log (`metrics.frame_log`): one CSV line per result with every
+//! timestamp of its frame on the host clock, written by a thread of its own
+//! so that the result path never waits for the disk.
+//!
+//! The latency table says how large a segment's tail is; the frame log says
+//! which frames made it and when, so a tail can be laid beside what else
+//! happened at that moment (a periodic chore, a stretch of late receives).
+//! The result thread hands each line over through a bounded queue and
+//! never blocks: when the writer falls behind, lines are dropped and
+//! counted, and the stop reports both counts.
+
+use super::MetricsError;
+use super::segment::to_host_clock;
+use crate::ring::ResultRecord;
+use crate::ring::layout::RESULT_GPU_CLOCK;
+use serde::Serialize;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The CSV header: the columns of [`FrameLogLine`] in order. Times are
+/// nanoseconds of CLOCK_REALTIME (GPU times converted with the loop's clock
+/// offset); a time the frame does not have (no sender timestamp) is 0.
+pub const FRAME_LOG_HEADER: &str = "result_seq,stream_id,frame_seq,ring_seq,slot_flags,result_flags,\
+sender_ts_ns,first_rx_ns,last_rx_ns,published_ns,detect_ns,done_ns,seen_ns";
+
+/// Lines the queue between the result thread and the writer holds: about
+/// a second of frames at 16,000 frames/s.
+const QUEUE_LINES: usize = 16_384;
+
+/// One frame's line: its identity and the times of its way through the appliance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLogLine {
+    pub result_seq: u64,
+    pub stream_id: u32,
+    pub frame_seq: u64,
+    pub ring_seq: u64,
+    pub slot_flags: u32,
+    pub result_flags: u32,
+    pub sender_ts_ns: u64,
+    pub first_rx_ns: u64,
+    pub last_rx_ns: u64,
+    pub published_ns: u64,
+    pub detect_ns: u64,
+    pub done_ns: u64,
+    pub seen_ns: u64,
+}
+
+impl FrameLogLine {
+    /// The line of result `r`, seen by the host at `seen_ns`, its GPU times
+    /// (if any) converted with `clock_offset_ns`.
+    pub fn new(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> Self {
+        let gpu = r.result_flags & RESULT_GPU_CLOCK != 0;
+        Self {
+            result_seq: r.result_seq,
+            stream_id: r.stream_id,
+            frame_seq: r.frame_seq,
+            ring_seq: r.ring_seq,
+            slot_flags: r.slot_flags,
+            result_flags: r.result_flags,
+            sender_ts_ns: r.sender_ts_ns,
+            first_rx_ns: r.first_rx_ns,
+            last_rx_ns: r.last_rx_ns,
+            published_ns: r.published_ns,
+            detect_ns: to_host_clock(r.detect_ns, gpu, clock_offset_ns),
+            done_ns: to_host_clock(r.done_ns, gpu, clock_offset_ns),
+            seen_ns,
+        }
+    }
+
+    fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            self.result_seq,
+            self.stream_id,
+            self.frame_seq,
+            self.ring_seq,
+            self.slot_flags,
+            self.result_flags,
+            self.sender_ts_ns,
+            self.first_rx_ns,
+            self.last_rx_ns,
+            self.published_ns,
+            self.detect_ns,
+            self.done_ns,
+            self.seen_ns
+        )
+    }
+}
+
+/// The result thread's end of the queue: [`FrameLogFeed::push`] never blocks.
+pub struct FrameLogFeed {
+    queue: SyncSender<FrameLogLine>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl FrameLogFeed {
+    /// Queues `line` for the writer, or counts it dropped when the queue is
+    /// full (or the writer has stopped).
+    pub fn push(&self, line: FrameLogLine) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.queue.try_send(line) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the frame log holds at stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FrameLogReport {
+    pub path: PathBuf,
+    /// Lines written.
+    pub written: u64,
+    /// Lines dropped because the writer fell behind (or stopped at an error).
+    pub dropped: u64,
+    /// The write error that stopped the log, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The writer thread of a frame log.
+pub struct FrameLog {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    /// Invariant: `Some` until [`FrameLog::finish`] joins it.
+    thread: Option<JoinHandle<(u64, Option<io::Error>)>>,
+}
+
+impl FrameLog {
+    /// Creates (truncates) `path`, writes the header and starts the writer;
+    /// returns the log and the feed for the result sink.
+    pub fn create(path: &Path) -> Result<(FrameLog, FrameLogFeed), MetricsError> {
+        let open_error = |source| MetricsError::OpenFrameLog { path: path.to_path_buf(), source };
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(open_error)?);
+        writeln!(out, "{FRAME_LOG_HEADER}").map_err(open_error)?;
+        let (queue, lines) = sync_channel(QUEUE_LINES);
+        let stop = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (flag, lost) = (Arc::clone(&stop), Arc::clone(&dropped));
+        let thread = std::thread::Builder::new()
+            .name("frameloop-frames".into())
+            .spawn(move || write_lines(&lines, &mut out, &flag, &lost))
+            .map_err(|e| MetricsError::Spawn(e.to_string()))?;
+        let log =
+            FrameLog { path: path.to_path_buf(), stop, dropped: Arc::clone(&dropped), thread: Some(thread) };
+        Ok((log, FrameLogFeed { queue, dropped }))
+    }
+
+    /// Writes what is queued, stops the writer and says what the log holds.
+    pub fn finish(mut self) -> FrameLogReport {
+        self.stop.store(true, Ordering::Release);
+        let (written, error) = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(done)) => done,
+            Some(Err(_)) => (0, Some(io::Error::other("the frame log's writer panicked"))),
+            None => (0, None),
+        };
+        FrameLogReport {
+            path: self.path.clone(),
+            written,
+            dropped: self.dropped.load(Ordering::Relaxed),
+            error: error.map(|e| e.to_string()),
+        }
+    }
+}
+
+impl Drop for FrameLog {
+    /// A log dropped without [`FrameLog::finish`] still ends its writer
+    /// (which flushes what it wrote); the join cannot block on a device.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The writer: lines as they come until stopped and the queue is empty;
+/// returns the lines written and the error that stopped the writing, if
+/// any (the lines after it are counted in `dropped`).
+fn write_lines(
+    lines: &Receiver<FrameLogLine>,
+    out: &mut BufWriter<File>,
+    stop: &AtomicBool,
+    dropped: &AtomicU64,
+) -> (u64, Option<io::Error>) {
+    let mut written = 0u64;
+    let mut error = None;
+    loop {
+        let next = if stop.load(Ordering::Acquire) {
+            lines.try_recv().ok()
+        } else {
+            match lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => Some(line),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => None,
+            }
+        };
+        let Some(line) = next else { break };
+        if error.is_some() {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        match line.write_csv(out) {
+            Ok(()) => written += 1,
+            Err(e) => {
+                dropped.fetch_add(1, Ordering::Relaxed);
+                error = Some(e);
+            }
+        }
+    }
+    if error.is_none()
+        && let Err(e) = out.flush()
+    {
+        error = Some(e);
+    }
+    (written, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u64, gpu_clock: bool) -> ResultRecord {
+        ResultRecord {
+            result_seq: seq,
+            ring_seq: seq + 10,
+            frame_seq: seq + 100,
+            stream_id: 7,
+            slot_flags: 1,
+            result_flags: if gpu_clock { RESULT_GPU_CLOCK } else { 0 },
+            sender_ts_ns: 1_000,
+            first_rx_ns: 2_000,
+            last_rx_ns: 3_000,
+            published_ns: 4_000,
+            detect_ns: 5_000,
+            done_ns: 6_000,
+            ..ResultRecord::default()
+        }
+    }
+
+    #[test]
+    fn lines_carry_every_time_on_the_host_clock() {
+        let host = FrameLogLine::new(&record(1, false), 9_000, 500);
+        assert_eq!((host.detect_ns, host.done_ns, host.seen_ns), (5_000, 6_000, 9_000));
+        let gpu = FrameLogLine::new(&record(1, true), 9_000, -500);
+        assert_eq!((gpu.published_ns, gpu.detect_ns, gpu.done_ns), (4_000, 4_500, 5_500));
+        let mut csv = Vec::new();
+        gpu.write_csv(&mut csv).unwrap();
+        let fields: Vec<&str> = std::str::from_utf8(&csv).unwrap().trim_end().split(',').collect();
+        assert_eq!(fields.len(), FRAME_LOG_HEADER.split(',').count());
+        assert_eq!(
+            fields,
+            ["1", "7", "101", "11", "1", "4", "1000", "2000", "3000", "4000", "4500", "5500", "9000"]
+        );
+    }
+
+    #[test]
+    fn the_log_holds_a_header_and_every_line_pushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("frames.csv");
+        let (log, feed) = FrameLog::create(&path).unwrap();
+        for seq in 1..=1000 {
+            feed.push(FrameLogLine::new(&record(seq, false), 10_000 + seq, 0));
+        }
+        let report = log.finish();
+        assert_eq!((report.written + report.dropped, report.error), (1000, None));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], FRAME_LOG_HEADER);
+        assert_eq!(lines.len() as u64, 1 + report.written);
+        assert!(lines[1].starts_with("1,7,101,11,"), "{}", lines[1]);
+        // Pushed after the writer stopped: counted, not lost silently.
+        feed.push(FrameLogLine::new(&record(1001, false), 0, 0));
+        assert_eq!(feed.dropped.load(Ordering::Relaxed), report.dropped + 1);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_blocking() {
+        let (queue, _held) = sync_channel(2);
+        let feed = FrameLogFeed { queue, dropped: Arc::new(AtomicU64::new(0)) };
+        for seq in 0..5 {
+            feed.push(FrameLogLine::new(&record(seq, false), 0, 0));
+        }
+        assert_eq!(feed.dropped.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_created_names_its_path() {
+        let err = FrameLog::create(Path::new("/no/such/dir/frames.csv")).err().unwrap();
+        let text = err.to_string();
+        assert!(text.contains("/no/such/dir/frames.csv") && text.contains("metrics.frame_log"), "{text}");
+    }
+}
