@@ -658,7 +658,9 @@ impl Appliance {
             None => Summary::of(&Default::default()),
         };
         // After the result thread: every line it pushed is queued.
-        let frame_log = self.frame_log.take().map(FrameLog::finish);
+        let frame_log = self.frame_log.take().map(|log| {
+            log.finish(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100)))
+        });
         if let Some(log) = &frame_log {
             match (&log.error, log.dropped) {
                 (Some(e), _) => tracing::error!(

@@ -19,8 +19,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, channel, sync_channel};
 use std::time::Duration;
 
 /// The CSV header: the columns of [`FrameLogLine`] in order. Times are
@@ -127,9 +126,10 @@ pub struct FrameLogReport {
 pub struct FrameLog {
     path: PathBuf,
     stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
-    /// Invariant: `Some` until [`FrameLog::finish`] joins it.
-    thread: Option<JoinHandle<(u64, Option<io::Error>)>>,
+    /// The writer's end: the error that stopped it, if any, once flushed.
+    done: Receiver<Option<io::Error>>,
 }
 
 impl FrameLog {
@@ -140,59 +140,81 @@ impl FrameLog {
         let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(open_error)?);
         writeln!(out, "{FRAME_LOG_HEADER}").map_err(open_error)?;
         let (queue, lines) = sync_channel(QUEUE_LINES);
-        let stop = Arc::new(AtomicBool::new(false));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let (flag, lost) = (Arc::clone(&stop), Arc::clone(&dropped));
-        let thread = std::thread::Builder::new()
+        let (end, done) = channel();
+        let log = FrameLog {
+            path: path.to_path_buf(),
+            stop: Arc::new(AtomicBool::new(false)),
+            written: Arc::new(AtomicU64::new(0)),
+            dropped: Arc::new(AtomicU64::new(0)),
+            done,
+        };
+        let counts = Counts {
+            stop: Arc::clone(&log.stop),
+            written: Arc::clone(&log.written),
+            dropped: Arc::clone(&log.dropped),
+        };
+        std::thread::Builder::new()
             .name("frameloop-frames".into())
-            .spawn(move || write_lines(&lines, &mut out, &flag, &lost))
+            .spawn(move || {
+                let error = write_lines(&lines, &mut out, &counts);
+                // Closed before the end is told: a line pushed after
+                // `finish` returned is counted dropped, never left queued.
+                drop(lines);
+                // The log may have been dropped (nobody waits): nothing to tell.
+                let _ = end.send(error);
+            })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
-        let log =
-            FrameLog { path: path.to_path_buf(), stop, dropped: Arc::clone(&dropped), thread: Some(thread) };
-        Ok((log, FrameLogFeed { queue, dropped }))
+        let feed = FrameLogFeed { queue, dropped: Arc::clone(&log.dropped) };
+        Ok((log, feed))
     }
 
-    /// Writes what is queued, stops the writer and says what the log holds.
-    pub fn finish(mut self) -> FrameLogReport {
+    /// Stops the writer once it has written what is queued and says what
+    /// the log holds; waits at most `wait` for it (a disk that stopped
+    /// answering leaves the writer behind, and the report says so).
+    pub fn finish(self, wait: Duration) -> FrameLogReport {
         self.stop.store(true, Ordering::Release);
-        let (written, error) = match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(done)) => done,
-            Some(Err(_)) => (0, Some(io::Error::other("the frame log's writer panicked"))),
-            None => (0, None),
+        let error = match self.done.recv_timeout(wait) {
+            Ok(error) => error.map(|e| e.to_string()),
+            Err(_) => Some(format!(
+                "the writer did not finish within {} ms; the file may end early",
+                wait.as_millis()
+            )),
         };
         FrameLogReport {
             path: self.path.clone(),
-            written,
+            written: self.written.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
-            error: error.map(|e| e.to_string()),
+            error,
         }
     }
 }
 
 impl Drop for FrameLog {
-    /// A log dropped without [`FrameLog::finish`] still ends its writer
-    /// (which flushes what it wrote); the join cannot block on a device.
+    /// A log dropped without [`FrameLog::finish`] still ends its writer,
+    /// which flushes what it wrote; nothing waits for it.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.thread.take() {
-            let _ = h.join();
-        }
     }
 }
 
-/// The writer: lines as they come until stopped and the queue is empty;
-/// returns the lines written and the error that stopped the writing, if
-/// any (the lines after it are counted in `dropped`).
+/// The writer's view of the log's flag and counts.
+struct Counts {
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// The writer: lines as they come until stopped and the queue is empty,
+/// each counted as written or (after a write error) dropped; returns the
+/// error that stopped the writing, if any.
 fn write_lines(
     lines: &Receiver<FrameLogLine>,
     out: &mut BufWriter<File>,
-    stop: &AtomicBool,
-    dropped: &AtomicU64,
-) -> (u64, Option<io::Error>) {
-    let mut written = 0u64;
+    counts: &Counts,
+) -> Option<io::Error> {
     let mut error = None;
     loop {
-        let next = if stop.load(Ordering::Acquire) {
+        let next = if counts.stop.load(Ordering::Acquire) {
             lines.try_recv().ok()
         } else {
             match lines.recv_timeout(Duration::from_millis(50)) {
@@ -203,23 +225,23 @@ fn write_lines(
         };
         let Some(line) = next else { break };
         if error.is_some() {
-            dropped.fetch_add(1, Ordering::Relaxed);
+            counts.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         match line.write_csv(out) {
-            Ok(()) => written += 1,
+            Ok(()) => counts.written.fetch_add(1, Ordering::Relaxed),
             Err(e) => {
-                dropped.fetch_add(1, Ordering::Relaxed);
                 error = Some(e);
+                counts.dropped.fetch_add(1, Ordering::Relaxed)
             }
-        }
+        };
     }
     if error.is_none()
         && let Err(e) = out.flush()
     {
         error = Some(e);
     }
-    (written, error)
+    error
 }
 
 #[cfg(test)]
@@ -268,7 +290,7 @@ mod tests {
         for seq in 1..=1000 {
             feed.push(FrameLogLine::new(&record(seq, false), 10_000 + seq, 0));
         }
-        let report = log.finish();
+        let report = log.finish(Duration::from_secs(10));
         assert_eq!((report.written + report.dropped, report.error), (1000, None));
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
