@@ -32,62 +32,41 @@ sender_ts_ns,first_rx_ns,last_rx_ns,published_ns,detect_ns,done_ns,seen_ns";
 /// a second of frames at 16,000 frames/s.
 const QUEUE_LINES: usize = 16_384;
 
-/// One frame's line: its identity and the times of its way through the appliance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One frame's line: its result as the result thread drained it, when the
+/// host saw it, and the offset that puts its GPU times on the host clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FrameLogLine {
-    pub result_seq: u64,
-    pub stream_id: u32,
-    pub frame_seq: u64,
-    pub ring_seq: u64,
-    pub slot_flags: u32,
-    pub result_flags: u32,
-    pub sender_ts_ns: u64,
-    pub first_rx_ns: u64,
-    pub last_rx_ns: u64,
-    pub published_ns: u64,
-    pub detect_ns: u64,
-    pub done_ns: u64,
-    pub seen_ns: u64,
+    record: ResultRecord,
+    seen_ns: u64,
+    clock_offset_ns: i64,
 }
 
 impl FrameLogLine {
     /// The line of result `r`, seen by the host at `seen_ns`, its GPU times
     /// (if any) converted with `clock_offset_ns`.
     pub fn new(r: &ResultRecord, seen_ns: u64, clock_offset_ns: i64) -> Self {
-        let gpu = r.result_flags & RESULT_GPU_CLOCK != 0;
-        Self {
-            result_seq: r.result_seq,
-            stream_id: r.stream_id,
-            frame_seq: r.frame_seq,
-            ring_seq: r.ring_seq,
-            slot_flags: r.slot_flags,
-            result_flags: r.result_flags,
-            sender_ts_ns: r.sender_ts_ns,
-            first_rx_ns: r.first_rx_ns,
-            last_rx_ns: r.last_rx_ns,
-            published_ns: r.published_ns,
-            detect_ns: to_host_clock(r.detect_ns, gpu, clock_offset_ns),
-            done_ns: to_host_clock(r.done_ns, gpu, clock_offset_ns),
-            seen_ns,
-        }
+        Self { record: *r, seen_ns, clock_offset_ns }
     }
 
+    /// The line's columns, in [`FRAME_LOG_HEADER`]'s order.
     fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
+        let r = &self.record;
+        let gpu = r.result_flags & RESULT_GPU_CLOCK != 0;
         writeln!(
             out,
             "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            self.result_seq,
-            self.stream_id,
-            self.frame_seq,
-            self.ring_seq,
-            self.slot_flags,
-            self.result_flags,
-            self.sender_ts_ns,
-            self.first_rx_ns,
-            self.last_rx_ns,
-            self.published_ns,
-            self.detect_ns,
-            self.done_ns,
+            r.result_seq,
+            r.stream_id,
+            r.frame_seq,
+            r.ring_seq,
+            r.slot_flags,
+            r.result_flags,
+            r.sender_ts_ns,
+            r.first_rx_ns,
+            r.last_rx_ns,
+            r.published_ns,
+            to_host_clock(r.detect_ns, gpu, self.clock_offset_ns),
+            to_host_clock(r.done_ns, gpu, self.clock_offset_ns),
             self.seen_ns
         )
     }
@@ -268,18 +247,17 @@ mod tests {
 
     #[test]
     fn lines_carry_every_time_on_the_host_clock() {
-        let host = FrameLogLine::new(&record(1, false), 9_000, 500);
-        assert_eq!((host.detect_ns, host.done_ns, host.seen_ns), (5_000, 6_000, 9_000));
-        let gpu = FrameLogLine::new(&record(1, true), 9_000, -500);
-        assert_eq!((gpu.published_ns, gpu.detect_ns, gpu.done_ns), (4_000, 4_500, 5_500));
-        let mut csv = Vec::new();
-        gpu.write_csv(&mut csv).unwrap();
-        let fields: Vec<&str> = std::str::from_utf8(&csv).unwrap().trim_end().split(',').collect();
-        assert_eq!(fields.len(), FRAME_LOG_HEADER.split(',').count());
-        assert_eq!(
-            fields,
-            ["1", "7", "101", "11", "1", "4", "1000", "2000", "3000", "4000", "4500", "5500", "9000"]
-        );
+        let csv = |line: FrameLogLine| {
+            let mut out = Vec::new();
+            line.write_csv(&mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let host = csv(FrameLogLine::new(&record(1, false), 9_000, 500));
+        assert_eq!(host, "1,7,101,11,1,0,1000,2000,3000,4000,5000,6000,9000\n");
+        // GPU times (detect, done) move by the offset; the host's do not.
+        let gpu = csv(FrameLogLine::new(&record(1, true), 9_000, -500));
+        assert_eq!(gpu, "1,7,101,11,1,4,1000,2000,3000,4000,4500,5500,9000\n");
+        assert_eq!(gpu.trim_end().split(',').count(), FRAME_LOG_HEADER.split(',').count());
     }
 
     #[test]
