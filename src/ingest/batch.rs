@@ -233,13 +233,6 @@ impl RecvBatch {
         })
     }
 
-    /// Datagrams the kernel put in message `i` of the last receive (more
-    /// than one only where UDP GRO coalesced them).
-    pub(super) fn datagrams_in(&self, i: usize) -> usize {
-        let (_, info) = self.message(i, 0);
-        datagram_count(self.hdrs[i].msg_len as usize, info.gro_segment)
-    }
-
     /// The landing targets message `i` of the last one-copy receive was laid out for.
     pub(super) fn group(&self, i: usize) -> std::ops::Range<usize> {
         self.groups[i].clone()

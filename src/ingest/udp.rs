@@ -358,10 +358,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             {
                 let n = self.batch.recv_landing(fd, plan).map_err(IngestError::Recv)?;
                 drained.buffers += n;
-                self.landing_shape = self.shape_after(n);
-                if n > 0 {
-                    self.deliver_landed(n, clock::realtime_ns());
-                }
+                let fullest = if n > 0 { self.deliver_landed(n, clock::realtime_ns()) } else { 0 };
+                self.landing_shape = self.shape_after(n, fullest);
                 self.assembler.end_landing();
                 if n < self.batch.buffers() {
                     drained.empty = true;
@@ -370,11 +368,12 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 continue;
             }
             let n = self.batch.recv(fd).map_err(IngestError::Recv)?;
-            self.landing_shape = self.shape_after(n);
             drained.buffers += n;
             let batch_ns = if n > 0 { clock::realtime_ns() } else { 0 };
+            let mut fullest = 0;
             for i in 0..n {
                 let (buf, info) = self.batch.message(i, batch_ns);
+                fullest = fullest.max(datagram_count(buf.len(), info.gro_segment));
                 self.latest_rx_ns = self.latest_rx_ns.max(info.rx_ns);
                 deliver(
                     &mut self.assembler,
@@ -386,6 +385,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     info,
                 );
             }
+            self.landing_shape = self.shape_after(n, fullest);
             if n < self.batch.buffers() {
                 drained.empty = true;
                 break;
@@ -396,15 +396,15 @@ impl<A: FrameAssembler> UdpReceiver<A> {
 }
 
 impl<A: FrameAssembler> UdpReceiver<A> {
-    /// The plan to make after a receive call that returned `n` buffers:
-    /// twice as many and a little more. Several buffers show how the kernel
-    /// cut what waited, and the next plan expects as many datagrams in each
-    /// as the fullest of them held; one buffer only shows that it may hold
-    /// more than planned (a plan's first buffer takes whatever comes, so
-    /// planning it too large costs nothing).
-    fn shape_after(&self, n: usize) -> LandingShape {
+    /// The plan to make after a receive call that returned `n` buffers, the
+    /// fullest holding `fullest` datagrams: twice as many buffers and a
+    /// little more. Several buffers show how the kernel cut what waited, and
+    /// the next plan expects as many datagrams in each as the fullest held;
+    /// one buffer only shows that it may hold more than planned (a plan's
+    /// first buffer takes whatever comes, so planning it too large costs
+    /// nothing).
+    fn shape_after(&self, n: usize, fullest: usize) -> LandingShape {
         let buffers = (2 * n + MIN_GROUPS).min(self.batch.buffers());
-        let fullest = (0..n).map(|i| self.batch.datagrams_in(i)).max().unwrap_or(0);
         let datagrams_per_buffer = match n {
             0 => self.landing_shape.datagrams_per_buffer,
             1 => fullest.max(self.landing_shape.datagrams_per_buffer),
@@ -416,12 +416,15 @@ impl<A: FrameAssembler> UdpReceiver<A> {
     /// Hands the `n` messages of a one-copy receive to the assembler: first
     /// records where every message's datagrams fell (gathering the ones
     /// that did not line up) before anything is written to a slot, then
-    /// delivers them in order, landed payloads in place.
-    fn deliver_landed(&mut self, n: usize, batch_ns: u64) {
-        let Some(plan) = self.assembler.landing() else { return };
+    /// delivers them in order, landed payloads in place. Returns the most
+    /// datagrams one message held.
+    fn deliver_landed(&mut self, n: usize, batch_ns: u64) -> usize {
+        let Some(plan) = self.assembler.landing() else { return 0 };
         self.layouts.clear();
+        let mut fullest = 0;
         for i in 0..n {
-            let (_, info) = self.batch.message(i, batch_ns);
+            let (buf, info) = self.batch.message(i, batch_ns);
+            fullest = fullest.max(datagram_count(buf.len(), info.gro_segment));
             let layout = self.batch.landed(i, plan, info.gro_segment);
             match layout {
                 MessageLayout::Aligned { landed, last_payload, .. } => {
@@ -482,6 +485,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             };
             deliver(&mut self.assembler, &self.counters, &self.allow, None, self.local_addr, buf, info);
         }
+        fullest
     }
 }
 
