@@ -7,10 +7,15 @@
 //! datagrams still wait); each
 //! datagram also through `native::parse_split` (the one-copy receive path's
 //! parse of a header whose payload lies elsewhere), which must agree with
-//! `native::parse`.
+//! `native::parse`. Runs handed over together may also go the one-copy
+//! way: a landing plan of the shape the input picks (receive buffers and
+//! datagrams per buffer), each datagram's payload written at the next
+//! target its size fits as the kernel would, whatever its header says,
+//! the landed ones handed over buffer by buffer and the rest copied.
 //! Seeds: `fuzz/seeds/native_reassembly`.
 #![no_main]
 
+use frameloop::ingest::landing::LandingShape;
 use frameloop::ingest::{FrameAssembler, Reassembler, ReassemblyConfig};
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
@@ -65,6 +70,17 @@ fuzz_target!(|data: &[u8]| {
         }
         match buffer.as_slice() {
             [one] => reassembler.on_datagram_at(one, rx, now),
+            // Bit 5: one-copy receive, bits 6-7 the datagrams a buffer holds.
+            _ if lag & 32 != 0 => {
+                let per_buffer = [1, 2, 7, usize::MAX][(lag >> 6) as usize & 3];
+                land(
+                    &mut reassembler,
+                    &buffer,
+                    LandingShape { buffers: buffer.len(), datagrams_per_buffer: per_buffer },
+                    rx,
+                    now,
+                );
+            }
             _ => reassembler.on_datagrams_at(buffer.drain(..), rx, now),
         }
         buffer.clear();
@@ -90,3 +106,39 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(counts.datagrams, fed, "every datagram is counted");
     assert_eq!(counts.datagrams_accounted(), fed, "every datagram is kept or dropped for one reason");
 });
+
+/// Hands `datagrams` over the one-copy way, as the UDP receiver does with
+/// what one receive call returned: a plan of `shape`; each datagram with a
+/// plain header whose payload fits the next target (its length, or shorter
+/// for a target's last datagram) written there, whatever its header says,
+/// until one does not fit; the landed ones handed over a receive buffer at
+/// a time, the rest copied.
+fn land(reassembler: &mut Reassembler, datagrams: &[&[u8]], shape: LandingShape, rx: u64, now: u64) {
+    let plan = reassembler.plan_landing(shape, 1);
+    let planned = plan.groups().checked_sub(1).map_or(0, |last| plan.group(last).end);
+    let mut landed = 0;
+    while landed < datagrams.len().min(planned) {
+        let d = datagrams[landed];
+        let fits = d.len() >= native::HEADER_LEN
+            && u16::from_le_bytes([d[6], d[7]]) as usize == native::HEADER_LEN
+            && d.len() - native::HEADER_LEN <= plan.target(landed).len;
+        if !fits {
+            break;
+        }
+        // SAFETY: the plan was just made, so its slots are reserved and
+        // unpublished, and nothing else touches them until it is handed over.
+        unsafe { plan.land(landed, &d[native::HEADER_LEN..]) };
+        landed += 1;
+    }
+    let groups = reassembler.landing_mut().groups();
+    for g in 0..groups {
+        let group = reassembler.landing_mut().group(g);
+        if group.start >= landed {
+            break;
+        }
+        let heads = (group.start..group.end.min(landed)).map(|k| (k, &datagrams[k][..native::HEADER_LEN]));
+        reassembler.on_landed_run_at(heads, rx, now);
+    }
+    reassembler.on_datagrams_at(datagrams[landed..].iter().copied(), rx, now);
+    reassembler.end_landing();
+}
