@@ -19,7 +19,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, channel, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, channel, sync_channel};
 use std::time::Duration;
 
 /// The CSV header: the columns of [`FrameLogLine`] in order. Times are
@@ -82,7 +82,7 @@ impl FrameLogFeed {
     /// Queues `line` for the writer, or counts it dropped when the queue is
     /// full (or the writer has stopped).
     pub fn push(&self, line: FrameLogLine) {
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.queue.try_send(line) {
+        if self.queue.try_send(line).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
