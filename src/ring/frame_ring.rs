@@ -363,7 +363,8 @@ impl FrameRing {
             return None;
         }
         let head = self.head();
-        Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1, last_slot: (0, 0) })
+        let last_slot = (0, std::ptr::null_mut());
+        Some(RingWriter { ring: Arc::clone(self), published: head, next: head + 1, last_slot })
     }
 
     /// Marks the writer side as taken by a remote writer (an RDMA sensor
@@ -396,13 +397,20 @@ pub struct RingWriter {
     published: u64,
     /// Next sequence `reserve` hands out; `published < s < next` are reserved.
     next: u64,
-    /// The last sequence looked up and its slot index (sequence 0: none).
-    /// A frame's datagrams all go to one slot, so nearly every lookup is
-    /// that one and skips the division. Invariant: for a sequence `s > 0`
-    /// the index is `FrameRing::slot_index(s)` (checked on every lookup in
-    /// debug builds), hence below the slot count.
-    last_slot: (u64, usize),
+    /// The last sequence looked up and its slot's host address (sequence
+    /// 0: none). A frame's datagrams all go to one slot, so nearly every
+    /// lookup is that one and skips the division, the bounds check and the
+    /// memory's address call. Invariant: for a sequence `s > 0` the address
+    /// is `FrameRing::slot_base(s)` (checked on every lookup in debug
+    /// builds); the ring's memory never moves while the ring lives.
+    last_slot: (u64, *mut u8),
 }
+
+// SAFETY: the only field that is not `Send` by itself is `last_slot`'s
+// address, which points into the memory of the ring this writer keeps alive
+// through its `Arc` (`RingMemory` is `Send + Sync` and never moves); the
+// writer is the ring's single producer wherever it runs.
+unsafe impl Send for RingWriter {}
 
 impl RingWriter {
     pub fn ring(&self) -> &Arc<FrameRing> {
@@ -471,10 +479,10 @@ impl RingWriter {
     /// Host address of the slot of `seq`, through the one-entry cache.
     fn reserved_slot_base(&mut self, seq: u64) -> *mut u8 {
         if self.last_slot.0 != seq {
-            self.last_slot = (seq, self.ring.slot_index(seq));
+            self.last_slot = (seq, self.ring.slot_base(seq));
         }
-        debug_assert_eq!(self.last_slot.1, self.ring.slot_index(seq));
-        self.ring.slot_base_at(self.last_slot.1)
+        debug_assert_eq!(self.last_slot.1, self.ring.slot_base(seq));
+        self.last_slot.1
     }
 
     /// Publishes the oldest reserved slot: writes its header and makes it
