@@ -361,10 +361,13 @@ class Frameloop:
         self.backend = backend
 
     def slots(self):
-        """ring.slots: `--frameloop-slots`, else 32 for the CUDA backend (the GPU
+        """ring.slots: `--frameloop-base-slots` for the -base tools where given,
+        else `--frameloop-slots`, else 32 for the CUDA backend (the GPU
         claims frames as they come, and a 2 MiB ring stays in the CPU's cache)
         and 256 for the host backend (whose chain thread on 2 cores falls behind
         for longer than a small ring covers)."""
+        if "-base" in self.name and self.args.frameloop_base_slots:
+            return self.args.frameloop_base_slots
         if self.args.frameloop_slots:
             return self.args.frameloop_slots
         return 32 if self.backend == "cuda" else 256
@@ -584,6 +587,9 @@ def main():
                    help="--catch-up for the --frameloop-base binary's sender (empty: none, for builds without it)")
     p.add_argument("--frameloop-base-pacing", default="",
                    help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
+    p.add_argument("--frameloop-base-slots", type=int, default=0,
+                   help="ring.slots for the -base tools (0: as --frameloop-slots), so that one binary can be "
+                        "compared with itself at two ring sizes")
     p.add_argument("--frameloop-gro", type=int, default=1, help="[ingest] gro in frameloop's config (1/0)")
     p.add_argument("--frameloop-slots", type=int, default=0,
                    help="ring.slots in frameloop's config; 0 (the default): 32 for the -cuda tools, 256 otherwise. "

@@ -22,6 +22,9 @@
 # (say 4) runs the sender under `taskset -c` (on loopback the sender's CPU
 # also delivers the datagrams into the receiver's socket).
 #
+# FRAME_LOG=1 has every case write its frame log (`run --frame-log`, one
+# CSV line per frame with its times) to frames.csv in its directory.
+#
 # CASES (say 'image-768k-on default-2m-on') runs only the cases named, by
 # their directory names (small-8k, image-768k-off, ..., default-8m-on).
 #
@@ -72,7 +75,7 @@ case_run() {
       printf '%b\n' "$SERVICE_EXTRA"
     fi
   } > "$dir/config.toml"
-  "$B" run --config "$dir/config.toml" > "$dir/run.txt" 2>&1 &
+  "$B" run --config "$dir/config.toml" ${FRAME_LOG:+--frame-log "$dir/frames.csv"} > "$dir/run.txt" 2>&1 &
   local pid=$!
   for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
   ${SEND_CPUS:+taskset -c "$SEND_CPUS"} "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
