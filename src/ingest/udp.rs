@@ -64,7 +64,8 @@ const UNKNOWN_SOURCE: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UN
 
 /// Hands one received buffer to the assembler (and each of its datagrams to
 /// the tap, addressed to `local`), counting what it drops here (truncation,
-/// disallowed source) and the GRO segments.
+/// disallowed source) and the GRO segments. Returns how many datagrams the
+/// buffer held (one when truncated).
 fn deliver<A: FrameAssembler + ?Sized>(
     assembler: &mut A,
     counters: &IngestCounters,
@@ -73,10 +74,11 @@ fn deliver<A: FrameAssembler + ?Sized>(
     local: SocketAddr,
     buf: &[u8],
     info: BufferInfo,
-) {
+) -> usize {
     if info.truncated {
         counters.datagram(buf.len());
-        return IngestCounters::bump(&counters.truncated);
+        IngestCounters::bump(&counters.truncated);
+        return 1;
     }
     let allowed = allow.allows(info.source.map(|s| s.ip()));
     let now_ns = info.batch_ns.max(info.rx_ns);
@@ -103,6 +105,7 @@ fn deliver<A: FrameAssembler + ?Sized>(
     if segments > 1 {
         IngestCounters::add(&counters.gro_segments, segments);
     }
+    segments as usize
 }
 
 /// Sets an integer socket option.
@@ -373,9 +376,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             let mut fullest = 0;
             for i in 0..n {
                 let (buf, info) = self.batch.message(i, batch_ns);
-                fullest = fullest.max(datagram_count(buf.len(), info.gro_segment));
                 self.latest_rx_ns = self.latest_rx_ns.max(info.rx_ns);
-                deliver(
+                let held = deliver(
                     &mut self.assembler,
                     &self.counters,
                     &self.allow,
@@ -384,6 +386,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     buf,
                     info,
                 );
+                fullest = fullest.max(held);
             }
             self.landing_shape = self.shape_after(n, fullest);
             if n < self.batch.buffers() {
@@ -423,8 +426,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.layouts.clear();
         let mut fullest = 0;
         for i in 0..n {
-            let (buf, info) = self.batch.message(i, batch_ns);
-            fullest = fullest.max(datagram_count(buf.len(), info.gro_segment));
+            let (_, info) = self.batch.message(i, batch_ns);
             let layout = self.batch.landed(i, plan, info.gro_segment);
             match layout {
                 MessageLayout::Aligned { landed, last_payload, .. } => {
@@ -476,6 +478,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                         let uncounted = landed + if tail_count == 1 { 1 } else { 0 };
                         IngestCounters::add(&self.counters.gro_segments, uncounted as u64);
                     }
+                    fullest = fullest.max(landed + tail_count);
                     if tail == 0 {
                         continue;
                     }
@@ -483,7 +486,11 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 }
                 MessageLayout::Gather => self.batch.gathered(i),
             };
-            deliver(&mut self.assembler, &self.counters, &self.allow, None, self.local_addr, buf, info);
+            let held =
+                deliver(&mut self.assembler, &self.counters, &self.allow, None, self.local_addr, buf, info);
+            if matches!(self.layouts[i], MessageLayout::Gather) {
+                fullest = fullest.max(held);
+            }
         }
         fullest
     }
