@@ -25,6 +25,16 @@
 # FRAME_LOG=1 has every case write its frame log (`run --frame-log`, one
 # CSV line per frame with its times) to frames.csv in its directory.
 #
+# RPS_CPUS (say 5; root only) steers loopback's receive processing, the
+# kernel's delivery of each datagram into the receiver's socket, to those
+# cores (receive packet steering on lo) instead of the sender's core, as a
+# NIC's interrupts on a core of their own would; the previous setting is
+# restored at exit. The kernel timestamp is taken before the steering, so
+# last_rx_to_seen includes it. CPU_STATS=1 saves /proc/stat, /proc/softirqs
+# and /proc/interrupts before and after each case (cpu-before.txt,
+# cpu-after.txt in its directory: steal time, interrupts and softirqs per
+# core while it ran).
+#
 # CASES (say 'image-768k-on default-2m-on') runs only the cases named, by
 # their directory names (small-8k, image-768k-off, ..., default-8m-on).
 #
@@ -35,6 +45,24 @@ B=${FRAMELOOP:-target/release/frameloop}
 OUT=${OUT:-/tmp/streaming}
 PORT=5710
 mkdir -p "$OUT"
+
+if [ -n "${RPS_CPUS:-}" ]; then
+  RPS_FILE=/sys/class/net/lo/queues/rx-0/rps_cpus
+  mask=0
+  for c in ${RPS_CPUS//,/ }; do mask=$((mask | (1 << c))); done
+  RPS_BEFORE=$(cat "$RPS_FILE") || exit 1
+  if ! printf '%x' "$mask" > "$RPS_FILE"; then
+    echo "RPS_CPUS=$RPS_CPUS: cannot write $RPS_FILE (receive packet steering needs root and a kernel with RPS)" >&2
+    exit 1
+  fi
+  trap 'echo "$RPS_BEFORE" > "$RPS_FILE"' EXIT
+  trap 'exit 143' INT TERM
+fi
+
+cpu_stats() {
+  [ -n "${CPU_STATS:-}" ] || return 0
+  { cat /proc/stat; echo; cat /proc/softirqs; echo; cat /proc/interrupts; } > "$1" 2>&1
+}
 
 IMAGE_CHAIN='
 [[chain]]
@@ -75,6 +103,7 @@ case_run() {
       printf '%b\n' "$SERVICE_EXTRA"
     fi
   } > "$dir/config.toml"
+  cpu_stats "$dir/cpu-before.txt"
   "$B" run --config "$dir/config.toml" ${FRAME_LOG:+--frame-log "$dir/frames.csv"} > "$dir/run.txt" 2>&1 &
   local pid=$!
   for _ in $(seq 1 200); do grep -q "listening on" "$dir/run.txt" 2>/dev/null && break; sleep 0.05; done
@@ -83,6 +112,7 @@ case_run() {
   sleep 1
   kill -INT $pid
   wait $pid
+  cpu_stats "$dir/cpu-after.txt"
   local line
   line=$(grep -m1 -E "^last_rx_to_seen " "$dir/run.txt")
   # A run that could not start or measured nothing says why in the summary.
