@@ -17,6 +17,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
         frames: vec![("processed".into(), 1000), ("skipped".into(), 4), ("incomplete".into(), 2)],
         drops: vec![("ring_full".into(), 9), ("bad_magic".into(), 1), ("we\"ird\\name\nx".into(), 5)],
         ring_overruns: 3,
+        receiver_busy_poll_gaps: 11,
         param_generation: 0,
         reloads: Vec::new(),
         latency: vec![
@@ -57,6 +58,7 @@ fn scraped_text_parses_with_the_published_values() {
         ("frameloop_frames_total", "counter"),
         ("frameloop_drops_total", "counter"),
         ("frameloop_ring_overruns_total", "counter"),
+        ("frameloop_receiver_busy_poll_gaps_total", "counter"),
         ("frameloop_latency_seconds", "summary"),
     ] {
         assert_eq!(exp.types.get(family).map(String::as_str), Some(kind), "{family}");
@@ -75,6 +77,7 @@ fn scraped_text_parses_with_the_published_values() {
     // A label value with a quote, a backslash and a line feed survives the trip.
     assert_eq!(exp.value("frameloop_drops_total", &[("reason", "we\"ird\\name\nx")]), Some(5.0));
     assert_eq!(exp.value("frameloop_ring_overruns_total", &[]), Some(3.0));
+    assert_eq!(exp.value("frameloop_receiver_busy_poll_gaps_total", &[]), Some(11.0));
     let p99 =
         exp.value("frameloop_latency_seconds", &[("segment", "end_to_end"), ("quantile", "0.99")]).unwrap();
     assert!((p99 - 20e-6).abs() < 1e-12, "{p99}");

@@ -33,7 +33,14 @@
 # last_rx_to_seen includes it. CPU_STATS=1 saves /proc/stat, /proc/softirqs
 # and /proc/interrupts before and after each case (cpu-before.txt,
 # cpu-after.txt in its directory: steal time, interrupts and softirqs per
-# core while it ran).
+# core while it ran, and each ksoftirqd thread's run time), and each of
+# the appliance's threads' run time, run-queue wait and context switches
+# just before it stops (threads.txt).
+#
+# SOFTIRQ_FIFO (say 50; root only, with SEND_CPUS) runs the ksoftirqd
+# threads of the sender's cores at that SCHED_FIFO priority while the
+# cases run: on loopback, delivery the kernel defers from the sending call
+# to ksoftirqd otherwise waits until the spinning sender leaves the core.
 #
 # CASES (say 'image-768k-on default-2m-on') runs only the cases named, by
 # their directory names (small-8k, image-768k-off, ..., default-8m-on).
@@ -59,9 +66,30 @@ if [ -n "${RPS_CPUS:-}" ]; then
   trap 'exit 143' INT TERM
 fi
 
+if [ -n "${SOFTIRQ_FIFO:-}" ]; then
+  [ -n "${SEND_CPUS:-}" ] || { echo "SOFTIRQ_FIFO needs SEND_CPUS" >&2; exit 1; }
+  SOFTIRQ_PIDS=""
+  for c in ${SEND_CPUS//,/ }; do SOFTIRQ_PIDS="$SOFTIRQ_PIDS $(pgrep -x "ksoftirqd/$c")"; done
+  for p in $SOFTIRQ_PIDS; do chrt -f -p "$SOFTIRQ_FIFO" "$p" || exit 1; done
+  trap 'for p in $SOFTIRQ_PIDS; do chrt -o -p 0 "$p"; done; [ -z "${RPS_FILE:-}" ] || echo "$RPS_BEFORE" > "$RPS_FILE"' EXIT
+  trap 'exit 143' INT TERM
+fi
+
 cpu_stats() {
   [ -n "${CPU_STATS:-}" ] || return 0
-  { cat /proc/stat; echo; cat /proc/softirqs; echo; cat /proc/interrupts; } > "$1" 2>&1
+  {
+    cat /proc/stat; echo; cat /proc/softirqs; echo; cat /proc/interrupts; echo
+    for p in $(pgrep -x 'ksoftirqd/[0-9]+'); do echo "$(cat /proc/$p/comm) $(cat /proc/$p/schedstat)"; done
+  } > "$1" 2>&1
+}
+
+# Each thread of process $1: name, then run ns, run-queue wait ns and time
+# slices (schedstat), then its voluntary and involuntary context switches.
+thread_stats() {
+  [ -n "${CPU_STATS:-}" ] || return 0
+  for t in /proc/$1/task/*; do
+    echo "$(cat $t/comm) $(cat $t/schedstat) $(grep -E '^(non)?voluntary_ctxt_switches' $t/status | awk '{printf "%s ", $2}')"
+  done > "$2" 2>&1
 }
 
 IMAGE_CHAIN='
@@ -110,6 +138,7 @@ case_run() {
   ${SEND_CPUS:+taskset -c "$SEND_CPUS"} "$B" send --to 127.0.0.1:$PORT --rate "$rate" --count "$count" --frame-bytes "$bytes" \
     --packet-bytes 8972 ${LINK_GBPS:+--link-gbps "$LINK_GBPS"} ${SEND_EXTRA:-} > "$dir/send.txt" 2>&1
   sleep 1
+  thread_stats $pid "$dir/threads.txt"
   kill -INT $pid
   wait $pid
   cpu_stats "$dir/cpu-after.txt"

@@ -459,6 +459,7 @@ impl Appliance {
                 .filter_map(|(name, _)| ingest.get(name).map(|v| (name.to_string(), v)))
                 .collect(),
             ring_overruns: ingest.ring_full,
+            receiver_busy_poll_gaps: ingest.busy_poll_gaps,
             param_generation: self.reloader.applied_generation(),
             reloads: self.reloader.counts().labelled(),
             latency: latency

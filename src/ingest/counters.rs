@@ -85,6 +85,12 @@ ingest_counters! {
     placed_by_kernel: Total,
     /// Streams whose frame sequence jumped outside `ingest.restart_window` (a restarted sender).
     stream_restarts: Total,
+    /// Times a busy-polling receiver (`ingest.poll_budget_us`) left its
+    /// socket unread for longer than 50 µs between two turns without
+    /// waiting in epoll: its thread was preempted or stalled, or one turn's
+    /// batch took that long. A datagram that waited in the socket then
+    /// waited at least as long; 0 shows the receiver kept reading.
+    busy_poll_gaps: Total,
     /// Shorter than the native header.
     short_header: DatagramDrop,
     /// Wrong magic: not a frameloop datagram.

@@ -326,9 +326,10 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         }
         let mut last_data = std::time::Instant::now();
         let mut empty = true;
+        let mut turns = BusyPollTurns::new(clock::realtime_ns());
         while !stop.load(Ordering::Acquire) {
-            if empty
-                && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget)
+            let waits = empty && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget);
+            if waits
                 && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -343,6 +344,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             // be waiting in the socket; while it holds datagrams, by the
             // arrival time of the latest one handled.
             let now = clock::realtime_ns();
+            if turns.gap_after(now, waits) && !self.poll_budget.is_zero() {
+                IngestCounters::bump(&self.counters.busy_poll_gaps);
+            }
             self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
         }
         self.assembler.flush(clock::realtime_ns());
@@ -395,6 +399,31 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             }
         }
         Ok(drained)
+    }
+}
+
+/// A receive-loop turn longer than this without a wait in epoll counts in
+/// `busy_poll_gaps`.
+const BUSY_POLL_GAP_NS: u64 = 50_000;
+
+/// The end time of the receive loop's last turn, to find the turns of a
+/// busy-polling receiver that left the socket unread too long.
+struct BusyPollTurns {
+    last_end_ns: u64,
+}
+
+impl BusyPollTurns {
+    fn new(now_ns: u64) -> Self {
+        Self { last_end_ns: now_ns }
+    }
+
+    /// Ends a turn at `now_ns`; whether it was a gap: longer than
+    /// [`BUSY_POLL_GAP_NS`] although it did not wait for readiness (a turn
+    /// that `waited` found the socket empty and slept on purpose).
+    fn gap_after(&mut self, now_ns: u64, waited: bool) -> bool {
+        let took = now_ns.saturating_sub(self.last_end_ns);
+        self.last_end_ns = now_ns;
+        !waited && took > BUSY_POLL_GAP_NS
     }
 }
 
@@ -691,6 +720,17 @@ mod tests {
         let (header, payload, frame) = receive_one_frame(cfg, 3000, 1048);
         assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 3));
         assert_eq!(payload, frame);
+    }
+
+    #[test]
+    fn only_long_turns_that_did_not_wait_are_busy_poll_gaps() {
+        let mut turns = BusyPollTurns::new(1_000_000);
+        assert!(!turns.gap_after(1_000_000 + BUSY_POLL_GAP_NS, false), "exactly the limit is no gap");
+        assert!(turns.gap_after(1_000_000 + 2 * BUSY_POLL_GAP_NS + 1, false));
+        assert!(!turns.gap_after(1_000_000 + 10 * BUSY_POLL_GAP_NS, true), "a wait in epoll is no gap");
+        assert!(!turns.gap_after(1_000_000 + 10 * BUSY_POLL_GAP_NS + 3_000, false));
+        // A clock that stepped back is no gap either.
+        assert!(!turns.gap_after(5, false));
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct MetricsSnapshot {
     pub drops: Vec<(String, u64)>,
     /// Times the ring's writer found it full or lapped the reader.
     pub ring_overruns: u64,
+    /// Times a busy-polling receiver left its socket unread for over 50 µs
+    /// (the ingest counter `busy_poll_gaps`).
+    pub receiver_busy_poll_gaps: u64,
     /// Latency percentiles per segment.
     pub latency: Vec<SegmentLatency>,
     /// With several resident loops (`[[loop]]`): each loop's own snapshot,
@@ -229,6 +232,13 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Times the frame ring's writer found the ring full or lapped the reader.",
     );
     sample(&mut out, "frameloop_ring_overruns_total", &[], snap.ring_overruns);
+    family(
+        &mut out,
+        "frameloop_receiver_busy_poll_gaps_total",
+        "counter",
+        "Times the busy-polling UDP receiver left its socket unread for over 50 us (preempted or stalled).",
+    );
+    sample(&mut out, "frameloop_receiver_busy_poll_gaps_total", &[], snap.receiver_busy_poll_gaps);
     family(
         &mut out,
         "frameloop_param_generation",
@@ -520,6 +530,7 @@ mod tests {
             frames: vec![("processed".into(), 200), ("skipped".into(), 3)],
             drops: vec![("ring_full".into(), 7), ("odd \"reason\"\\\n".into(), 1)],
             ring_overruns: 2,
+            receiver_busy_poll_gaps: 4,
             param_generation: 3,
             reloads: vec![("applied_params".into(), 3), ("refused_restart".into(), 1)],
             latency: vec![SegmentLatency {
@@ -551,6 +562,7 @@ mod tests {
         assert!(text.contains("frameloop_latency_seconds_sum{segment=\"end_to_end\"} 0.002\n"));
         assert!(text.contains("frameloop_latency_seconds_count{segment=\"end_to_end\"} 200\n"));
         assert!(text.contains("frameloop_ring_overruns_total 2\n"));
+        assert!(text.contains("frameloop_receiver_busy_poll_gaps_total 4\n"), "{text}");
         // Every sample line belongs to a family declared before it.
         let mut declared = Vec::new();
         for line in text.lines() {
