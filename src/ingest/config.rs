@@ -25,7 +25,9 @@ pub struct UdpConfig {
     pub busy_poll_us: u32,
     /// After datagrams arrived, keep reading without blocking (spinning on
     /// `recvmmsg`) for this long (µs) before waiting in epoll again; 0 always
-    /// waits. Spinning saves the wake-up per burst at the price of a busy core.
+    /// waits. Spinning saves the wake-up per burst at the price of a busy core;
+    /// the counter `busy_poll_gaps` says how often the core was taken from
+    /// the spinning thread for over 50 µs anyway.
     pub poll_budget_us: u32,
     /// Run the receiving thread under `SCHED_FIFO` at this priority (1-99) so
     /// that other busy threads on the same cores cannot delay it until the
