@@ -327,6 +327,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let mut last_data = std::time::Instant::now();
         let mut empty = true;
         let mut turns = BusyPollTurns::new(clock::realtime_ns());
+        let mut away = false;
         while !stop.load(Ordering::Acquire) {
             let waits = empty && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget);
             if waits
@@ -334,6 +335,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 return Err(IngestError::Poll(e));
+            }
+            if (waits || away) && !self.poll_budget.is_zero() {
+                self.expect_backlog();
             }
             let drained = self.drain()?;
             empty = drained.empty;
@@ -344,7 +348,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             // be waiting in the socket; while it holds datagrams, by the
             // arrival time of the latest one handled.
             let now = clock::realtime_ns();
-            if turns.gap_after(now, waits) && !self.poll_budget.is_zero() {
+            away = turns.gap_after(now, waits);
+            if away && !self.poll_budget.is_zero() {
                 IngestCounters::bump(&self.counters.busy_poll_gaps);
             }
             self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
@@ -428,6 +433,19 @@ impl BusyPollTurns {
 }
 
 impl<A: FrameAssembler> UdpReceiver<A> {
+    /// After a busy-polling thread was away from its socket (its budget ran
+    /// out and it waited in epoll, or its last turn was a gap), any number
+    /// of datagrams may wait: the next one-copy plan covers every receive
+    /// buffer, so that none of them lands in a plain buffer for want of a
+    /// planned place and is copied twice. A plan shaped after an empty read
+    /// covers only a few, which is all a receiver that kept reading finds.
+    /// (A receiver without a poll budget waits before nearly every read;
+    /// planning the whole batch each time would cost it more than the
+    /// copies it saves.)
+    fn expect_backlog(&mut self) {
+        self.landing_shape.buffers = self.batch.buffers();
+    }
+
     /// The plan to make after a receive call that returned `n` buffers, the
     /// fullest holding `fullest` datagrams: twice as many buffers and a
     /// little more. Several buffers show how the kernel cut what waited, and
@@ -720,6 +738,67 @@ mod tests {
         let (header, payload, frame) = receive_one_frame(cfg, 3000, 1048);
         assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 3));
         assert_eq!(payload, frame);
+    }
+
+    #[test]
+    fn a_backlog_after_a_wait_lands_in_place() {
+        // A receiver that found its socket empty plans few landing places;
+        // once a busy-polling one comes back from a wait, a whole frame may
+        // be waiting, and every datagram of it should still land in its slot
+        // in one copy.
+        const SLOT: usize = 192 * 1024;
+        let mem = HostMemory::new(ring_bytes(8, SLOT).unwrap()).unwrap();
+        let ring = FrameRing::new(Box::new(mem), 8, SLOT, OverrunPolicy::Every).unwrap();
+        let mut rd = ring.reader().unwrap();
+        let r = Reassembler::new(Default::default(), ring.writer().unwrap(), Arc::default());
+        let counters = Arc::clone(r.counters());
+        let cfg = UdpConfig { bind: "127.0.0.1:0".into(), gro: false, batch: 16, ..UdpConfig::default() };
+        let mut receiver = UdpReceiver::bind(&cfg, r).unwrap();
+        let to = receiver.local_addr();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let segment = 4500;
+        let (first, frame) = coalesced(170_003, segment);
+        let count = first.chunks(segment).count() as u64;
+        assert!(count > 2 * receiver.batch.buffers() as u64, "the frame outnumbers the receive buffers");
+        let send_frame = |buf: &[u8], seq: u64| {
+            for d in buf.chunks(segment) {
+                let mut d = d.to_vec();
+                let (mut h, payload) = native::parse(&d).unwrap();
+                h.frame_seq = seq;
+                d = native::encode(&h, payload);
+                tx.send_to(&d, to).unwrap();
+            }
+        };
+        let drain_until = |receiver: &mut UdpReceiver, complete: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while counters.snapshot().frames_complete < complete && std::time::Instant::now() < deadline {
+                receiver.drain().unwrap();
+            }
+            assert_eq!(counters.snapshot().frames_complete, complete);
+        };
+        send_frame(&first, 0);
+        drain_until(&mut receiver, 1);
+        // The socket is empty now: the next plan is a short one.
+        assert_eq!(receiver.drain().unwrap().buffers, 0);
+        assert!(receiver.landing_shape.buffers < receiver.batch.buffers());
+        let placed = counters.snapshot().placed_by_kernel;
+        send_frame(&first, 1);
+        receiver.expect_backlog();
+        drain_until(&mut receiver, 2);
+        let s = counters.snapshot();
+        assert_eq!(
+            s.placed_by_kernel - placed,
+            count,
+            "every datagram of the second frame placed by the kernel"
+        );
+        assert_eq!((s.datagrams, s.packets_accepted), (2 * count, 2 * count));
+        for seq in 0..2 {
+            let slot = rd.claim().expect("both frames were published");
+            assert_eq!((slot.header.frame_seq, slot.header.flags), (seq, SLOT_COMPLETE));
+            assert_eq!(slot.payload, &frame[..]);
+            let claimed = slot.seq;
+            rd.finish(claimed);
+        }
     }
 
     #[test]
