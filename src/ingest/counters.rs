@@ -87,9 +87,10 @@ ingest_counters! {
     stream_restarts: Total,
     /// Times a busy-polling receiver (`ingest.poll_budget_us`) left its
     /// socket unread for longer than 50 µs between two turns without
-    /// waiting in epoll: its thread was preempted or stalled, or one turn's
-    /// batch took that long. A datagram that waited in the socket then
-    /// waited at least as long; 0 shows the receiver kept reading.
+    /// waiting in epoll: its thread was preempted or stalled, or its own
+    /// work in one turn (a long batch, publishing stale frames) took that
+    /// long. A datagram that waited in the socket then waited at least as
+    /// long; 0 shows the receiver kept reading.
     busy_poll_gaps: Total,
     /// Shorter than the native header.
     short_header: DatagramDrop,
