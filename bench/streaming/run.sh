@@ -53,6 +53,11 @@ OUT=${OUT:-/tmp/streaming}
 PORT=5710
 mkdir -p "$OUT"
 
+# What the settings below changed on the host, undone at exit (one command each).
+RESTORE=()
+trap 'for c in "${RESTORE[@]}"; do eval "$c"; done' EXIT
+trap 'exit 143' INT TERM
+
 if [ -n "${RPS_CPUS:-}" ]; then
   RPS_FILE=/sys/class/net/lo/queues/rx-0/rps_cpus
   mask=0
@@ -62,17 +67,17 @@ if [ -n "${RPS_CPUS:-}" ]; then
     echo "RPS_CPUS=$RPS_CPUS: cannot write $RPS_FILE (receive packet steering needs root and a kernel with RPS)" >&2
     exit 1
   fi
-  trap 'echo "$RPS_BEFORE" > "$RPS_FILE"' EXIT
-  trap 'exit 143' INT TERM
+  RESTORE+=("echo $RPS_BEFORE > $RPS_FILE")
 fi
 
 if [ -n "${SOFTIRQ_FIFO:-}" ]; then
   [ -n "${SEND_CPUS:-}" ] || { echo "SOFTIRQ_FIFO needs SEND_CPUS" >&2; exit 1; }
-  SOFTIRQ_PIDS=""
-  for c in ${SEND_CPUS//,/ }; do SOFTIRQ_PIDS="$SOFTIRQ_PIDS $(pgrep -x "ksoftirqd/$c")"; done
-  for p in $SOFTIRQ_PIDS; do chrt -f -p "$SOFTIRQ_FIFO" "$p" || exit 1; done
-  trap 'for p in $SOFTIRQ_PIDS; do chrt -o -p 0 "$p"; done; [ -z "${RPS_FILE:-}" ] || echo "$RPS_BEFORE" > "$RPS_FILE"' EXIT
-  trap 'exit 143' INT TERM
+  for c in ${SEND_CPUS//,/ }; do
+    for p in $(pgrep -x "ksoftirqd/$c"); do
+      chrt -f -p "$SOFTIRQ_FIFO" "$p" || exit 1
+      RESTORE+=("chrt -o -p 0 $p")
+    done
+  done
 fi
 
 cpu_stats() {

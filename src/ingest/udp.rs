@@ -324,32 +324,33 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 ),
             }
         }
+        let busy_polling = !self.poll_budget.is_zero();
         let mut last_data = std::time::Instant::now();
         let mut empty = true;
         let mut turns = BusyPollTurns::new(clock::realtime_ns());
         let mut away = false;
         while !stop.load(Ordering::Acquire) {
-            let waits = empty && (self.poll_budget.is_zero() || last_data.elapsed() >= self.poll_budget);
+            let waits = empty && (!busy_polling || last_data.elapsed() >= self.poll_budget);
             if waits
                 && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 return Err(IngestError::Poll(e));
             }
-            if (waits || away) && !self.poll_budget.is_zero() {
+            if busy_polling && (waits || away) {
                 self.expect_backlog();
             }
             let drained = self.drain()?;
             empty = drained.empty;
-            if drained.buffers > 0 && !self.poll_budget.is_zero() {
+            if busy_polling && drained.buffers > 0 {
                 last_data = std::time::Instant::now();
             }
             // Frames go stale by the clock only once nothing more of them can
             // be waiting in the socket; while it holds datagrams, by the
             // arrival time of the latest one handled.
             let now = clock::realtime_ns();
-            away = turns.gap_after(now, waits);
-            if away && !self.poll_budget.is_zero() {
+            away = busy_polling && turns.gap_after(now, waits);
+            if away {
                 IngestCounters::bump(&self.counters.busy_poll_gaps);
             }
             self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
@@ -571,6 +572,11 @@ mod tests {
     /// One frame of `len` bytes cut into `segment - HEADER_LEN` payloads,
     /// coalesced the way GRO hands it over: datagrams back to back.
     fn coalesced(len: usize, segment: usize) -> (Vec<u8>, Vec<u8>) {
+        coalesced_frame(len, segment, 0)
+    }
+
+    /// As [`coalesced`], for frame `frame_seq` (the same payload bytes).
+    fn coalesced_frame(len: usize, segment: usize, frame_seq: u64) -> (Vec<u8>, Vec<u8>) {
         let frame: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
         let max_payload = (segment - native::HEADER_LEN) as u32;
         let (count, _, _) = native::packet_span(len as u32, max_payload, 0);
@@ -582,6 +588,7 @@ mod tests {
                 packet_count: count,
                 payload_offset: off,
                 frame_len: len as u32,
+                frame_seq,
                 ..Default::default()
             };
             buf.extend(native::encode(&h, &frame[off as usize..(off + plen) as usize]));
@@ -757,16 +764,13 @@ mod tests {
         let to = receiver.local_addr();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let segment = 4500;
-        let (first, frame) = coalesced(170_003, segment);
+        let (first, frame) = coalesced_frame(170_003, segment, 0);
+        let (second, _) = coalesced_frame(170_003, segment, 1);
         let count = first.chunks(segment).count() as u64;
         assert!(count > 2 * receiver.batch.buffers() as u64, "the frame outnumbers the receive buffers");
-        let send_frame = |buf: &[u8], seq: u64| {
+        let send_frame = |buf: &[u8]| {
             for d in buf.chunks(segment) {
-                let mut d = d.to_vec();
-                let (mut h, payload) = native::parse(&d).unwrap();
-                h.frame_seq = seq;
-                d = native::encode(&h, payload);
-                tx.send_to(&d, to).unwrap();
+                tx.send_to(d, to).unwrap();
             }
         };
         let drain_until = |receiver: &mut UdpReceiver, complete: u64| {
@@ -776,13 +780,13 @@ mod tests {
             }
             assert_eq!(counters.snapshot().frames_complete, complete);
         };
-        send_frame(&first, 0);
+        send_frame(&first);
         drain_until(&mut receiver, 1);
         // The socket is empty now: the next plan is a short one.
         assert_eq!(receiver.drain().unwrap().buffers, 0);
         assert!(receiver.landing_shape.buffers < receiver.batch.buffers());
         let placed = counters.snapshot().placed_by_kernel;
-        send_frame(&first, 1);
+        send_frame(&second);
         receiver.expect_backlog();
         drain_until(&mut receiver, 2);
         let s = counters.snapshot();
