@@ -354,8 +354,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             }
             self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
             waits = empty && (!busy_polling || last_data.elapsed() >= self.poll_budget);
-            if empty {
-                self.warm_landing(if waits { WARM_AHEAD_BYTES } else { WARM_TURN_BYTES });
+            if waits {
+                self.warm_landing();
             }
         }
         self.assembler.flush(clock::realtime_ns());
@@ -450,14 +450,14 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.landing_shape.buffers = self.batch.buffers();
     }
 
-    /// With the socket empty, brings up to `budget` bytes of the slot places
-    /// where the next datagrams will land (one-copy receive) into this
-    /// core's cache, up to [`WARM_AHEAD_BYTES`] ahead.
-    fn warm_landing(&mut self, budget: usize) {
+    /// Before waiting for readiness, brings the slot places where the next
+    /// datagrams will land (one-copy receive) into this core's cache, up to
+    /// [`WARM_AHEAD_BYTES`] ahead.
+    fn warm_landing(&mut self) {
         if let Some(min_payload) = self.one_copy
             && self.tap.is_none()
         {
-            self.assembler.warm_landing(self.landing_shape, min_payload, WARM_AHEAD_BYTES, budget);
+            self.assembler.warm_landing(self.landing_shape, min_payload, WARM_AHEAD_BYTES, WARM_AHEAD_BYTES);
         }
     }
 
@@ -558,19 +558,18 @@ impl<A: FrameAssembler> UdpReceiver<A> {
     }
 }
 
-/// How far ahead of the next datagram a receiver with nothing to read
-/// brings the slot places of one-copy receive into its core's cache: a
-/// GRO buffer's worth. The kernel's copy of a datagram into slot lines not
-/// in the cache waits for each line; into lines already there it took half
-/// as long (8,972-byte datagrams over loopback: 1.7-1.8 µs against
-/// 0.83-0.89, `bench/kernel-copy/`). Loading the lines costs about what it
-/// saves, so it is done only while the socket is empty.
+/// How far ahead of the next datagram a receiver about to wait for
+/// readiness brings the slot places of one-copy receive into its core's
+/// cache: a GRO buffer's worth. The kernel's copy of a datagram into slot
+/// lines not in the cache waits for each line; into lines already there it
+/// took half as long on the 2-core machine (8,972-byte datagrams over
+/// loopback: 1.7-1.8 µs against 0.83-0.89) and a quarter less on an H200
+/// host (2.2-2.6 against 1.6-1.9; `bench/kernel-copy/`). Loading the lines
+/// costs about what it saves, so it is done only with the socket empty;
+/// and only before a wait, where it takes time the thread would spend
+/// asleep: a busy-polling receiver that loaded them between its reads made
+/// 2 MiB frames over loopback later, not sooner (docs/ingest.md).
 const WARM_AHEAD_BYTES: usize = 65536;
-
-/// What a busy-polling receiver loads per empty turn: about a microsecond
-/// of loads from memory, so that a datagram arriving meanwhile waits at
-/// most that long.
-const WARM_TURN_BYTES: usize = 8192;
 
 /// Fewest receive buffers a one-copy plan covers.
 const MIN_GROUPS: usize = 4;
