@@ -87,15 +87,6 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     fn end_landing(&mut self) {
         self.inner.end_landing()
     }
-    fn warm_landing(
-        &mut self,
-        shape: crate::ingest::landing::LandingShape,
-        min_payload: usize,
-        ahead: usize,
-        budget: usize,
-    ) -> usize {
-        self.inner.warm_landing(shape, min_payload, ahead, budget)
-    }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         self.loops.fetch_add(1, Ordering::Relaxed);
         if let Some(stall) = self.stall.as_mut() {

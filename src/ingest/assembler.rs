@@ -56,19 +56,6 @@ pub trait FrameAssembler: Send {
     }
     /// Forgets the last plan.
     fn end_landing(&mut self) {}
-    /// Brings the places of the next datagrams into the cache while the
-    /// receiver has nothing to read ([`Reassembler::warm_landing`]); returns
-    /// the bytes loaded.
-    fn warm_landing(
-        &mut self,
-        shape: LandingShape,
-        min_payload: usize,
-        ahead: usize,
-        budget: usize,
-    ) -> usize {
-        let _ = (shape, min_payload, ahead, budget);
-        0
-    }
     /// The tick of a receiver with datagrams still waiting: frames go stale
     /// by `stale_at` (the arrival time of the latest datagram handled), not
     /// by the clock, so no frame is timed out while packets of it that
@@ -136,15 +123,6 @@ impl FrameAssembler for Reassembler {
     fn end_landing(&mut self) {
         Reassembler::end_landing(self)
     }
-    fn warm_landing(
-        &mut self,
-        shape: LandingShape,
-        min_payload: usize,
-        ahead: usize,
-        budget: usize,
-    ) -> usize {
-        Reassembler::warm_landing(self, shape, min_payload, ahead, budget)
-    }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         Reassembler::on_tick_behind(self, stale_at, now_ns)
     }
@@ -182,15 +160,6 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
     }
     fn end_landing(&mut self) {
         (**self).end_landing()
-    }
-    fn warm_landing(
-        &mut self,
-        shape: LandingShape,
-        min_payload: usize,
-        ahead: usize,
-        budget: usize,
-    ) -> usize {
-        (**self).warm_landing(shape, min_payload, ahead, budget)
     }
     fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
         (**self).on_tick_behind(stale_at, now_ns)

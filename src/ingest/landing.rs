@@ -55,15 +55,6 @@ impl LandingTarget {
     }
 }
 
-/// How far ahead of the kernel's copies the receiver has brought the places
-/// a plan predicts into its core's cache: every target byte of slots before
-/// `ring_seq`, and of slot `ring_seq` before payload offset `end`.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct WarmedTo {
-    pub ring_seq: u64,
-    pub end: usize,
-}
-
 /// What is at a target's place in its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Landed {
@@ -191,41 +182,6 @@ impl LandingPlan {
     /// The spilled payload at `at..at + len`.
     pub fn spilled(&self, at: usize, len: usize) -> &[u8] {
         &self.spill[at..at + len]
-    }
-
-    /// Passes to `warm`, in order, the target bytes that lie within `ahead`
-    /// bytes of the plan's first target and that `mark` does not cover yet,
-    /// at most `budget` bytes in all, and moves `mark` past them. Returns
-    /// how many bytes it passed. (Targets a mark has passed are taken as
-    /// warm: a prediction that goes back in a slot only goes without.)
-    pub fn warm_ahead(
-        &self,
-        ahead: usize,
-        budget: usize,
-        mark: &mut WarmedTo,
-        mut warm: impl FnMut(u64, std::ops::Range<usize>),
-    ) -> usize {
-        let (mut spanned, mut left) = (0usize, budget);
-        for t in &self.targets {
-            if spanned >= ahead || left == 0 {
-                break;
-            }
-            let end = t.offset + t.len.min(ahead - spanned);
-            spanned += t.len;
-            let start = match t.ring_seq.cmp(&mark.ring_seq) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => t.offset.max(mark.end),
-                std::cmp::Ordering::Greater => t.offset,
-            };
-            if start >= end {
-                continue;
-            }
-            let stop = end.min(start + left);
-            warm(t.ring_seq, start..stop);
-            left -= stop - start;
-            *mark = WarmedTo { ring_seq: t.ring_seq, end: stop };
-        }
-        budget - left
     }
 
     /// Targets holding an unhandled payload in slot `ring_seq` that overlaps
@@ -377,29 +333,6 @@ mod tests {
         assert_eq!(found(&p, 3, 0..250), vec![0]);
         assert_eq!(p.landed(2), Landed::Spilled { at: 0, len: 50 });
         assert_eq!(p.spilled(0, 50), &[7; 50][..]);
-    }
-
-    #[test]
-    fn warming_goes_ahead_in_order_within_its_budget_and_never_twice() {
-        // Two targets of 100 bytes in slot 3, one of 300 in slot 4.
-        let first = plan(&[(3, 0, 100), (3, 100, 100), (4, 0, 300)]);
-        let mut mark = WarmedTo::default();
-        let mut warmed = Vec::new();
-        let mut warm = |mark: &mut WarmedTo, ahead, budget| {
-            first.warm_ahead(ahead, budget, mark, |seq, range| warmed.push((seq, range)))
-        };
-        assert_eq!(warm(&mut mark, 1000, 150), 150);
-        assert_eq!(warm(&mut mark, 1000, 150), 150);
-        // Only 350 bytes ahead of the first target are wanted.
-        assert_eq!(warm(&mut mark, 350, 150), 50);
-        assert_eq!(warm(&mut mark, 350, 150), 0, "nothing is warmed twice");
-        assert_eq!(warmed, [(3, 0..100), (3, 100..150), (3, 150..200), (4, 0..100), (4, 100..150)]);
-        assert_eq!(mark, WarmedTo { ring_seq: 4, end: 150 });
-        // The next plan starts further on: what the mark covers is skipped.
-        let next = plan(&[(4, 100, 100), (4, 200, 100), (5, 0, 50)]);
-        let mut more = Vec::new();
-        assert_eq!(next.warm_ahead(1000, 1000, &mut mark, |seq, range| more.push((seq, range))), 200);
-        assert_eq!(more, [(4, 150..200), (4, 200..300), (5, 0..50)]);
     }
 
     #[test]

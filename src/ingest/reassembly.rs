@@ -63,11 +63,11 @@
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
 use super::counters::{IngestCounters, PendingCounts};
-use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingShape, LandingTarget, WarmedTo};
+use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingShape, LandingTarget};
 use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
-use crate::ring::prefetch::{prefetch_for_write, touch_for_write};
+use crate::ring::prefetch::prefetch_for_write;
 use crate::wire::native::{self, NativeHeader};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -347,8 +347,6 @@ pub struct Reassembler {
     cursor: Option<Cursor>,
     /// The current batch's one-copy receive targets.
     landing: LandingPlan,
-    /// How far the places of coming datagrams are already in the cache.
-    warmed: WarmedTo,
 }
 
 impl Reassembler {
@@ -375,7 +373,6 @@ impl Reassembler {
             max_spares: MAX_SPARE_SLOTS.min(writer_slots / 4),
             cursor: None,
             landing: LandingPlan::default(),
-            warmed: WarmedTo::default(),
         }
     }
 
@@ -573,29 +570,6 @@ impl Reassembler {
     /// Forgets the current landing plan (every landed datagram was handled).
     pub fn end_landing(&mut self) {
         self.landing.clear();
-    }
-
-    /// Brings into this core's cache up to `budget` bytes of the slot places
-    /// where the next datagrams are expected (a plan of `shape`, as
-    /// [`Reassembler::plan_landing`] makes it), within `ahead` bytes of the
-    /// next one and not brought in before, so that the kernel's copy of
-    /// those datagrams into them does not wait for memory. For a receiver
-    /// that found its socket empty: it costs what it saves, unless done
-    /// while there is nothing to receive. Returns the bytes loaded.
-    pub fn warm_landing(
-        &mut self,
-        shape: LandingShape,
-        min_payload: usize,
-        ahead: usize,
-        budget: usize,
-    ) -> usize {
-        self.plan_landing(shape, min_payload);
-        let writer = &mut self.writer;
-        let loaded = self.landing.warm_ahead(ahead, budget, &mut self.warmed, |ring_seq, range| {
-            touch_for_write(writer.payload_mut(ring_seq), range)
-        });
-        self.end_landing();
-        loaded
     }
 
     /// Moves every unhandled landed payload in bytes `range` of slot
@@ -1058,36 +1032,6 @@ mod tests {
         assert_eq!((s.datagrams, s.packets_accepted, s.placed_by_kernel, s.bad_magic), (12, 11, 10, 1));
         assert_eq!((s.frames_complete, s.frames_incomplete), (2, 1));
         assert_eq!(s.datagrams_accounted(), s.datagrams, "every datagram accepted or dropped by kind");
-    }
-
-    #[test]
-    fn warming_loads_the_places_ahead_once_and_writes_nothing() {
-        let (mut r, mut rd) = setup(8, 4096, ReassemblyConfig::default());
-        // A 10-packet frame of 400-byte payloads; the first starts the prediction.
-        let data = frame_bytes(4000, 5);
-        let datagrams = packets(3, 1, &data, 400);
-        r.on_datagram(&datagrams[0], 100);
-        let shape = LandingShape { buffers: 4, datagrams_per_buffer: 1 };
-        // Four targets of 400 bytes ahead, 1,000 of them wanted, 300 a turn.
-        let turns: Vec<usize> = (0..5).map(|_| r.warm_landing(shape, 1, 1000, 300)).collect();
-        assert_eq!(turns, [300, 300, 300, 100, 0], "each byte ahead once, within the budget");
-        // Nothing below the minimum payload is planned, so nothing is warmed.
-        assert_eq!(r.warm_landing(shape, 401, 1000, 300), 0);
-        // Two more datagrams land where planned: the places after the warm
-        // ones come next.
-        land(&mut r, &datagrams[1..3]).iter().for_each(|(k, head)| r.on_landed_at(*k, head, 100, 200));
-        r.end_landing();
-        assert_eq!(
-            r.warm_landing(shape, 1, 1000, 10_000),
-            800,
-            "1,000 ahead of packet 3: the rest of it, packet 4, half of packet 5"
-        );
-        for d in &datagrams[3..] {
-            r.on_datagram(d, 100);
-        }
-        let frames = drain(&mut rd);
-        assert_eq!(frames.len(), 1);
-        assert_eq!(frames[0].1, data, "warming wrote nothing into the slot");
     }
 
     #[test]

@@ -326,10 +326,11 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         }
         let busy_polling = !self.poll_budget.is_zero();
         let mut last_data = std::time::Instant::now();
+        let mut empty = true;
         let mut turns = BusyPollTurns::new(clock::realtime_ns());
         let mut away = false;
-        let mut waits = !busy_polling;
         while !stop.load(Ordering::Acquire) {
+            let waits = empty && (!busy_polling || last_data.elapsed() >= self.poll_budget);
             if waits
                 && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -340,7 +341,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 self.expect_backlog();
             }
             let drained = self.drain()?;
-            let empty = drained.empty;
+            empty = drained.empty;
             if busy_polling && drained.buffers > 0 {
                 last_data = std::time::Instant::now();
             }
@@ -353,10 +354,6 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 IngestCounters::bump(&self.counters.busy_poll_gaps);
             }
             self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
-            waits = empty && (!busy_polling || last_data.elapsed() >= self.poll_budget);
-            if waits {
-                self.warm_landing();
-            }
         }
         self.assembler.flush(clock::realtime_ns());
         Ok(())
@@ -448,17 +445,6 @@ impl<A: FrameAssembler> UdpReceiver<A> {
     /// copies it saves.)
     fn expect_backlog(&mut self) {
         self.landing_shape.buffers = self.batch.buffers();
-    }
-
-    /// Before waiting for readiness, brings the slot places where the next
-    /// datagrams will land (one-copy receive) into this core's cache, up to
-    /// [`WARM_AHEAD_BYTES`] ahead.
-    fn warm_landing(&mut self) {
-        if let Some(min_payload) = self.one_copy
-            && self.tap.is_none()
-        {
-            self.assembler.warm_landing(self.landing_shape, min_payload, WARM_AHEAD_BYTES, WARM_AHEAD_BYTES);
-        }
     }
 
     /// The plan to make after a receive call that returned `n` buffers, the
@@ -557,19 +543,6 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         fullest
     }
 }
-
-/// How far ahead of the next datagram a receiver about to wait for
-/// readiness brings the slot places of one-copy receive into its core's
-/// cache: a GRO buffer's worth. The kernel's copy of a datagram into slot
-/// lines not in the cache waits for each line; into lines already there it
-/// took half as long on the 2-core machine (8,972-byte datagrams over
-/// loopback: 1.7-1.8 µs against 0.83-0.89) and a quarter less on an H200
-/// host (2.2-2.6 against 1.6-1.9; `bench/kernel-copy/`). Loading the lines
-/// costs about what it saves, so it is done only with the socket empty;
-/// and only before a wait, where it takes time the thread would spend
-/// asleep: a busy-polling receiver that loaded them between its reads made
-/// 2 MiB frames over loopback later, not sooner (docs/ingest.md).
-const WARM_AHEAD_BYTES: usize = 65536;
 
 /// Fewest receive buffers a one-copy plan covers.
 const MIN_GROUPS: usize = 4;
