@@ -3,8 +3,8 @@
 //! when the kernel refuses GSO, stop, pacing and counted refusals.
 
 use frameloop::sender::{
-    CATCH_UP_BURST_NS, GsoMode, GsoStatus, Pattern, SendArgs, SendError, SenderStats, build_frame_datagrams,
-    open_socket, run_sender, run_sender_on,
+    CATCH_UP_BURST_NS, GsoMode, GsoStatus, LINK_LAG_TOLERANCE_NS, Pattern, SendArgs, SendError, SenderStats,
+    build_frame_datagrams, open_socket, run_sender, run_sender_on,
 };
 use frameloop::wire::native;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -418,4 +418,35 @@ fn a_link_rate_spreads_each_frame_over_the_time_that_link_takes_to_carry_it() {
         }
         assert_eq!(last_after_start.len(), 4, "{gso:?}: every frame's last datagram arrived");
     }
+}
+
+#[test]
+fn a_link_pace_the_sender_cannot_keep_is_reported() {
+    // 100 datagrams a frame on a 10 Tb/s link: 1.2 ns of link time each, so
+    // by its last datagram a frame is as far behind the link as its sends
+    // took (microseconds), and every frame counts.
+    const DATAGRAMS: u64 = 100;
+    let collector = Collector::start(4 * DATAGRAMS as usize);
+    let a = SendArgs {
+        count: Some(4),
+        rate: 200.0,
+        frame_bytes: DATAGRAMS * (1472 - 48),
+        packet_bytes: 1472,
+        gso: GsoMode::Off,
+        link_gbps: Some(10_000.0),
+        ..args(collector.addr)
+    };
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    no_errors(&stats);
+    check_frames(&collector.finish(), &a, 4);
+    assert_eq!(stats.frames_behind_link, 4, "{stats:?}");
+    assert!(stats.max_link_lag_ns > LINK_LAG_TOLERANCE_NS, "{stats:?}");
+    let warning = stats.link_lag_warning(a.link_gbps).expect("the user is told");
+    assert!(warning.starts_with("4 of 4 frames left slower than --link-gbps 10000"), "{warning}");
+    // Without a link pace there is nothing to fall behind.
+    let collector = Collector::start(4 * DATAGRAMS as usize);
+    let a = SendArgs { link_gbps: None, to: collector.addr.to_string(), ..a };
+    let stats = run_sender(&a, &AtomicBool::new(false), |_| {}).unwrap();
+    collector.finish();
+    assert_eq!((stats.frames_behind_link, stats.max_link_lag_ns), (0, 0));
 }

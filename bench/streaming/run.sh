@@ -151,8 +151,13 @@ case_run() {
   line=$(grep -m1 -E "^last_rx_to_seen " "$dir/run.txt")
   # A run that could not start or measured nothing says why in the summary.
   [ -n "$line" ] || line="no figures: $(grep -m1 -E "^frameloop: |ERROR" "$dir/run.txt" | cut -c1-160)"
-  local frames
+  local frames behind
   frames=$(grep -m2 -E "^  (complete|incomplete) " "$dir/run.txt" | tr -s ' ' | tr '\n' ' ')
+  # A sender that could not keep --link-gbps sent at its own pace: say so beside the figures.
+  behind=$(grep -m1 -E '"frames_behind_link"' "$dir/send.txt" | tr -dc '0-9')
+  if [ "${behind:-0}" -gt 0 ]; then
+    frames="$frames| sender behind the link in $behind frames, up to $(grep -m1 -E '"max_link_lag_ns"' "$dir/send.txt" | tr -dc '0-9') ns"
+  fi
   printf "%-22s %-4s %s | %s\n" "$name" "$stream" "$line" "$frames" >> "$OUT/summary.txt"
 }
 

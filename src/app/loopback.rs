@@ -185,6 +185,9 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
     }
     .map_err(AppError::Sender)?;
     progress.done();
+    if let Some(warning) = stats.link_lag_warning(args.send.link_gbps) {
+        tracing::warn!("{warning}");
+    }
     println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
     Ok(())
 }

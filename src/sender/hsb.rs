@@ -87,12 +87,18 @@ pub fn run_hsb_sender_on(
         let datagrams = hsb::encode_frame(hsb_counter(k), &payload, chunk);
         let Some(woke) = wait_until(schedule.due_ns(k), stop) else { break };
         let mut wire_before = 0;
+        let mut link_lag_ns = 0;
+        let link_ns = link.map_or(0, |l| {
+            l.link_ns(datagrams.iter().map(|d| LinkPace::wire_bytes(d.len() as u64, 1)).sum())
+        });
         for d in &datagrams {
             if let Some(link) = link {
-                if wait_until(link.due_ns(woke, wire_before), stop).is_none() {
+                let due = link.due_ns(woke, wire_before);
+                let Some(sent_at) = wait_until(due, stop) else {
                     stats.errors.abandoned_packets += 1;
                     continue;
-                }
+                };
+                link_lag_ns = link_lag_ns.max(sent_at.saturating_sub(due));
                 wire_before += LinkPace::wire_bytes(d.len() as u64, 1);
             }
             if send_one(&socket, d, stop, &mut stats)? {
@@ -101,6 +107,9 @@ pub fn run_hsb_sender_on(
             }
         }
         stats.frames += 1;
+        if link.is_some() {
+            stats.link_lag(link_lag_ns, link_ns);
+        }
         k += 1;
         if woke >= next_progress {
             next_progress = woke + 500_000_000;

@@ -144,7 +144,10 @@ pub struct SendArgs {
     /// frame's datagrams before it, each counted with 66 bytes of UDP, IP
     /// and Ethernet framing. Paced per message: with GSO, the datagrams of
     /// one message (up to 64 KiB) still leave back to back. The sender spins
-    /// while a frame is on the link.
+    /// while a frame is on the link. A core too slow for that pace sends
+    /// slower and says so: the frames some datagram of which left behind its
+    /// time on the link by more than a tenth of the frame's time there
+    /// (`frames_behind_link`, with `max_link_lag_ns`), and a warning.
     #[arg(long, value_name = "GBPS")]
     pub link_gbps: Option<f64>,
 }
@@ -264,6 +267,47 @@ pub struct SenderStats {
     pub schedule_rebases: u64,
     /// Frames of the schedule those moves left out (the rate was not met by this many).
     pub skipped_frames: u64,
+    /// With `--link-gbps`: frames some datagram of which left behind its
+    /// time on the link by more than a tenth of the frame's time there (and
+    /// more than [`LINK_LAG_TOLERANCE_NS`]). This sender could not keep that
+    /// link's pace there (a core too slow for it, or a long stall), and the
+    /// receiver saw the sender's own pace instead.
+    pub frames_behind_link: u64,
+    /// The most any datagram left behind its time on the link, ns.
+    pub max_link_lag_ns: u64,
+}
+
+/// The least lag behind the link that counts a frame in
+/// [`SenderStats::frames_behind_link`]: past what waiting for a time itself
+/// misses by.
+pub const LINK_LAG_TOLERANCE_NS: u64 = 2_000;
+
+impl SenderStats {
+    /// Counts a frame sent with a link pace: its latest datagram left
+    /// `link_lag_ns` behind its time on the link, which takes `link_ns` to
+    /// carry the whole frame.
+    pub fn link_lag(&mut self, link_lag_ns: u64, link_ns: u64) {
+        self.max_link_lag_ns = self.max_link_lag_ns.max(link_lag_ns);
+        if link_lag_ns > LINK_LAG_TOLERANCE_NS.max(link_ns / 10) {
+            self.frames_behind_link += 1;
+        }
+    }
+
+    /// What to tell the user when the sender could not keep `--link-gbps`
+    /// (`None` when it did, or there was no link pace).
+    pub fn link_lag_warning(&self, link_gbps: Option<f64>) -> Option<String> {
+        let gbps = link_gbps?;
+        (self.frames_behind_link > 0).then(|| {
+            format!(
+                "{} of {} frames left slower than --link-gbps {gbps}: a datagram up to {:.1} µs behind its time \
+                 on the link. This sender could not keep that pace there, so the receiver saw the sender's own \
+                 pace; lower --link-gbps, send with GSO, or give the sender a core of its own",
+                self.frames_behind_link,
+                self.frames,
+                self.max_link_lag_ns as f64 / 1000.0
+            )
+        })
+    }
 }
 
 impl SendArgs {
@@ -441,6 +485,9 @@ impl RunTotals {
         s.packets += sent.packets;
         s.bytes += sent.bytes;
         s.max_schedule_lag_ns = s.max_schedule_lag_ns.max(lag_ns);
+        if sent.link_ns > 0 {
+            s.link_lag(sent.link_lag_ns, sent.link_ns);
+        }
         self.lag_sum_ns += lag_ns as u128;
         self.first_sent_ns.get_or_insert(at_ns);
         self.last_sent_ns = at_ns;
@@ -471,5 +518,32 @@ impl RunTotals {
             s.mean_schedule_lag_ns = (self.lag_sum_ns / s.frames as u128) as u64;
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_count_behind_the_link_only_past_the_tolerance() {
+        let mut stats = SenderStats { frames: 6, ..SenderStats::default() };
+        // Short frames: past 2 µs counts. A 1 ms frame: past a tenth of it.
+        for (lag, link) in
+            [(0, 3_000), (2_000, 3_000), (2_001, 3_000), (100_000, 1_000_000), (100_001, 1_000_000)]
+        {
+            stats.link_lag(lag, link);
+        }
+        assert_eq!((stats.frames_behind_link, stats.max_link_lag_ns), (2, 100_001));
+        let warning = stats.link_lag_warning(Some(25.0)).expect("frames fell behind the link");
+        assert!(
+            warning.contains("2 of 6 frames")
+                && warning.contains("--link-gbps 25")
+                && warning.contains("100.0 µs")
+        );
+        assert_eq!(stats.link_lag_warning(None), None, "no link pace asked for, nothing to say");
+        let kept =
+            SenderStats { frames: 4, max_link_lag_ns: LINK_LAG_TOLERANCE_NS, ..SenderStats::default() };
+        assert_eq!(kept.link_lag_warning(Some(25.0)), None);
     }
 }

@@ -31,6 +31,11 @@ pub struct FrameSent {
     pub packets: u64,
     /// Bytes of those datagrams (UDP payload, native headers included).
     pub bytes: u64,
+    /// With a link pace: how far behind its time on the link the latest of
+    /// the frame's messages left, ns (0: the sender kept the link's pace).
+    pub link_lag_ns: u64,
+    /// With a link pace: the time the link takes to carry the whole frame, ns.
+    pub link_ns: u64,
 }
 
 /// Packets `[first, first + count)` of the frame travel in one message.
@@ -261,6 +266,11 @@ impl Transmitter {
         let mut next = 0usize;
         let mut backoff = BACKOFF_MIN;
         let mut wire_before = pace.map_or(0, |p| p.wire_bytes_before);
+        if let Some(p) = pace {
+            let wire: u64 =
+                self.spans.iter().map(|s| LinkPace::wire_bytes(u64::from(s.bytes), u64::from(s.count))).sum();
+            sent.link_ns = sent.link_ns.max(p.link.link_ns(wire_before + wire));
+        }
         let mut paced_up_to = 0usize;
         while next < self.msgs.len() {
             if let Some(p) = pace {
@@ -269,11 +279,13 @@ impl Transmitter {
                     wire_before += LinkPace::wire_bytes(u64::from(span.bytes), u64::from(span.count));
                 }
                 paced_up_to = next;
-                if wait_until(p.link.due_ns(p.start_ns, wire_before), stop).is_none() {
+                let due = p.link.due_ns(p.start_ns, wire_before);
+                let Some(woke) = wait_until(due, stop) else {
                     errors.abandoned_packets +=
                         self.spans[next..].iter().map(|s| s.count as u64).sum::<u64>();
                     return Ok(Attempt::Done);
-                }
+                };
+                sent.link_lag_ns = sent.link_lag_ns.max(woke.saturating_sub(due));
             }
             let end = if pace.is_some() { next + 1 } else { self.msgs.len().min(next + MAX_BATCH) };
             // SAFETY: each message points to iovecs built above from `frame`,
