@@ -184,6 +184,22 @@ impl LandingPlan {
         &self.spill[at..at + len]
     }
 
+    /// Whether `other` lays receive buffers out as this plan does: the same
+    /// targets, at the same addresses, in the same groups (what landed
+    /// aside).
+    pub fn same_layout(&self, other: &LandingPlan) -> bool {
+        self.targets == other.targets && self.addrs == other.addrs && self.group_ends == other.group_ends
+    }
+
+    /// Takes `other`'s targets, addresses and groups (nothing landed yet).
+    pub fn copy_layout(&mut self, other: &LandingPlan) {
+        self.clear();
+        self.targets.extend_from_slice(&other.targets);
+        self.addrs.extend_from_slice(&other.addrs);
+        self.group_ends.extend_from_slice(&other.group_ends);
+        self.landed.resize(self.targets.len(), Landed::Empty);
+    }
+
     /// Targets holding an unhandled payload in slot `ring_seq` that overlaps
     /// payload bytes `range` of it.
     pub fn pending_in(
@@ -333,6 +349,29 @@ mod tests {
         assert_eq!(found(&p, 3, 0..250), vec![0]);
         assert_eq!(p.landed(2), Landed::Spilled { at: 0, len: 50 });
         assert_eq!(p.spilled(0, 50), &[7; 50][..]);
+    }
+
+    #[test]
+    fn layouts_compare_targets_addresses_and_groups() {
+        let a = plan(&[(3, 0, 100), (3, 100, 100)]);
+        let mut b = LandingPlan::default();
+        assert!(!b.same_layout(&a));
+        b.copy_layout(&a);
+        assert!(b.same_layout(&a) && a.same_layout(&b));
+        assert_eq!((b.groups(), b.target(1), b.landed(1)), (1, a.target(1), Landed::Empty));
+        // Another length, another address, or another grouping is another layout.
+        assert!(!plan(&[(3, 0, 100), (3, 100, 99)]).same_layout(&a));
+        let mut moved = LandingPlan::default();
+        moved.push(LandingTarget { ring_seq: 3, offset: 0, len: 100 }, std::ptr::null_mut());
+        moved.push(LandingTarget { ring_seq: 3, offset: 100, len: 100 }, 8 as *mut u8);
+        moved.end_group();
+        assert!(!moved.same_layout(&a));
+        let mut split = LandingPlan::default();
+        split.push(a.target(0), std::ptr::null_mut());
+        split.end_group();
+        split.push(a.target(1), std::ptr::null_mut());
+        split.end_group();
+        assert!(!split.same_layout(&a));
     }
 
     #[test]
