@@ -325,12 +325,16 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             }
         }
         let busy_polling = !self.poll_budget.is_zero();
-        let mut last_data = std::time::Instant::now();
-        let mut empty = true;
-        let mut turns = BusyPollTurns::new(clock::realtime_ns());
+        let budget_ns = u64::try_from(self.poll_budget.as_nanos()).unwrap_or(u64::MAX);
+        // One clock read a turn serves the poll budget, the gap counter and
+        // the tick (a busy-polling turn that finds the socket empty is short,
+        // and a second read was a noticeable part of it).
+        let mut now = clock::realtime_ns();
+        let mut last_data_ns = now;
+        let mut turns = BusyPollTurns::new(now);
         let mut away = false;
+        let mut waits = !busy_polling;
         while !stop.load(Ordering::Acquire) {
-            let waits = empty && (!busy_polling || last_data.elapsed() >= self.poll_budget);
             if waits
                 && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -341,19 +345,21 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 self.expect_backlog();
             }
             let drained = self.drain()?;
-            empty = drained.empty;
-            if busy_polling && drained.buffers > 0 {
-                last_data = std::time::Instant::now();
+            now = clock::realtime_ns();
+            if drained.buffers > 0 {
+                last_data_ns = now;
             }
-            // Frames go stale by the clock only once nothing more of them can
-            // be waiting in the socket; while it holds datagrams, by the
-            // arrival time of the latest one handled.
-            let now = clock::realtime_ns();
             away = busy_polling && turns.gap_after(now, waits);
             if away {
                 IngestCounters::bump(&self.counters.busy_poll_gaps);
             }
-            self.assembler.on_tick_behind(if empty { now } else { self.latest_rx_ns }, now);
+            // Frames go stale by the clock only once nothing more of them can
+            // be waiting in the socket; while it holds datagrams, by the
+            // arrival time of the latest one handled.
+            self.assembler.on_tick_behind(if drained.empty { now } else { self.latest_rx_ns }, now);
+            // A clock set back restarts the budget instead of stretching it.
+            last_data_ns = last_data_ns.min(now);
+            waits = drained.empty && (!busy_polling || now - last_data_ns >= budget_ns);
         }
         self.assembler.flush(clock::realtime_ns());
         Ok(())
