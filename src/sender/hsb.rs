@@ -88,9 +88,6 @@ pub fn run_hsb_sender_on(
         let Some(woke) = wait_until(schedule.due_ns(k), stop) else { break };
         let mut wire_before = 0;
         let mut link_lag_ns = 0;
-        let link_ns = link.map_or(0, |l| {
-            l.link_ns(datagrams.iter().map(|d| LinkPace::wire_bytes(d.len() as u64, 1)).sum())
-        });
         for d in &datagrams {
             if let Some(link) = link {
                 let due = link.due_ns(woke, wire_before);
@@ -107,8 +104,9 @@ pub fn run_hsb_sender_on(
             }
         }
         stats.frames += 1;
-        if link.is_some() {
-            stats.link_lag(link_lag_ns, link_ns);
+        if let Some(link) = link {
+            // Every datagram's link bytes are in `wire_before` by now.
+            stats.link_lag(link_lag_ns, link.link_ns(wire_before));
         }
         k += 1;
         if woke >= next_progress {

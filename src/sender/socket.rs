@@ -176,7 +176,9 @@ impl Transmitter {
         stop: &AtomicBool,
         errors: &mut SendErrorCounts,
     ) -> Result<FrameSent, SendError> {
-        let mut sent = FrameSent::default();
+        let count = frame.geometry().packet_count();
+        let link_ns = link.map_or(0, |link| link.link_ns(self.wire_before(frame, count)));
+        let mut sent = FrameSent { link_ns, ..FrameSent::default() };
         let mut first = 0;
         loop {
             self.plan(frame, first);
@@ -266,11 +268,6 @@ impl Transmitter {
         let mut next = 0usize;
         let mut backoff = BACKOFF_MIN;
         let mut wire_before = pace.map_or(0, |p| p.wire_bytes_before);
-        if let Some(p) = pace {
-            let wire: u64 =
-                self.spans.iter().map(|s| LinkPace::wire_bytes(u64::from(s.bytes), u64::from(s.count))).sum();
-            sent.link_ns = sent.link_ns.max(p.link.link_ns(wire_before + wire));
-        }
         let mut paced_up_to = 0usize;
         while next < self.msgs.len() {
             if let Some(p) = pace {
