@@ -389,6 +389,14 @@ class Frameloop:
             return toml_lines(a.frameloop_base_ingest_extra)
         return toml_lines(a.frameloop_ingest_extra)
 
+    def ring_extra(self):
+        """Keys added to [ring]: --frameloop-base-ring-extra for the -base tools
+        where given, else --frameloop-ring-extra."""
+        a = self.args
+        if "-base" in self.name and a.frameloop_base_ring_extra is not None:
+            return toml_lines(a.frameloop_base_ring_extra)
+        return toml_lines(a.frameloop_ring_extra)
+
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
         `--frameloop-slots` slots), the chain is the lightest (unpack u8 -> stats), and the
@@ -403,7 +411,8 @@ class Frameloop:
                 ingest_extra +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
-                f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n'
+                f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n' +
+                self.ring_extra() +
                 f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
                 + toml_lines(a.frameloop_loop_extra) +
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + self.config_extra())
@@ -610,6 +619,10 @@ def main():
                    help="keys added to the -base tools' [ingest] instead of --frameloop-ingest-extra (a "
                         "before/after pair of receive settings with one binary, e.g. 'gro = false\\n"
                         "receive_into_slots = \"on\"')")
+    p.add_argument("--frameloop-ring-extra", default="",
+                   help="keys added to frameloop's [ring] table, e.g. 'huge_pages = false'")
+    p.add_argument("--frameloop-base-ring-extra",
+                   help="keys added to the -base tools' [ring] instead of --frameloop-ring-extra")
     p.add_argument("--frameloop-loop-extra", default="",
                    help="keys added to frameloop's [loop] table, one per line (\\n between lines), e.g. 'host_nice = 19'")
     p.add_argument("--frameloop-config-extra", default="",

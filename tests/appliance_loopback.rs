@@ -11,6 +11,7 @@ use appliance_support::{
     threads::nice_of_thread,
 };
 use frameloop::app::Report;
+use frameloop::config::Config;
 use frameloop::metrics::Segment;
 use frameloop::ops::{OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE};
@@ -103,12 +104,18 @@ fn assert_detects_discriminate(chain: &[OpSpec], results: &[ResultRecord]) {
 /// Streams `t` through an appliance running `chain` with policy `every`,
 /// checks every result, and returns the report.
 fn stream_and_check(chain: Vec<OpSpec>, t: Traffic) -> Report {
+    stream_and_check_with(chain, t, |_| {})
+}
+
+/// As [`stream_and_check`], with `adjust` applied to the config last.
+fn stream_and_check_with(chain: Vec<OpSpec>, t: Traffic, adjust: impl FnOnce(&mut Config)) -> Report {
     let _serial = one_at_a_time();
     let mut cfg = host_config(chain.clone());
     cfg.ring.slot_bytes = t.frame_bytes as usize;
     // Room for every frame of the run: however long the loop is descheduled
     // on a loaded machine, no frame finds the ring full.
     cfg.ring.slots = (t.count as usize).next_power_of_two();
+    adjust(&mut cfg);
     let app = Running::start(&cfg);
     let sent = send(app.addr(), t);
     app.wait_results(t.count as usize);
@@ -192,6 +199,46 @@ fn default_chain_results_match_the_reference_on_every_frame() {
         pattern: Pattern::Random,
     };
     stream_and_check(default_chain(), traffic);
+}
+
+/// The kernel's setting for transparent huge pages ("always", "madvise",
+/// "never"), if it has them.
+fn transparent_huge_pages() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    let start = s.find('[')? + 1;
+    Some(s[start..start + s[start..].find(']')?].to_string())
+}
+
+/// `ring.huge_pages` puts the frame ring in huge pages where the kernel gives
+/// them (and not otherwise), the report says so, and frames come through
+/// either way exactly as the reference computes them.
+#[test]
+fn the_frame_ring_is_in_huge_pages_as_configured_and_frames_come_through_either_way() {
+    let traffic = Traffic {
+        frame_bytes: 1_000_000,
+        packet_bytes: 8972,
+        streams: 2,
+        count: 12,
+        rate: 100.0,
+        pattern: Pattern::Random,
+    };
+    let thp = transparent_huge_pages();
+    for huge in [true, false] {
+        let report = stream_and_check_with(default_chain(), traffic, |cfg| cfg.ring.huge_pages = huge);
+        let ring = &report.frame_ring;
+        assert_eq!(ring.kind, "host");
+        assert!(ring.bytes >= 16 * 1_000_000, "{ring:?}");
+        let in_huge = ring.huge_page_bytes.expect("host memory says how it is paged");
+        match (huge, thp.as_deref()) {
+            // Aligned, advised and touched: all of it unless memory is too
+            // fragmented to compact, so most of it.
+            (true, Some("always" | "madvise")) => assert!(in_huge * 2 >= ring.bytes, "{ring:?}"),
+            (_, Some("always")) => {}
+            _ => assert_eq!(in_huge, 0, "{ring:?}"),
+        }
+        let rendered = report.render();
+        assert!(rendered.contains("frame ring: "), "{rendered}");
+    }
 }
 
 #[test]

@@ -131,6 +131,14 @@ fn every_frame_sent_over_udp_is_processed_on_the_gpu() {
         assert!(r.done_ns >= r.detect_ns, "frame {} done before detected", r.frame_seq);
     }
     assert_eq!(report.ingest.ring_full, 0);
+    // The frame ring is host memory registered with the GPU, in huge pages
+    // (ring.huge_pages defaults to true) where the kernel gives them.
+    let ring = &report.frame_ring;
+    assert_eq!(ring.kind, "cuda-registered", "{ring:?}");
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.contains("[always]") || thp.contains("[madvise]") {
+        assert!(ring.huge_page_bytes.unwrap_or(0) * 2 >= ring.bytes, "{ring:?}");
+    }
 }
 
 /// The GPU holds each frame for 1 ms while the sender sends one every

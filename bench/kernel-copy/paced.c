@@ -7,6 +7,7 @@
 //   pf0       as cold, prefetcht0 of the next place's lines while waiting
 //   pretouch  as cold, prefetchw of the next place's lines while waiting
 //   write     as cold, one byte of each line stored while waiting
+//   huge      as cold, the ring backed by 2 MiB transparent huge pages (madvise)
 // usage: paced MODE [Gb/s=10] [datagram bytes=8972] [receiver cpu=0] [sender cpu=1] [port=47123]
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -30,7 +31,10 @@ static void *sender(void*a){pin(scpu);int fd=socket(AF_INET,SOCK_DGRAM,0);struct
  char *b=calloc(1,DG);double gap=DG*8.0/GBPS; uint64_t t0=ns()+200000000ull;
  for(long i=0;i<COUNT+1000;i++){uint64_t due=t0+(uint64_t)(i*gap);while(ns()<due);memcpy(b,&i,8);sendto(fd,b,DG,0,(void*)&d,sizeof d);} return 0;}
 int main(int argc,char**argv){const char*mode=argc>1?argv[1]:"cold"; if(argc>2)GBPS=atof(argv[2]); if(argc>3)DG=atoi(argv[3]); int rcpu=argc>4?atoi(argv[4]):0; scpu=argc>5?atoi(argv[5]):1; if(argc>6)port=atoi(argv[6]);
- pin(rcpu); size_t RING=64ul<<20; char*ring=mmap(0,RING,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS|MAP_POPULATE,-1,0); memset(ring,1,RING);
+ pin(rcpu); size_t RING=64ul<<20; int huge=strcmp(mode,"huge")==0; size_t H=2ul<<20;
+ char*raw=mmap(0,RING+H,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0); char*ring=(char*)(((uintptr_t)raw+H-1)&~(H-1));
+ if(huge&&madvise(ring,RING,MADV_HUGEPAGE)){perror("madvise");return 1;} memset(ring,1,RING);
+ if(huge){FILE*f=fopen("/proc/self/smaps_rollup","r");char l[256];while(f&&fgets(l,sizeof l,f))if(!strncmp(l,"AnonHugePages",13))fputs(l,stderr);if(f)fclose(f);}
  int fd=socket(AF_INET,SOCK_DGRAM,0); int sz=64<<20; setsockopt(fd,SOL_SOCKET,SO_RCVBUF,&sz,sizeof sz);
  struct sockaddr_in a={.sin_family=AF_INET,.sin_port=htons(port)};a.sin_addr.s_addr=htonl(0x7f000001); if(bind(fd,(void*)&a,sizeof a)){perror("bind");return 1;}
  pthread_t th;pthread_create(&th,0,sender,0);

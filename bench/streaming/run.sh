@@ -11,7 +11,8 @@
 #   OUT=/tmp/streaming FRAMELOOP=target/release/frameloop bench/streaming/run.sh
 #
 # LOOP_EXTRA (say 'poll_budget_us = 5') is appended to every case's [loop],
-# INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest]. LINK_GBPS
+# INGEST_EXTRA (say 'poll_budget_us = 2000') to its [ingest], RING_EXTRA
+# (say 'huge_pages = false') to its [ring]. LINK_GBPS
 # (say 25) has the sender put each frame on the wire at that link's pace
 # (`frameloop send --link-gbps`) instead of in one burst. SEND_EXTRA (say
 # '--gso off': every datagram paced on its own, as a sensor sends them,
@@ -128,6 +129,7 @@ case_run() {
     echo '[ring]'
     echo 'slots = 16'
     echo "slot_bytes = $bytes"
+    echo "${RING_EXTRA:-}"
     echo '[loop]'
     echo "stream_to_gpu = \"$stream\""
     echo "${LOOP_EXTRA:-}"

@@ -9,7 +9,7 @@
 use super::AppError;
 use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend_on};
 use super::receivers::start_ingest;
-use super::report::{RecordingReport, Report};
+use super::report::{RecordingReport, Report, RingMemoryReport};
 use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
 use crate::fragment::GpuResidentOperator;
@@ -225,6 +225,7 @@ impl Appliance {
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
             open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
+        log_ring_pages(cfg.ring.huge_pages, frame_ring.memory());
         if !opts.defer_launch {
             resident.launch().map_err(AppError::Launch)?;
         }
@@ -354,6 +355,11 @@ impl Appliance {
     /// Ingest counters (live).
     pub fn ingest(&self) -> IngestSnapshot {
         self.counters.snapshot()
+    }
+
+    /// The frame ring's memory: kind, size and how much is in huge pages.
+    pub fn frame_ring_memory(&self) -> RingMemoryReport {
+        RingMemoryReport::of(self.frame_ring.memory())
     }
 
     /// Resident loop counters (live).
@@ -702,6 +708,7 @@ impl Appliance {
             gro: self.gro_active,
             loop_stats,
             ingest: self.counters.snapshot(),
+            frame_ring: RingMemoryReport::of(self.frame_ring.memory()),
             clock_offset_ns,
             clock_error_ns,
             rtp,
@@ -713,5 +720,19 @@ impl Appliance {
             hung,
             shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),
         })
+    }
+}
+
+/// Says how much of the frame ring the kernel put in huge pages, and warns
+/// when `ring.huge_pages` asked for them and got none.
+fn log_ring_pages(requested: bool, memory: &dyn crate::ring::RingMemory) {
+    let report = RingMemoryReport::of(memory);
+    let Some(huge) = report.huge_page_bytes else { return };
+    tracing::info!(huge_page_bytes = huge, ring_bytes = report.bytes, "frame ring: {}", report.describe());
+    if requested && huge == 0 {
+        tracing::warn!(
+            "ring.huge_pages = true but the kernel backed none of the frame ring with huge pages; enable \
+             them (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled) or set ring.huge_pages = false"
+        );
     }
 }

@@ -132,12 +132,13 @@ pub(super) fn open_backend(
         }
         _ => {
             debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
-            let host = |len| -> Result<Box<dyn RingMemory>, AppError> {
+            let host = |len, huge| -> Result<Box<dyn RingMemory>, AppError> {
                 Ok(Box::new(
-                    HostMemory::new_populated(len).map_err(|source| AppError::RingMemory { len, source })?,
+                    HostMemory::for_ring(len, huge).map_err(|source| AppError::RingMemory { len, source })?,
                 ))
             };
-            let (fr, rr) = make_rings(cfg, host(frame_bytes)?, host(result_bytes)?)?;
+            let (fr, rr) =
+                make_rings(cfg, host(frame_bytes, cfg.ring.huge_pages)?, host(result_bytes, false)?)?;
             let plan = select_ingest(transport, &cfg.rdma, &fr, &rdma::ring_region(&fr))?;
             let mut lp = HostLoop::new(
                 Arc::clone(&fr),
@@ -205,7 +206,10 @@ fn cuda_frame_ring(
         tracing::info!("{note}");
     }
     let mapped_ring = || -> Result<Arc<FrameRing>, AppError> {
-        Ok(FrameRing::new(mapped(rt, frame_bytes)?, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?)
+        let memory = rt
+            .mapped_ring(frame_bytes, cfg.ring.huge_pages)
+            .map_err(|source| AppError::MappedRingMemory { len: frame_bytes, source })?;
+        Ok(FrameRing::new(Box::new(memory), cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy)?)
     };
     if first == RingPlacement::Device {
         match GpuFrameRing::new(&rt.ctx, cfg.ring.slots, cfg.ring.slot_bytes, cfg.ring.policy) {

@@ -100,6 +100,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
             .transpose()?,
         paths_only: args.paths_only,
         stream_part_bytes: args.stream_part_bytes,
+        huge_pages: cfg.ring.huge_pages,
         ..Default::default()
     };
     // The measuring thread publishes frames and spins on results, like the

@@ -17,7 +17,7 @@ pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
 pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
-pub use report::{RecordingReport, Report};
+pub use report::{RecordingReport, Report, RingMemoryReport};
 
 use crate::config::{self, BackendChoice, Config};
 use std::path::PathBuf;

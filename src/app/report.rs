@@ -16,6 +16,8 @@ pub struct Report {
     pub gro: bool,
     pub loop_stats: LoopStats,
     pub ingest: IngestSnapshot,
+    /// Where the frame ring lives and how it is paged.
+    pub frame_ring: RingMemoryReport,
     /// GPU clock to CLOCK_REALTIME offset used for the GPU timestamps, and
     /// the bound on its error (both 0 on the host backend).
     pub clock_offset_ns: i64,
@@ -42,6 +44,37 @@ pub struct Report {
     pub hung: Vec<String>,
     /// The bound the stop ran under (`service.shutdown_timeout_ms`).
     pub shutdown_timeout_ms: u64,
+}
+
+/// The frame ring's memory: what kind, how large, and how much of it the
+/// kernel backs with huge pages (`ring.huge_pages`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RingMemoryReport {
+    /// "host", "cuda-registered", "cuda-device", ...
+    pub kind: &'static str,
+    pub bytes: usize,
+    /// Bytes in huge pages; absent where the host cannot say (GPU memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub huge_page_bytes: Option<usize>,
+}
+
+impl RingMemoryReport {
+    /// Reads the figures of `memory` now.
+    pub fn of(memory: &dyn crate::ring::RingMemory) -> Self {
+        Self { kind: memory.kind(), bytes: memory.len(), huge_page_bytes: memory.huge_page_bytes() }
+    }
+
+    /// "64.0 MiB of host memory, all in huge pages", for the report and log.
+    pub fn describe(&self) -> String {
+        let mib = self.bytes as f64 / f64::from(1 << 20);
+        let pages = match self.huge_page_bytes {
+            None => String::new(),
+            Some(0) => ", in base pages".to_string(),
+            Some(h) if h >= self.bytes => ", all in huge pages".to_string(),
+            Some(h) => format!(", {:.1} MiB of it in huge pages", h as f64 / f64::from(1 << 20)),
+        };
+        format!("{mib:.1} MiB of {} memory{pages}", self.kind)
+    }
 }
 
 /// What a recording of the received datagrams wrote.
@@ -126,9 +159,10 @@ impl Report {
             String::new()
         };
         format!(
-            "backend: {} ({})\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
+            self.frame_ring.describe(),
             self.listen,
             on_off(self.gro),
             self.elapsed_s,

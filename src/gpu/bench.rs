@@ -61,6 +61,9 @@ pub struct CompareOptions {
     /// Bytes the streamed modes' publisher writes between two received
     /// marks ([`publish_streamed`]): one receive batch of the UDP receiver.
     pub stream_part_bytes: usize,
+    /// Put the frame ring in huge pages, as the appliance does with
+    /// `ring.huge_pages` (registered ring pages rather than `cuMemHostAlloc`).
+    pub huge_pages: bool,
 }
 
 impl Default for CompareOptions {
@@ -80,6 +83,7 @@ impl Default for CompareOptions {
             compare_chain: None,
             paths_only: false,
             stream_part_bytes: STREAMED_PART_BYTES,
+            huge_pages: true,
         }
     }
 }
@@ -418,6 +422,29 @@ impl MappedRings {
         let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
         Ok(Self { frames, results })
     }
+
+    /// As [`MappedRings::new`], the frame ring's memory allocated as the
+    /// appliance allocates it: ring pages registered with the GPU, in huge
+    /// pages when `huge_pages`.
+    pub fn like_the_appliance(
+        rt: &GpuRuntime,
+        slots: usize,
+        frame_bytes: usize,
+        results: usize,
+        policy: OverrunPolicy,
+        huge_pages: bool,
+    ) -> Result<Self, GpuError> {
+        let len = ring_bytes(slots, frame_bytes)
+            .ok_or_else(|| GpuError::Setup("the frame ring's size overflows; make it smaller".into()))?;
+        let frames = FrameRing::new(Box::new(rt.mapped_ring(len, huge_pages)?), slots, frame_bytes, policy)
+            .map_err(|e| GpuError::Setup(e.to_string()))?;
+        let rmem = rt
+            .mapped(result_ring_bytes(results).ok_or_else(|| {
+                GpuError::Setup("the result ring's size overflows; make it smaller".into())
+            })?)?;
+        let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
+        Ok(Self { frames, results })
+    }
 }
 
 /// Publishes one frame: payload from the generator, header, head release. Returns the publish time.
@@ -520,7 +547,8 @@ struct ModeSpec {
 }
 
 fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<ModeResult, GpuError> {
-    let rings = MappedRings::new(rt, 64, o.frame_bytes, 8192, OverrunPolicy::Every)?;
+    let rings =
+        MappedRings::like_the_appliance(rt, 64, o.frame_bytes, 8192, OverrunPolicy::Every, o.huge_pages)?;
     rings.frames.take_reader_for_device();
     let chain: &[OpSpec] = match (m.empty, m.compare_chain, &o.compare_chain) {
         (true, _, _) => &[],

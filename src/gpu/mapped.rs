@@ -3,7 +3,7 @@
 //! loop's control block live in it.
 
 use super::{GpuError, check};
-use crate::ring::RingMemory;
+use crate::ring::{RingMemory, RingPages};
 use cudarc::driver::CudaContext;
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -12,9 +12,9 @@ use std::sync::Arc;
 enum Backing {
     /// `cuMemHostAlloc` memory, freed with `cuMemFreeHost`.
     Allocated,
-    /// An existing mapping registered with `cuMemHostRegister`; unregistered
-    /// on drop, after which the mapping itself is dropped.
-    Registered { _mapping: memmap2::MmapMut },
+    /// Ring pages registered with `cuMemHostRegister`; unregistered on drop,
+    /// after which the pages themselves are unmapped.
+    Registered { pages: RingPages },
 }
 
 /// Page-locked host memory with a device address for the same bytes.
@@ -58,26 +58,27 @@ impl MappedMemory {
         Ok(mem)
     }
 
-    /// Maps `len` zeroed bytes with memmap2 and registers them with
-    /// `cuMemHostRegister(DEVICEMAP | PORTABLE)` (for memory that must outlive
-    /// or come from outside CUDA).
-    pub fn register_new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
-        let len = len.max(1).next_multiple_of(4096);
-        let mut map = memmap2::MmapMut::map_anon(len)
+    /// Maps `len` zeroed bytes for a ring ([`RingPages`]: faulted in, in
+    /// 2 MiB huge pages when `huge` and the kernel gives them) and registers
+    /// them with `cuMemHostRegister(DEVICEMAP | PORTABLE)`.
+    pub fn register_ring_pages(ctx: &Arc<CudaContext>, len: usize, huge: bool) -> Result<Self, GpuError> {
+        let pages = RingPages::new(len, huge)
             .map_err(|e| GpuError::Memory { what: "anonymous mapping", why: e.to_string() })?;
+        let (host, len) = (pages.as_ptr(), pages.len());
         ctx.bind_to_thread()?;
-        let host = map.as_mut_ptr();
         let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
         // SAFETY: `host` is a live mapping of `len` bytes that stays alive (owned
         // by the returned value) until it is unregistered in drop.
         check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) }).map_err(
             |e| GpuError::Memory {
                 what: "registered host memory",
-                why: format!("{e}; raise the locked-memory limit"),
+                why: format!(
+                    "{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=) or use a smaller ring"
+                ),
             },
         )?;
         let mut mem =
-            Self { ctx: Arc::clone(ctx), host, dptr: 0, len, backing: Backing::Registered { _mapping: map } };
+            Self { ctx: Arc::clone(ctx), host, dptr: 0, len, backing: Backing::Registered { pages } };
         mem.dptr = device_address(mem.host)?;
         Ok(mem)
     }
@@ -118,6 +119,12 @@ unsafe impl RingMemory for MappedMemory {
             Backing::Registered { .. } => "cuda-registered",
         }
     }
+    fn huge_page_bytes(&self) -> Option<usize> {
+        match &self.backing {
+            Backing::Allocated => None,
+            Backing::Registered { pages } => pages.huge_page_bytes().ok(),
+        }
+    }
 }
 
 impl Drop for MappedMemory {
@@ -129,7 +136,7 @@ impl Drop for MappedMemory {
         let r = match self.backing {
             // SAFETY: allocated by cuMemHostAlloc, freed once.
             Backing::Allocated => unsafe { sys::cuMemFreeHost(self.host.cast()) },
-            // SAFETY: registered in `register_new`; the mapping is dropped after this.
+            // SAFETY: registered in `register_ring_pages`; the pages are unmapped after this.
             Backing::Registered { .. } => unsafe { sys::cuMemHostUnregister(self.host.cast()) },
         };
         if r != sys::CUresult::CUDA_SUCCESS {

@@ -37,6 +37,12 @@ impl GpuRuntime {
         MappedMemory::alloc(&self.ctx, len)
     }
 
+    /// Maps and registers zeroed host memory for a frame ring, in huge pages
+    /// when `huge` (see [`MappedMemory::register_ring_pages`]).
+    pub fn mapped_ring(&self, len: usize, huge: bool) -> Result<MappedMemory, GpuError> {
+        MappedMemory::register_ring_pages(&self.ctx, len, huge)
+    }
+
     /// Re-measures the `%globaltimer` offset (e.g. periodically, against drift).
     pub fn recalibrate_clock(&self) -> Result<ClockCalibration, GpuError> {
         let c = self.probe.lock().unwrap_or_else(|p| p.into_inner()).calibrate(&self.library, 200)?;

@@ -3,7 +3,7 @@
 //! copy interface of memory only a device can address (a GPU-memory ring
 //! that a NIC writes), whose bytes the host reaches by ordered copies.
 
-use memmap2::MmapMut;
+use super::pages::RingPages;
 use thiserror::Error;
 
 /// A zero-initialised, fixed allocation that a ring lives in.
@@ -41,6 +41,11 @@ pub unsafe trait RingMemory: Send + Sync {
     fn is_host_addressable(&self) -> bool {
         self.device_copies().is_none()
     }
+    /// How many of the bytes the kernel backs with huge pages, where that is
+    /// known (`None` for memory whose pages are not the host's to say).
+    fn huge_page_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Host access to device-only ring memory: copies that complete before
@@ -76,35 +81,23 @@ pub fn check_copy_bounds(offset: usize, len: usize, capacity: usize) -> Result<(
 
 /// Anonymous private mapping: page-aligned, zero-filled host memory.
 pub struct HostMemory {
-    /// Invariant: `ptr == map.as_mut_ptr()` and the mapping is never resized.
-    ptr: *mut u8,
-    map: MmapMut,
+    pages: RingPages,
 }
 
-// SAFETY: the mapping is plain memory; concurrent access is governed by the
-// ring protocols built on top, which only hand out disjoint regions.
-unsafe impl Send for HostMemory {}
-// SAFETY: as above.
-unsafe impl Sync for HostMemory {}
-
 impl HostMemory {
-    /// Maps `len` bytes (at least one page) of zeroed memory.
+    /// Maps `len` bytes (at least one page) of zeroed memory in base pages,
+    /// faulted in as they are first touched.
     pub fn new(len: usize) -> std::io::Result<Self> {
-        let mut map = MmapMut::map_anon(len.max(1))?;
-        let ptr = map.as_mut_ptr();
-        debug_assert!((ptr as usize).is_multiple_of(4096));
-        Ok(Self { ptr, map })
+        Ok(Self { pages: RingPages::lazy(len)? })
     }
 
-    /// As [`HostMemory::new`], with every page faulted in at once
-    /// (`MAP_POPULATE`): the receiver's first pass over the ring then takes no
-    /// page faults (on a 16 MiB ring they cost ~60 ms of receiver time at the
-    /// start of traffic, long enough to overflow the socket buffer).
-    pub fn new_populated(len: usize) -> std::io::Result<Self> {
-        let mut map = memmap2::MmapOptions::new().len(len.max(1)).populate().map_anon()?;
-        let ptr = map.as_mut_ptr();
-        debug_assert!((ptr as usize).is_multiple_of(4096));
-        Ok(Self { ptr, map })
+    /// Maps `len` bytes for a ring, every page faulted in at once (on a
+    /// 16 MiB ring the receiver's first pass would otherwise take ~60 ms of
+    /// page faults at the start of traffic, long enough to overflow the
+    /// socket buffer), in 2 MiB huge pages when `huge` and the kernel gives
+    /// them (see [`RingPages`]).
+    pub fn for_ring(len: usize, huge: bool) -> std::io::Result<Self> {
+        Ok(Self { pages: RingPages::new(len, huge)? })
     }
 }
 
@@ -112,13 +105,16 @@ impl HostMemory {
 // never moves; it has no device address.
 unsafe impl RingMemory for HostMemory {
     fn as_ptr(&self) -> *mut u8 {
-        self.ptr
+        self.pages.as_ptr()
     }
     fn len(&self) -> usize {
-        self.map.len()
+        self.pages.len()
     }
     fn kind(&self) -> &'static str {
         "host"
+    }
+    fn huge_page_bytes(&self) -> Option<usize> {
+        self.pages.huge_page_bytes().ok()
     }
 }
 
@@ -224,8 +220,10 @@ mod tests {
     fn populated_host_memory_is_resident_before_any_write() {
         let len = 8 << 20;
         let lazy = HostMemory::new(len).unwrap();
-        let eager = HostMemory::new_populated(len).unwrap();
+        let eager = HostMemory::for_ring(len, false).unwrap();
+        let huge = HostMemory::for_ring(len, true).unwrap();
         assert_eq!(resident_pages(eager.as_ptr(), eager.len()), len / 4096);
+        assert_eq!(resident_pages(huge.as_ptr(), huge.len()), len / 4096);
         assert!(
             resident_pages(lazy.as_ptr(), lazy.len()) < len / 4096,
             "a plain mapping is faulted in lazily"

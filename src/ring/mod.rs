@@ -4,6 +4,7 @@
 pub mod frame_ring;
 pub mod layout;
 pub mod memory;
+pub mod pages;
 pub mod prefetch;
 mod reader_wake;
 pub mod result_ring;
@@ -13,4 +14,5 @@ pub use frame_ring::{
 };
 pub use layout::{ResultRecord, SlotHeader};
 pub use memory::{CopyError, DeviceCopies, HostMemory, RingMemory};
+pub use pages::RingPages;
 pub use result_ring::{ResultReader, ResultRing, ResultWriter};
