@@ -83,6 +83,14 @@ impl MappedMemory {
         Ok(mem)
     }
 
+    /// Keeps registered pages mapped for the rest of the process when they
+    /// could not be unregistered: the device may still address them.
+    fn leak_pages(&mut self) {
+        if let Backing::Registered { pages } = std::mem::replace(&mut self.backing, Backing::Allocated) {
+            std::mem::forget(pages);
+        }
+    }
+
     pub fn host_ptr(&self) -> *mut u8 {
         self.host
     }
@@ -131,6 +139,7 @@ impl Drop for MappedMemory {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_err() {
             tracing::warn!("mapped memory leaked: context could not be bound");
+            self.leak_pages();
             return;
         }
         let r = match self.backing {
@@ -141,6 +150,7 @@ impl Drop for MappedMemory {
         };
         if r != sys::CUresult::CUDA_SUCCESS {
             tracing::warn!("releasing mapped host memory failed: {r:?}");
+            self.leak_pages();
         }
     }
 }
