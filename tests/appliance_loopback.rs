@@ -201,14 +201,6 @@ fn default_chain_results_match_the_reference_on_every_frame() {
     stream_and_check(default_chain(), traffic);
 }
 
-/// The kernel's setting for transparent huge pages ("always", "madvise",
-/// "never"), if it has them.
-fn transparent_huge_pages() -> Option<String> {
-    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
-    let start = s.find('[')? + 1;
-    Some(s[start..start + s[start..].find(']')?].to_string())
-}
-
 /// `ring.huge_pages` puts the frame ring in huge pages where the kernel gives
 /// them (and not otherwise), the report says so, and frames come through
 /// either way exactly as the reference computes them.
@@ -222,7 +214,7 @@ fn the_frame_ring_is_in_huge_pages_as_configured_and_frames_come_through_either_
         rate: 100.0,
         pattern: Pattern::Random,
     };
-    let thp = transparent_huge_pages();
+    let thp = frameloop::ring::pages::transparent_huge_page_mode();
     for huge in [true, false] {
         let report = stream_and_check_with(default_chain(), traffic, |cfg| cfg.ring.huge_pages = huge);
         let ring = &report.frame_ring;

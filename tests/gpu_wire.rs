@@ -135,8 +135,7 @@ fn every_frame_sent_over_udp_is_processed_on_the_gpu() {
     // (ring.huge_pages defaults to true) where the kernel gives them.
     let ring = &report.frame_ring;
     assert_eq!(ring.kind, "cuda-registered", "{ring:?}");
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if thp.contains("[always]") || thp.contains("[madvise]") {
+    if matches!(frameloop::ring::pages::transparent_huge_page_mode().as_deref(), Some("always" | "madvise")) {
         assert!(ring.huge_page_bytes.unwrap_or(0) * 2 >= ring.bytes, "{ring:?}");
     }
 }

@@ -730,9 +730,12 @@ fn log_ring_pages(requested: bool, memory: &dyn crate::ring::RingMemory) {
     let Some(huge) = report.huge_page_bytes else { return };
     tracing::info!(huge_page_bytes = huge, ring_bytes = report.bytes, "frame ring: {}", report.describe());
     if requested && huge == 0 {
+        let mode = crate::ring::pages::transparent_huge_page_mode();
         tracing::warn!(
-            "ring.huge_pages = true but the kernel backed none of the frame ring with huge pages; enable \
-             them (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled) or set ring.huge_pages = false"
+            "ring.huge_pages = true but the kernel backed none of the frame ring with huge pages \
+             (transparent huge pages: {}); enable them (echo madvise > \
+             /sys/kernel/mm/transparent_hugepage/enabled) or set ring.huge_pages = false",
+            mode.as_deref().unwrap_or("not in this kernel")
         );
     }
 }

@@ -104,6 +104,15 @@ impl RingPages {
     }
 }
 
+/// The kernel's setting for transparent huge pages ("always", "madvise" or
+/// "never", the bracketed word of `/sys/kernel/mm/transparent_hugepage/enabled`);
+/// `None` where the kernel has none.
+pub fn transparent_huge_page_mode() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    let start = s.find('[')? + 1;
+    Some(s[start..start + s[start..].find(']')?].to_string())
+}
+
 /// The `AnonHugePages` of the mappings in `/proc/self/smaps` that lie inside
 /// `[start, start + len)` (a ring's mapping is its own, so the whole of it).
 pub fn huge_page_bytes_in(start: usize, len: usize) -> io::Result<usize> {
@@ -137,12 +146,6 @@ fn anon_huge_bytes(smaps: &str, start: usize, end: usize) -> usize {
 mod tests {
     use super::*;
 
-    fn thp_mode() -> Option<String> {
-        let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
-        let start = s.find('[')? + 1;
-        Some(s[start..start + s[start..].find(']')?].to_string())
-    }
-
     #[test]
     fn huge_rings_are_aligned_zeroed_and_backed_where_the_kernel_allows() {
         let pages = RingPages::new(5 << 20, true).unwrap();
@@ -153,7 +156,7 @@ mod tests {
         assert!(bytes.iter().all(|&b| b == 0));
         let huge = pages.huge_page_bytes().unwrap();
         assert!(huge <= pages.len());
-        match thp_mode().as_deref() {
+        match transparent_huge_page_mode().as_deref() {
             // With THP on, an aligned, advised, touched range gets huge pages
             // unless memory is too fragmented to compact; most of it must.
             Some("always" | "madvise") => assert!(huge >= 4 << 20, "{huge} bytes in huge pages"),
@@ -167,7 +170,7 @@ mod tests {
         assert_eq!(pages.len(), 3 << 20);
         assert!((pages.as_ptr() as usize).is_multiple_of(4096));
         assert!(!pages.huge_requested());
-        if thp_mode().as_deref() != Some("always") {
+        if transparent_huge_page_mode().as_deref() != Some("always") {
             assert_eq!(pages.huge_page_bytes().unwrap(), 0);
         }
     }
