@@ -202,6 +202,21 @@ fn validate_accepts_a_good_config() {
     let out = run_to_end(&["validate", "--config", &path]);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("ok") && out.stdout.contains("unpack -> stats"), "{}", out.stdout);
+    // The frame ring's size and the pages it will get on this machine.
+    let expected = frameloop::ring::pages::expected_paging(
+        true,
+        frameloop::ring::pages::transparent_huge_page_mode().as_deref(),
+    );
+    assert!(out.stdout.contains(&format!("frame ring: 0.5 MiB, in {expected}")), "{}", out.stdout);
+    let path = write(dir.path(), "base.toml", "[ring]\nslots = 8\nhuge_pages = false\n");
+    let out = run_to_end(&["validate", "--config", &path]);
+    assert!(out.stdout.contains("in base pages (ring.huge_pages = false)"), "{}", out.stdout);
+}
+
+/// `ring.huge_pages` must be a boolean: anything else names the key.
+#[test]
+fn validate_names_a_huge_pages_key_that_is_not_a_boolean() {
+    assert_validate_names("[ring]\nhuge_pages = \"yes\"\n", &["ring.huge_pages"]);
 }
 
 /// Runs `validate` on `text`; it must fail and name every key in `keys`.

@@ -191,6 +191,14 @@ pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
         cfg.ring.policy,
         cfg.chain.iter().map(|o| o.name()).collect::<Vec<_>>().join(" -> ")
     );
+    if let Some(bytes) = crate::ring::layout::ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes) {
+        let mode = crate::ring::pages::transparent_huge_page_mode();
+        println!(
+            "  frame ring: {:.1} MiB, in {}",
+            bytes as f64 / f64::from(1 << 20),
+            crate::ring::pages::expected_paging(cfg.ring.huge_pages, mode.as_deref())
+        );
+    }
     for spec in &cfg.loops {
         println!("  {}", loops::describe(spec));
     }

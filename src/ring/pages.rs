@@ -113,6 +113,25 @@ pub fn transparent_huge_page_mode() -> Option<String> {
     Some(s[start..start + s[start..].find(']')?].to_string())
 }
 
+/// What pages a ring will get: `requested` is `ring.huge_pages`, `mode` the
+/// kernel's setting ([`transparent_huge_page_mode`]). For `frameloop
+/// validate`, before any memory is mapped; what the kernel then gives is
+/// [`RingPages::huge_page_bytes`] (fragmented memory can leave some of a
+/// ring in base pages even so).
+pub fn expected_paging(requested: bool, mode: Option<&str>) -> String {
+    match (requested, mode) {
+        (false, _) => "base pages (ring.huge_pages = false)".to_string(),
+        (true, Some(m @ ("always" | "madvise"))) => format!("2 MiB huge pages (transparent huge pages: {m})"),
+        (true, Some(m)) => format!(
+            "base pages: transparent huge pages are \"{m}\" on this machine; enable them with \
+             echo madvise > /sys/kernel/mm/transparent_hugepage/enabled, or set ring.huge_pages = false"
+        ),
+        (true, None) => {
+            "base pages: this kernel has no transparent huge pages (set ring.huge_pages = false)".to_string()
+        }
+    }
+}
+
 /// The `AnonHugePages` of the mappings in `/proc/self/smaps` that lie inside
 /// `[start, start + len)` (a ring's mapping is its own, so the whole of it).
 pub fn huge_page_bytes_in(start: usize, len: usize) -> io::Result<usize> {
@@ -173,6 +192,16 @@ mod tests {
         if transparent_huge_page_mode().as_deref() != Some("always") {
             assert_eq!(pages.huge_page_bytes().unwrap(), 0);
         }
+    }
+
+    #[test]
+    fn the_expected_paging_follows_the_setting_and_says_how_to_change_it() {
+        assert!(expected_paging(true, Some("madvise")).starts_with("2 MiB huge pages"));
+        assert!(expected_paging(true, Some("always")).starts_with("2 MiB huge pages"));
+        let never = expected_paging(true, Some("never"));
+        assert!(never.starts_with("base pages") && never.contains("transparent_hugepage/enabled"), "{never}");
+        assert!(expected_paging(true, None).contains("ring.huge_pages = false"));
+        assert!(expected_paging(false, Some("always")).starts_with("base pages"));
     }
 
     #[test]
