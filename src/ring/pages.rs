@@ -15,7 +15,8 @@ use std::io;
 /// The size of a transparent huge page on x86-64 and most arm64 kernels.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// Zeroed, page-aligned anonymous memory with every page faulted in.
+/// Zeroed, page-aligned anonymous memory, every page faulted in at creation
+/// (except [`RingPages::lazy`]'s).
 pub struct RingPages {
     /// Invariant: `map.as_ptr() + offset` is `ptr`, and `offset + len <=
     /// map.len()`; `ptr` is 2 MiB aligned when huge pages were asked for.
@@ -47,7 +48,13 @@ impl RingPages {
             debug_assert!((ptr as usize).is_multiple_of(4096));
             return Ok(Self { ptr, len, offset: 0, huge_requested: false, map });
         }
-        let mut map = MmapOptions::new().len(len + HUGE_PAGE_BYTES).map_anon()?;
+        let padded = len.checked_add(HUGE_PAGE_BYTES).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a ring of {len} bytes overflows the address space"),
+            )
+        })?;
+        let mut map = MmapOptions::new().len(padded).map_anon()?;
         let base = map.as_mut_ptr() as usize;
         let offset = base.next_multiple_of(HUGE_PAGE_BYTES) - base;
         // EINVAL: a kernel built without transparent huge pages; the memory
