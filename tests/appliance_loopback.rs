@@ -17,6 +17,7 @@ use frameloop::ops::{OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE};
 use frameloop::ring::{OverrunPolicy, ResultRecord};
 use frameloop::sender::{GsoMode, Pattern, SendArgs, SenderStats, run_sender};
+use frameloop::service::FrameRingPages;
 use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -119,7 +120,17 @@ fn stream_and_check_with(chain: Vec<OpSpec>, t: Traffic, adjust: impl FnOnce(&mu
     let app = Running::start(&cfg);
     let sent = send(app.addr(), t);
     app.wait_results(t.count as usize);
+    let ring_metrics = app.app.metrics_snapshot().frame_ring_pages;
     let (report, results) = app.stop();
+    // The metrics endpoint shows the frame ring's pages as the report does.
+    let ring = &report.frame_ring;
+    assert_eq!(
+        ring_metrics,
+        Some(FrameRingPages {
+            bytes: ring.bytes as u64,
+            huge_page_bytes: ring.huge_page_bytes.expect("host memory says how it is paged") as u64
+        })
+    );
 
     assert_eq!(results.len() as u64, t.count, "one result per frame sent");
     check_sequences(&results);

@@ -120,6 +120,8 @@ pub struct Appliance {
     /// Where the recording tap reports once the receiver has dropped it.
     recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
     frame_ring: Arc<FrameRing>,
+    /// The frame ring's pages as start-up found them, for the metrics.
+    frame_ring_pages: Option<crate::service::FrameRingPages>,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
     rx_thread: Option<JoinHandle<Result<(), String>>>,
@@ -225,7 +227,7 @@ impl Appliance {
         let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
             open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
-        log_ring_pages(cfg.ring.huge_pages, frame_ring.memory());
+        let frame_ring_pages = log_ring_pages(cfg.ring.huge_pages, frame_ring.memory());
         if !opts.defer_launch {
             resident.launch().map_err(AppError::Launch)?;
         }
@@ -325,6 +327,7 @@ impl Appliance {
             rtp_counters,
             recording,
             frame_ring,
+            frame_ring_pages,
             rx_stop,
             rx_thread,
             rx_poll_loops,
@@ -466,6 +469,7 @@ impl Appliance {
                 .collect(),
             ring_overruns: ingest.ring_full,
             receiver_busy_poll_gaps: ingest.busy_poll_gaps,
+            frame_ring_pages: self.frame_ring_pages,
             param_generation: self.reloader.applied_generation(),
             reloads: self.reloader.counts().labelled(),
             latency: latency
@@ -723,11 +727,15 @@ impl Appliance {
     }
 }
 
-/// Says how much of the frame ring the kernel put in huge pages, and warns
-/// when `ring.huge_pages` asked for them and got none.
-fn log_ring_pages(requested: bool, memory: &dyn crate::ring::RingMemory) {
+/// Says how much of the frame ring the kernel put in huge pages, warns
+/// when `ring.huge_pages` asked for them and got none, and returns the
+/// figures for the metrics (`None` for memory the host cannot see).
+fn log_ring_pages(
+    requested: bool,
+    memory: &dyn crate::ring::RingMemory,
+) -> Option<crate::service::FrameRingPages> {
     let report = RingMemoryReport::of(memory);
-    let Some(huge) = report.huge_page_bytes else { return };
+    let huge = report.huge_page_bytes?;
     tracing::info!(huge_page_bytes = huge, ring_bytes = report.bytes, "frame ring: {}", report.describe());
     if requested && huge == 0 {
         let mode = crate::ring::pages::transparent_huge_page_mode();
@@ -738,4 +746,5 @@ fn log_ring_pages(requested: bool, memory: &dyn crate::ring::RingMemory) {
             mode.as_deref().unwrap_or("not in this kernel")
         );
     }
+    Some(crate::service::FrameRingPages { bytes: report.bytes as u64, huge_page_bytes: huge as u64 })
 }

@@ -37,6 +37,13 @@ pub struct SegmentLatency {
     pub quantiles: Vec<(f64, u64)>,
 }
 
+/// The frame ring's size and how much of it is in huge pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameRingPages {
+    pub bytes: u64,
+    pub huge_page_bytes: u64,
+}
+
 /// Everything the endpoint shows, as plain numbers and labelled series. The
 /// pipeline fills one and publishes it on a [`MetricsBoard`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +67,10 @@ pub struct MetricsSnapshot {
     /// Times a busy-polling receiver left its socket unread for over 50 µs
     /// (the ingest counter `busy_poll_gaps`).
     pub receiver_busy_poll_gaps: u64,
+    /// The frame ring's bytes in host memory and how many of them are in
+    /// huge pages (`ring.huge_pages`); `None` where the host cannot say
+    /// (a ring in GPU memory) or before start-up.
+    pub frame_ring_pages: Option<FrameRingPages>,
     /// Latency percentiles per segment.
     pub latency: Vec<SegmentLatency>,
     /// With several resident loops (`[[loop]]`): each loop's own snapshot,
@@ -239,6 +250,17 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Times the busy-polling UDP receiver left its socket unread for over 50 us (preempted or stalled).",
     );
     sample(&mut out, "frameloop_receiver_busy_poll_gaps_total", &[], snap.receiver_busy_poll_gaps);
+    if let Some(ring) = snap.frame_ring_pages {
+        family(&mut out, "frameloop_frame_ring_bytes", "gauge", "Bytes of the frame ring in host memory.");
+        sample(&mut out, "frameloop_frame_ring_bytes", &[], ring.bytes);
+        family(
+            &mut out,
+            "frameloop_frame_ring_huge_page_bytes",
+            "gauge",
+            "Bytes of the frame ring the kernel backs with huge pages (ring.huge_pages).",
+        );
+        sample(&mut out, "frameloop_frame_ring_huge_page_bytes", &[], ring.huge_page_bytes);
+    }
     family(
         &mut out,
         "frameloop_param_generation",
@@ -531,6 +553,7 @@ mod tests {
             drops: vec![("ring_full".into(), 7), ("odd \"reason\"\\\n".into(), 1)],
             ring_overruns: 2,
             receiver_busy_poll_gaps: 4,
+            frame_ring_pages: Some(FrameRingPages { bytes: 6 << 20, huge_page_bytes: 4 << 20 }),
             param_generation: 3,
             reloads: vec![("applied_params".into(), 3), ("refused_restart".into(), 1)],
             latency: vec![SegmentLatency {
@@ -563,6 +586,10 @@ mod tests {
         assert!(text.contains("frameloop_latency_seconds_count{segment=\"end_to_end\"} 200\n"));
         assert!(text.contains("frameloop_ring_overruns_total 2\n"));
         assert!(text.contains("frameloop_receiver_busy_poll_gaps_total 4\n"), "{text}");
+        assert!(text.contains("frameloop_frame_ring_bytes 6291456\n"), "{text}");
+        assert!(text.contains("frameloop_frame_ring_huge_page_bytes 4194304\n"), "{text}");
+        let without = render(&MetricsSnapshot { frame_ring_pages: None, ..snapshot() });
+        assert!(!without.contains("frameloop_frame_ring"), "no ring, no ring gauges: {without}");
         // Every sample line belongs to a family declared before it.
         let mut declared = Vec::new();
         for line in text.lines() {

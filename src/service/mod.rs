@@ -14,7 +14,7 @@ pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
-pub use metrics_http::{MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use metrics_http::{FrameRingPages, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
 pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;
 pub use watchdog::{ProgressSource, WatchdogPinger, backlog};
