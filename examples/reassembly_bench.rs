@@ -17,8 +17,9 @@
 //! copy into the receive buffer before it, so the modes compare with each
 //! other only within the landed pair.
 //!
-//! `cargo run --release --example reassembly_bench -- [DATAGRAM_BYTES] [SLOTS,SLOTS..] [FRAMES] [MODE]`
-//! (defaults: 1472, 16,256, 20000 frames of 64 KiB, `copy`; five rounds
+//! `cargo run --release --example reassembly_bench -- [DATAGRAM_BYTES] [SLOTS,SLOTS..] [FRAMES] [MODE] [PAGES]`
+//! (defaults: 1472, 16,256, 20000 frames of 64 KiB, `copy`, `huge`: the ring
+//! in huge pages as the appliance allocates it, `base` for 4 KiB pages; five rounds
 //! each, the median and the spread printed, and each ring's median against
 //! the first ring's: with 16 slots of 64 KiB the ring stays in the cache, so
 //! that ratio is what a cold slot costs).
@@ -93,8 +94,9 @@ fn land_frame(reassembler: &mut Reassembler, datagrams: &[Vec<u8>], mode: Mode) 
 }
 
 /// Nanoseconds per datagram over `frames` frames into a ring of `slots` slots.
-fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64, mode: Mode) -> f64 {
-    let mem = HostMemory::new(ring_bytes(slots, FRAME_BYTES).expect("ring size")).expect("ring memory");
+fn round(datagrams: &mut [Vec<u8>], seq_at: usize, slots: usize, frames: u64, mode: Mode, huge: bool) -> f64 {
+    let mem =
+        HostMemory::for_ring(ring_bytes(slots, FRAME_BYTES).expect("ring size"), huge).expect("ring memory");
     let ring = FrameRing::new(Box::new(mem), slots, FRAME_BYTES, OverrunPolicy::Every).expect("ring");
     let mut reader = ring.reader().expect("reader");
     let counters = Arc::new(IngestCounters::default());
@@ -149,19 +151,25 @@ fn main() {
         "landed-each" => Mode::LandedEach,
         other => panic!("MODE {other:?}: use copy, landed or landed-each"),
     };
+    let huge = match args.get(5).map_or("huge", String::as_str) {
+        "huge" => true,
+        "base" => false,
+        other => panic!("PAGES {other:?}: use huge or base"),
+    };
     assert!(datagram_bytes > HEADER_LEN, "DATAGRAM_BYTES must exceed the {HEADER_LEN}-byte header");
     let frame: Vec<u8> = (0..FRAME_BYTES).map(|i| (i * 7 + 3) as u8).collect();
     let mut datagrams = native::encode_frame(1, 1, &frame, (datagram_bytes - HEADER_LEN) as u32, 0);
     let seq_at = frame_seq_offset();
     println!(
-        "{} datagrams of {datagram_bytes} B per 64 KiB frame, {frames} frames, {ROUNDS} rounds",
-        datagrams.len()
+        "{} datagrams of {datagram_bytes} B per 64 KiB frame, {frames} frames, {ROUNDS} rounds, ring in {} pages",
+        datagrams.len(),
+        if huge { "huge" } else { "base" }
     );
     println!("slots  ring MiB  ns/datagram median  min  max  vs first ring");
     let mut first_median = None;
     for &slots in &slot_counts {
         let mut ns: Vec<f64> =
-            (0..ROUNDS).map(|_| round(&mut datagrams, seq_at, slots, frames, mode)).collect();
+            (0..ROUNDS).map(|_| round(&mut datagrams, seq_at, slots, frames, mode, huge)).collect();
         ns.sort_by(f64::total_cmp);
         let median = ns[ROUNDS / 2];
         let baseline = *first_median.get_or_insert(median);
