@@ -406,6 +406,7 @@ pub struct MappedRings {
 }
 
 impl MappedRings {
+    /// Both rings in `cuMemHostAlloc` memory.
     pub fn new(
         rt: &GpuRuntime,
         slots: usize,
@@ -413,14 +414,7 @@ impl MappedRings {
         results: usize,
         policy: OverrunPolicy,
     ) -> Result<Self, GpuError> {
-        let too_large =
-            |what: &str| GpuError::Setup(format!("the {what} ring's size overflows; make it smaller"));
-        let fmem = rt.mapped(ring_bytes(slots, frame_bytes).ok_or_else(|| too_large("frame"))?)?;
-        let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
-            .map_err(|e| GpuError::Setup(e.to_string()))?;
-        let rmem = rt.mapped(result_ring_bytes(results).ok_or_else(|| too_large("result"))?)?;
-        let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
-        Ok(Self { frames, results })
+        Self::with_frame_memory(rt, slots, frame_bytes, results, policy, |len| rt.mapped(len))
     }
 
     /// As [`MappedRings::new`], the frame ring's memory allocated as the
@@ -434,14 +428,25 @@ impl MappedRings {
         policy: OverrunPolicy,
         huge_pages: bool,
     ) -> Result<Self, GpuError> {
-        let len = ring_bytes(slots, frame_bytes)
-            .ok_or_else(|| GpuError::Setup("the frame ring's size overflows; make it smaller".into()))?;
-        let frames = FrameRing::new(Box::new(rt.mapped_ring(len, huge_pages)?), slots, frame_bytes, policy)
+        Self::with_frame_memory(rt, slots, frame_bytes, results, policy, |len| {
+            rt.mapped_ring(len, huge_pages)
+        })
+    }
+
+    fn with_frame_memory(
+        rt: &GpuRuntime,
+        slots: usize,
+        frame_bytes: usize,
+        results: usize,
+        policy: OverrunPolicy,
+        frame_memory: impl FnOnce(usize) -> Result<MappedMemory, GpuError>,
+    ) -> Result<Self, GpuError> {
+        let too_large =
+            |what: &str| GpuError::Setup(format!("the {what} ring's size overflows; make it smaller"));
+        let fmem = frame_memory(ring_bytes(slots, frame_bytes).ok_or_else(|| too_large("frame"))?)?;
+        let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
             .map_err(|e| GpuError::Setup(e.to_string()))?;
-        let rmem = rt
-            .mapped(result_ring_bytes(results).ok_or_else(|| {
-                GpuError::Setup("the result ring's size overflows; make it smaller".into())
-            })?)?;
+        let rmem = rt.mapped(result_ring_bytes(results).ok_or_else(|| too_large("result"))?)?;
         let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
         Ok(Self { frames, results })
     }
