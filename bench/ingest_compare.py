@@ -372,30 +372,26 @@ class Frameloop:
             return self.args.frameloop_slots
         return 32 if self.backend == "cuda" else 256
 
+    def extra(self, what):
+        """TOML lines of --frameloop-base-WHAT-extra for the -base tools where
+        given, else of --frameloop-WHAT-extra."""
+        base = getattr(self.args, f"frameloop_base_{what}_extra")
+        if "-base" in self.name and base is not None:
+            return toml_lines(base)
+        return toml_lines(getattr(self.args, f"frameloop_{what}_extra"))
+
     def config_extra(self):
-        """TOML appended to the config: --frameloop-base-config-extra for the
-        -base tools where given, else --frameloop-config-extra."""
-        a = self.args
-        if "-base" in self.name and a.frameloop_base_config_extra is not None:
-            return toml_lines(a.frameloop_base_config_extra)
-        return toml_lines(a.frameloop_config_extra)
+        """TOML appended to the config."""
+        return self.extra("config")
 
     def ingest_extra(self):
-        """Keys added to [ingest]: --frameloop-base-ingest-extra for the -base
-        tools where given, else --frameloop-ingest-extra (either may set `gro`,
-        which then replaces --frameloop-gro)."""
-        a = self.args
-        if "-base" in self.name and a.frameloop_base_ingest_extra is not None:
-            return toml_lines(a.frameloop_base_ingest_extra)
-        return toml_lines(a.frameloop_ingest_extra)
+        """Keys added to [ingest] (either option may set `gro`, which then
+        replaces --frameloop-gro)."""
+        return self.extra("ingest")
 
     def ring_extra(self):
-        """Keys added to [ring]: --frameloop-base-ring-extra for the -base tools
-        where given, else --frameloop-ring-extra."""
-        a = self.args
-        if "-base" in self.name and a.frameloop_base_ring_extra is not None:
-            return toml_lines(a.frameloop_base_ring_extra)
-        return toml_lines(a.frameloop_ring_extra)
+        """Keys added to [ring]."""
+        return self.extra("ring")
 
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,

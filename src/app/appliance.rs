@@ -739,12 +739,14 @@ fn log_ring_pages(
     tracing::info!(huge_page_bytes = huge, ring_bytes = report.bytes, "frame ring: {}", report.describe());
     if requested && huge == 0 {
         let mode = crate::ring::pages::transparent_huge_page_mode();
-        tracing::warn!(
-            "ring.huge_pages = true but the kernel backed none of the frame ring with huge pages \
-             (transparent huge pages: {}); enable them (echo madvise > \
-             /sys/kernel/mm/transparent_hugepage/enabled) or set ring.huge_pages = false",
-            mode.as_deref().unwrap_or("not in this kernel")
-        );
+        let why = match mode.as_deref() {
+            // Enabled, yet none given: no free 2 MiB page could be compacted.
+            Some("always" | "madvise") => "memory was too fragmented for 2 MiB pages at start-up \
+                 (echo 1 > /proc/sys/vm/compact_memory before starting, or set ring.huge_pages = false)"
+                .to_string(),
+            other => crate::ring::pages::expected_paging(true, other),
+        };
+        tracing::warn!("ring.huge_pages = true but the frame ring got no huge pages: {why}");
     }
     Some(crate::service::FrameRingPages { bytes: report.bytes as u64, huge_page_bytes: huge as u64 })
 }
