@@ -393,11 +393,27 @@ class Frameloop:
         """Keys added to [ring]."""
         return self.extra("ring")
 
+    def loop_extra(self):
+        """Keys added to [loop]."""
+        return self.extra("loop")
+
+    def loop_keys(self):
+        """[loop] settings. The host backend's loop sleeps when no frame waits
+        instead of spinning a core (`poll_budget_us = 0`), since sender,
+        receiver and loop share 2 cores there. The CUDA backend's loop polls
+        on the GPU, which takes no host core, so it keeps the appliance's
+        defaults: with the host backend's sleep it napped 100 µs whenever it
+        found no frame, fell behind 64 KiB frames coming every 15 µs, and
+        held a slot long enough for ingest to find the ring full (counted as
+        loss) from 36 Gb/s on an H200 host."""
+        if self.backend == "cuda":
+            return ""
+        return f'poll_budget_us = 0\ndata_not_ready_sleep_interval_us = {self.args.frameloop_loop_sleep_us}\n'
+
     def config(self, size):
         """Ingest as fast as it goes: the ring never blocks ingest (`latest`,
         `--frameloop-slots` slots), the chain is the lightest (unpack u8 -> stats), and the
-        resident loop sleeps when no frame waits instead of spinning a core
-        (`poll_budget_us = 0`), since sender, receiver and loop share 2 cores."""
+        resident loop set as `loop_keys` says."""
         a = self.args
         ingest_extra = self.ingest_extra()
         text = ((f'backend = "{self.backend}"\n' if self.backend else '') +
@@ -409,8 +425,7 @@ class Frameloop:
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n' +
                 self.ring_extra() +
-                f'[loop]\npoll_budget_us = 0\ndata_not_ready_sleep_interval_us = {a.frameloop_loop_sleep_us}\n'
-                + toml_lines(a.frameloop_loop_extra) +
+                '[loop]\n' + self.loop_keys() + self.loop_extra() +
                 f'[[chain]]\nop = "unpack"\nformat = "u8"\n[[chain]]\nop = "stats"\n' + self.config_extra())
         f = tempfile.NamedTemporaryFile("w", prefix="frameloop-ingest-", suffix=".toml", delete=False)
         f.write(text)
@@ -588,10 +603,14 @@ def main():
                         "default, 1.25): how fast a sender behind its schedule sends what it owes, as a multiple of "
                         "the rate. The default, 1.05, is spead2_send's (its default burst rate ratio), so that a "
                         "sender that woke late loads both receivers alike")
-    p.add_argument("--frameloop-base-catch-up", default="",
-                   help="--catch-up for the --frameloop-base binary's sender (empty: none, for builds without it)")
-    p.add_argument("--frameloop-base-pacing", default="",
-                   help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it)")
+    p.add_argument("--frameloop-base-catch-up",
+                   help="--catch-up for the --frameloop-base binary's sender (empty: none, for builds without it; "
+                        "not given: as --frameloop-catch-up when both are the same binary, else none)")
+    p.add_argument("--frameloop-base-pacing",
+                   help="--pacing for the --frameloop-base binary's sender (empty: none, for builds without it; "
+                        "not given: as --frameloop-pacing when both are the same binary, else none). A sender "
+                        "without it writes a fresh payload into every frame and sent at most 29-32 Gb/s on an "
+                        "H200 host where the other sent 36")
     p.add_argument("--frameloop-base-slots", type=int, default=0,
                    help="ring.slots for the -base tools (0: as --frameloop-slots), so that one binary can be "
                         "compared with itself at two ring sizes")
@@ -605,7 +624,7 @@ def main():
     p.add_argument("--frameloop-slack-s", type=float, default=3.0,
                    help="receiver runs this much longer than the sender (start-up and drain)")
     p.add_argument("--frameloop-loop-sleep-us", type=int, default=100,
-                   help="[loop] data_not_ready_sleep_interval_us: the resident loop's sleep when no frame waits")
+                   help="[loop] data_not_ready_sleep_interval_us of the host backend: its loop's sleep when no frame waits")
     p.add_argument("--frameloop-rt-priority", type=int, default=10,
                    help="ingest.realtime_priority (SCHED_FIFO) of the frameloop-rt tool")
     p.add_argument("--frameloop-ingest-extra", default="",
@@ -621,6 +640,8 @@ def main():
                    help="keys added to the -base tools' [ring] instead of --frameloop-ring-extra")
     p.add_argument("--frameloop-loop-extra", default="",
                    help="keys added to frameloop's [loop] table, one per line (\\n between lines), e.g. 'host_nice = 19'")
+    p.add_argument("--frameloop-base-loop-extra",
+                   help="keys added to the -base tools' [loop] instead of --frameloop-loop-extra")
     p.add_argument("--frameloop-config-extra", default="",
                    help="TOML appended to frameloop's config (\\n between lines), e.g. '[service]\\nreceiver_cpu = 2'")
     p.add_argument("--frameloop-base-config-extra",
@@ -628,6 +649,13 @@ def main():
                         "(a before/after pair of settings with one binary)")
     p.add_argument("--out", help="results file (raw output and command lines)")
     args = p.parse_args()
+    # A before/after pair of settings with one binary gets one sender.
+    same_binary = bool(args.frameloop_base) and all(map(os.path.exists, (args.frameloop, args.frameloop_base))) and \
+        os.path.samefile(args.frameloop, args.frameloop_base)
+    if args.frameloop_base_catch_up is None:
+        args.frameloop_base_catch_up = args.frameloop_catch_up if same_binary else ""
+    if args.frameloop_base_pacing is None:
+        args.frameloop_base_pacing = args.frameloop_pacing if same_binary else ""
     if args.repeats < 1:
         sys.exit(f"--repeats {args.repeats}: give at least 1 trial per offered rate")
 
