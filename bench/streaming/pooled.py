@@ -49,11 +49,19 @@ def pooled(root, case, keep=lambda n: True):
 
 
 def main():
-    rate = float(re.search(r"device memory (\d+) GB/s", open(sys.argv[1]).read()).group(1)) * 1e9
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    m = re.search(r"device memory (\d+) GB/s", open(sys.argv[1]).read())
+    if not m:
+        sys.exit(f"{sys.argv[1]}: no 'device memory N GB/s' line; give the output of "
+                 "`frameloop bench --backend cuda --compare` from the same call")
+    rate = float(m.group(1)) * 1e9
     root = sys.argv[2]
     allow = {c: 1.5 * b / rate * 1e6 for c, b in DEVICE_BYTES.items()}
     rounds = sorted({int(m.group(1)) for p in glob.glob(f"{root}/r*/")
                      for m in [re.search(r"/r(\d+)[^/]*/$", p)] if m})
+    if not glob.glob(f"{root}/r*/{SMALL}/frames.csv"):
+        sys.exit(f"{root}: no r*/{SMALL}/frames.csv; run the rounds with FRAME_LOG=1, each into ROOT/rN")
     print(f"device memory {rate / 1e9:.0f} GB/s; {len(rounds)} rounds; allowance over the 8 KiB figure: "
           + ", ".join(f"{c} +{a:.2f} µs" for c, a in allow.items()))
     for label, keep in (("all rounds", lambda n: True), ("odd rounds", lambda n: n % 2 == 1),
