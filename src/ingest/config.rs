@@ -3,7 +3,6 @@
 //! and its validation naming each key.
 
 use super::allow::parse_cidr;
-use super::reassembly::ReassemblyConfig;
 use super::transport::Transport;
 use crate::config::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
@@ -138,6 +137,56 @@ impl UdpConfig {
     }
 }
 
+/// Reassembly settings (keys of the `[ingest]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReassemblyConfig {
+    /// A frame still incomplete this long after its first packet is published
+    /// flagged incomplete and timed out (ms).
+    pub frame_timeout_ms: u64,
+    /// Frames assembled at once; a new frame beyond this publishes the oldest.
+    pub max_frames_in_flight: usize,
+    /// Largest packet count accepted for one frame (bounds the packet bitmap).
+    pub max_packets_per_frame: u32,
+    /// A new frame's sequence further than this many frames before or after
+    /// its stream's high-water mark is a stream restart (rule 7 of
+    /// [`super::reassembly`]). Packets this many frames late are useless
+    /// anyway (their frame timed out).
+    pub restart_window: u64,
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        Self {
+            frame_timeout_ms: 20,
+            max_frames_in_flight: 4,
+            max_packets_per_frame: 65536,
+            restart_window: 32,
+        }
+    }
+}
+
+impl ReassemblyConfig {
+    /// Records every out-of-range value, naming its `ingest.*` key.
+    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
+        check_range(problems, "ingest.frame_timeout_ms", self.frame_timeout_ms, 1, 60_000);
+        check_range(problems, "ingest.max_frames_in_flight", self.max_frames_in_flight, 1, 64);
+        check_range(problems, "ingest.max_packets_per_frame", self.max_packets_per_frame, 1, 1 << 20);
+        check_range(problems, "ingest.restart_window", self.restart_window, 8, 1 << 40);
+        // A smaller window could take ordinary reordering across the frames in flight for a restart.
+        let floor = 2 * self.max_frames_in_flight as u64;
+        if self.restart_window < floor {
+            problems.push(ConfigProblem::new(
+                "ingest.restart_window",
+                format!(
+                    "{} is below twice ingest.max_frames_in_flight ({floor}); raise ingest.restart_window",
+                    self.restart_window
+                ),
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +230,33 @@ mod tests {
                 "ingest.max_frames_in_flight"
             ]
         );
+    }
+
+    #[test]
+    fn config_validation_names_keys() {
+        let mut problems = Vec::new();
+        ReassemblyConfig::default().validate(&mut problems);
+        assert!(problems.is_empty());
+        let bad = ReassemblyConfig {
+            frame_timeout_ms: 0,
+            max_frames_in_flight: 65,
+            max_packets_per_frame: 0,
+            restart_window: 8,
+        };
+        bad.validate(&mut problems);
+        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "ingest.frame_timeout_ms",
+                "ingest.max_frames_in_flight",
+                "ingest.max_packets_per_frame",
+                "ingest.restart_window"
+            ]
+        );
+        assert!(problems[3].message.contains("max_frames_in_flight"), "{}", problems[3]);
+        assert!(toml::from_str::<ReassemblyConfig>("frame_timeout_ms = 3\nbogus = 1").is_err());
+        let parsed: ReassemblyConfig = toml::from_str("frame_timeout_ms = 3").unwrap();
+        assert_eq!((parsed.frame_timeout_ms, parsed.max_frames_in_flight), (3, 4));
     }
 }

@@ -1,7 +1,8 @@
 //! Ingest: datagrams off the network, reassembled into frame-ring slots, with
 //! every drop counted by reason (wire format and rules: `docs/wire-format.md`).
 //!
-//! - [`config`]: [`UdpConfig`], the `[ingest]` table and its validation.
+//! - [`config`]: [`UdpConfig`] and [`ReassemblyConfig`], the `[ingest]` table
+//!   and its validation.
 //! - [`transport`]: [`Transport`], the `ingest.transport` choice.
 //! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
 //! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
@@ -14,7 +15,8 @@
 //!   slots with big-endian metadata words, no head sequence) and its receiver.
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
 //! - [`reassembly`]: [`Reassembler`], the pure (no I/O, no clock) state
-//!   machine from datagrams to published slots.
+//!   machine from datagrams to published slots; `history`: what it
+//!   remembers of finished frames and of each stream's sequence.
 //! - [`route`]: [`StreamRouter`], one receiver's datagrams split among
 //!   several assemblers by stream id (loops sharing a UDP port).
 //! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, kernel
@@ -26,6 +28,7 @@ pub mod assembler;
 mod batch;
 pub mod config;
 pub mod counters;
+mod history;
 pub mod hsb;
 pub mod landing;
 pub mod reassembly;
@@ -35,9 +38,9 @@ pub mod transport;
 pub mod udp;
 
 pub use assembler::FrameAssembler;
-pub use config::{ReceiveIntoSlots, UdpConfig};
+pub use config::{ReassemblyConfig, ReceiveIntoSlots, UdpConfig};
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
-pub use reassembly::{Reassembler, ReassemblyConfig};
+pub use reassembly::Reassembler;
 pub use route::{Route, StreamRouter};
 pub use tap::DatagramTap;
 pub use transport::Transport;

@@ -62,74 +62,19 @@
 //! `packet_count == ceil(frame_len / stride)` (see
 //! [`native::packet_span`]); any one packet fixes `stride`.
 
+use super::config::ReassemblyConfig;
 use super::counters::{IngestCounters, PendingCounts};
+use super::history::{FrameKey, HighWaterMarks, Outcome, RecentFrames};
 use super::landing::{GROUP_BYTES, Landed, LandingPlan, LandingShape, LandingTarget};
-use crate::config::problem::{ConfigProblem, check_range};
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader, received_mark};
 use crate::ring::prefetch::prefetch_for_write;
 use crate::wire::native::{self, NativeHeader};
-use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-/// How many finished frame keys are remembered to tell `late` packets apart.
-pub const RECENT_FRAMES: usize = 4096;
-/// How many streams have a high-water mark for restart detection; later
-/// streams are reassembled as usual but a restart of theirs is not detected.
-pub const TRACKED_STREAMS: usize = 256;
-
-/// Reassembly settings (keys of the `[ingest]` table).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ReassemblyConfig {
-    /// A frame still incomplete this long after its first packet is published
-    /// flagged incomplete and timed out (ms).
-    pub frame_timeout_ms: u64,
-    /// Frames assembled at once; a new frame beyond this publishes the oldest.
-    pub max_frames_in_flight: usize,
-    /// Largest packet count accepted for one frame (bounds the packet bitmap).
-    pub max_packets_per_frame: u32,
-    /// A new frame's sequence further than this many frames before or after
-    /// its stream's high-water mark is a stream restart (rule 7). Packets
-    /// this many frames late are useless anyway (their frame timed out).
-    pub restart_window: u64,
-}
-
-impl Default for ReassemblyConfig {
-    fn default() -> Self {
-        Self {
-            frame_timeout_ms: 20,
-            max_frames_in_flight: 4,
-            max_packets_per_frame: 65536,
-            restart_window: 32,
-        }
-    }
-}
-
-impl ReassemblyConfig {
-    /// Records every out-of-range value, naming its `ingest.*` key.
-    pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
-        check_range(problems, "ingest.frame_timeout_ms", self.frame_timeout_ms, 1, 60_000);
-        check_range(problems, "ingest.max_frames_in_flight", self.max_frames_in_flight, 1, 64);
-        check_range(problems, "ingest.max_packets_per_frame", self.max_packets_per_frame, 1, 1 << 20);
-        check_range(problems, "ingest.restart_window", self.restart_window, 8, 1 << 40);
-        // A smaller window could take ordinary reordering across the frames in flight for a restart.
-        let floor = 2 * self.max_frames_in_flight as u64;
-        if self.restart_window < floor {
-            problems.push(ConfigProblem::new(
-                "ingest.restart_window",
-                format!(
-                    "{} is below twice ingest.max_frames_in_flight ({floor}); raise ingest.restart_window",
-                    self.restart_window
-                ),
-            ));
-        }
-    }
-}
-
-type FrameKey = (u32, u64);
+pub use super::history::{RECENT_FRAMES, TRACKED_STREAMS};
 
 /// One frame being assembled in a reserved slot.
 struct Frame {
@@ -184,70 +129,6 @@ impl Frame {
             self.prefix += 1;
         }
         self.prefix != before
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Empty,
-    Published,
-    Dropped,
-}
-
-/// Direct-mapped memory of recently finished frames (published or dropped).
-struct RecentFrames {
-    entries: Box<[(FrameKey, Outcome)]>,
-}
-
-impl RecentFrames {
-    fn new() -> Self {
-        Self { entries: vec![((0, 0), Outcome::Empty); RECENT_FRAMES].into_boxed_slice() }
-    }
-    fn index(key: FrameKey) -> usize {
-        // Consecutive sequences of one stream take consecutive entries.
-        let mixed = key.1 ^ (key.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (mixed % RECENT_FRAMES as u64) as usize
-    }
-    fn insert(&mut self, key: FrameKey, outcome: Outcome) {
-        self.entries[Self::index(key)] = (key, outcome);
-    }
-    fn get(&self, key: FrameKey) -> Outcome {
-        match self.entries[Self::index(key)] {
-            (k, outcome) if k == key => outcome,
-            _ => Outcome::Empty,
-        }
-    }
-    /// Forgets every finished frame of `stream_id` (after a restart).
-    fn forget_stream(&mut self, stream_id: u32) {
-        for e in self.entries.iter_mut().filter(|e| e.0.0 == stream_id) {
-            *e = ((0, 0), Outcome::Empty);
-        }
-    }
-}
-
-/// The high-water mark (highest frame sequence that started a frame) of each
-/// tracked stream, in a vector allocated once.
-struct HighWaterMarks {
-    /// `(stream_id, high-water mark)`. Invariant: `len() <= TRACKED_STREAMS`.
-    marks: Vec<(u32, u64)>,
-}
-
-impl HighWaterMarks {
-    fn new() -> Self {
-        Self { marks: Vec::with_capacity(TRACKED_STREAMS) }
-    }
-    fn get(&self, stream_id: u32) -> Option<u64> {
-        self.marks.iter().find(|m| m.0 == stream_id).map(|m| m.1)
-    }
-    /// Sets the stream's mark to `seq` (`raise`: to the larger of the two);
-    /// an untracked stream is tracked while there is room.
-    fn update(&mut self, stream_id: u32, seq: u64, raise: bool) {
-        if let Some(m) = self.marks.iter_mut().find(|m| m.0 == stream_id) {
-            m.1 = if raise { m.1.max(seq) } else { seq };
-        } else if self.marks.len() < TRACKED_STREAMS {
-            self.marks.push((stream_id, seq));
-        }
-        debug_assert!(self.marks.len() <= TRACKED_STREAMS);
     }
 }
 
@@ -1303,34 +1184,6 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].0.flags, out[0].1.len()), (SLOT_COMPLETE, 0));
         assert_eq!((out[1].0.flags, &out[1].1[..]), (SLOT_COMPLETE, &[5u8; 64][..]));
-    }
-
-    #[test]
-    fn config_validation_names_keys() {
-        let mut problems = Vec::new();
-        ReassemblyConfig::default().validate(&mut problems);
-        assert!(problems.is_empty());
-        let bad = ReassemblyConfig {
-            frame_timeout_ms: 0,
-            max_frames_in_flight: 65,
-            max_packets_per_frame: 0,
-            restart_window: 8,
-        };
-        bad.validate(&mut problems);
-        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "ingest.frame_timeout_ms",
-                "ingest.max_frames_in_flight",
-                "ingest.max_packets_per_frame",
-                "ingest.restart_window"
-            ]
-        );
-        assert!(problems[3].message.contains("max_frames_in_flight"), "{}", problems[3]);
-        assert!(toml::from_str::<ReassemblyConfig>("frame_timeout_ms = 3\nbogus = 1").is_err());
-        let parsed: ReassemblyConfig = toml::from_str("frame_timeout_ms = 3").unwrap();
-        assert_eq!((parsed.frame_timeout_ms, parsed.max_frames_in_flight), (3, 4));
     }
 
     /// Sends frames `seqs` of `stream` whole (10 bytes each) at time `t`.
