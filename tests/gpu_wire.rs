@@ -135,7 +135,8 @@ fn every_frame_sent_over_udp_is_processed_on_the_gpu() {
     // (ring.huge_pages defaults to true) where the kernel gives them.
     let ring = &report.frame_ring;
     assert_eq!(ring.kind, "cuda-registered", "{ring:?}");
-    if matches!(frameloop::ring::pages::transparent_huge_page_mode().as_deref(), Some("always" | "madvise")) {
+    let mode = frameloop::ring::pages::transparent_huge_page_mode();
+    if frameloop::ring::pages::huge_pages_enabled(mode.as_deref()) {
         assert!(ring.huge_page_bytes.unwrap_or(0) * 2 >= ring.bytes, "{ring:?}");
     }
 }

@@ -38,13 +38,18 @@ def quantile(sorted_xs, p):
     return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
 
 
-def pooled(root, case, keep=lambda n: True):
-    xs = []
-    for path in glob.glob(f"{root}/r*/{case}/frames.csv"):
-        n = int(re.search(r"/r(\d+)[^/]*/", path).group(1))
-        if keep(n):
-            xs += latencies(path)
-    xs.sort()
+def load(root):
+    """Every frame log under ROOT, read once: {(round, case): latencies}."""
+    logs = {}
+    for path in glob.glob(f"{root}/r*/*/frames.csv"):
+        m = re.search(r"/r(\d+)[^/]*/([^/]+)/frames.csv$", path)
+        logs[(int(m.group(1)), m.group(2))] = latencies(path)
+    return logs
+
+
+def pooled(logs, case, keep=lambda n: True):
+    """(frames, p50, p99.9) of `case` over the rounds `keep` accepts."""
+    xs = sorted(x for (n, c), ls in logs.items() if c == case and keep(n) for x in ls)
     return (len(xs), quantile(xs, 0.5), quantile(xs, 0.999)) if xs else None
 
 
@@ -58,20 +63,20 @@ def main():
     rate = float(m.group(1)) * 1e9
     root = sys.argv[2]
     allow = {c: 1.5 * b / rate * 1e6 for c, b in DEVICE_BYTES.items()}
-    rounds = sorted({int(m.group(1)) for p in glob.glob(f"{root}/r*/")
-                     for m in [re.search(r"/r(\d+)[^/]*/$", p)] if m})
-    if not glob.glob(f"{root}/r*/{SMALL}/frames.csv"):
+    logs = load(root)
+    rounds = sorted({n for n, _ in logs})
+    if not any(case == SMALL for _, case in logs):
         sys.exit(f"{root}: no r*/{SMALL}/frames.csv; run the rounds with FRAME_LOG=1, each into ROOT/rN")
     print(f"device memory {rate / 1e9:.0f} GB/s; {len(rounds)} rounds; allowance over the 8 KiB figure: "
           + ", ".join(f"{c} +{a:.2f} µs" for c, a in allow.items()))
     for label, keep in (("all rounds", lambda n: True), ("odd rounds", lambda n: n % 2 == 1),
                         ("even rounds", lambda n: n % 2 == 0)):
-        small = pooled(root, SMALL, keep)
+        small = pooled(logs, SMALL, keep)
         if not small:
             continue
         print(f"{label}: {SMALL} frames {small[0]} p50 {small[1]:.1f} p99.9 {small[2]:.1f}")
         for case, a in allow.items():
-            got = pooled(root, case, keep)
+            got = pooled(logs, case, keep)
             if not got:
                 continue
             t50, t999 = small[1] + a, small[2] + a

@@ -739,12 +739,13 @@ fn log_ring_pages(
     tracing::info!(huge_page_bytes = huge, ring_bytes = report.bytes, "frame ring: {}", report.describe());
     if requested && huge == 0 {
         let mode = crate::ring::pages::transparent_huge_page_mode();
-        let why = match mode.as_deref() {
+        let why = if crate::ring::pages::huge_pages_enabled(mode.as_deref()) {
             // Enabled, yet none given: no free 2 MiB page could be compacted.
-            Some("always" | "madvise") => "memory was too fragmented for 2 MiB pages at start-up \
-                 (echo 1 > /proc/sys/vm/compact_memory before starting, or set ring.huge_pages = false)"
-                .to_string(),
-            other => crate::ring::pages::expected_paging(true, other),
+            "memory was too fragmented for 2 MiB pages at start-up \
+             (echo 1 > /proc/sys/vm/compact_memory before starting, or set ring.huge_pages = false)"
+                .to_string()
+        } else {
+            crate::ring::pages::expected_paging(true, mode.as_deref())
         };
         tracing::warn!("ring.huge_pages = true but the frame ring got no huge pages: {why}");
     }

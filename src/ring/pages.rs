@@ -120,6 +120,12 @@ pub fn transparent_huge_page_mode() -> Option<String> {
     Some(s[start..start + s[start..].find(']')?].to_string())
 }
 
+/// Whether the kernel's setting ([`transparent_huge_page_mode`]) gives a
+/// ring that asks for them huge pages: "always" or "madvise".
+pub fn huge_pages_enabled(mode: Option<&str>) -> bool {
+    matches!(mode, Some("always" | "madvise"))
+}
+
 /// What pages a ring will get: `requested` is `ring.huge_pages`, `mode` the
 /// kernel's setting ([`transparent_huge_page_mode`]). For `frameloop
 /// validate`, before any memory is mapped; what the kernel then gives is
@@ -128,7 +134,9 @@ pub fn transparent_huge_page_mode() -> Option<String> {
 pub fn expected_paging(requested: bool, mode: Option<&str>) -> String {
     match (requested, mode) {
         (false, _) => "base pages (ring.huge_pages = false)".to_string(),
-        (true, Some(m @ ("always" | "madvise"))) => format!("2 MiB huge pages (transparent huge pages: {m})"),
+        (true, Some(m)) if huge_pages_enabled(mode) => {
+            format!("2 MiB huge pages (transparent huge pages: {m})")
+        }
         (true, Some(m)) => format!(
             "base pages: transparent huge pages are \"{m}\" on this machine; enable them with \
              echo madvise > /sys/kernel/mm/transparent_hugepage/enabled, or set ring.huge_pages = false"
@@ -182,11 +190,12 @@ mod tests {
         assert!(bytes.iter().all(|&b| b == 0));
         let huge = pages.huge_page_bytes().unwrap();
         assert!(huge <= pages.len());
-        match transparent_huge_page_mode().as_deref() {
+        if huge_pages_enabled(transparent_huge_page_mode().as_deref()) {
             // With THP on, an aligned, advised, touched range gets huge pages
             // unless memory is too fragmented to compact; most of it must.
-            Some("always" | "madvise") => assert!(huge >= 4 << 20, "{huge} bytes in huge pages"),
-            _ => assert_eq!(huge, 0),
+            assert!(huge >= 4 << 20, "{huge} bytes in huge pages");
+        } else {
+            assert_eq!(huge, 0);
         }
     }
 
@@ -203,6 +212,8 @@ mod tests {
 
     #[test]
     fn the_expected_paging_follows_the_setting_and_says_how_to_change_it() {
+        assert!(huge_pages_enabled(Some("always")) && huge_pages_enabled(Some("madvise")));
+        assert!(!huge_pages_enabled(Some("never")) && !huge_pages_enabled(None));
         assert!(expected_paging(true, Some("madvise")).starts_with("2 MiB huge pages"));
         assert!(expected_paging(true, Some("always")).starts_with("2 MiB huge pages"));
         let never = expected_paging(true, Some("never"));
