@@ -17,6 +17,10 @@ Tools:
   frameloop-rt  the same with ingest.realtime_priority set: the receiving
                 thread runs under SCHED_FIFO, so the resident loop, the
                 result thread and the sender cannot delay it (needs root)
+  frameloop-split  the same with ingest.assembly_thread = true: one thread
+                reads the socket, a second assembles frames (place it with
+                `assembly_cpu = N` in --frameloop-config-extra's [service])
+  (the frameloop tools combine: frameloop[-base][-rt][-copy][-split][-host|-cuda])
 
 What is measured is ingest: datagrams off the socket and assembled into
 frames, nothing else. spead2_recv assembles heaps and hands them to a
@@ -351,12 +355,14 @@ class Frameloop:
     # Totals, not drops; every other ingest counter is a datagram or frame
     # dropped at ingest and counts as loss.
     DROP_KEYS_NOT_LOSS = {"datagrams", "bytes", "packets_accepted", "frames_started", "frames_complete",
-                          "frames_incomplete", "frames_timed_out", "gro_segments", "placed_by_kernel"}
+                          "frames_incomplete", "frames_timed_out", "gro_segments", "placed_by_kernel",
+                          "busy_poll_gaps", "assembly_waits", "stream_restarts"}
 
-    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None, copy=False):
+    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None, copy=False, split=False):
         self.bin, self.args, self.log = binary, args, log
         self.pacing = pacing
         self.copy = copy
+        self.split = split
         self.realtime_priority = realtime_priority
         self.backend = backend
 
@@ -423,6 +429,7 @@ class Frameloop:
                 ingest_extra +
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
+                ('assembly_thread = true\n' if self.split else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n' +
                 self.ring_extra() +
                 '[loop]\n' + self.loop_keys() + self.loop_extra() +
@@ -474,6 +481,8 @@ class Frameloop:
                     sys_cpu_s_per_gbit=seen["sys_cpu_s"] / gbit,
                     rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / gbit,
                     rx_thread_sys_cpu_s_per_gbit=seen["threads_sys"].get("frameloop-rx", 0.0) / gbit,
+                    asm_thread_cpu_s_per_gbit=seen["threads"]["frameloop-asm"] / gbit
+                    if "frameloop-asm" in seen["threads"] else None,
                     **receiver_sched(seen),
                     rx_thread_waited_ms=seen["waited_ms"].get("frameloop-rx"),
                     rx_thread_preempted=seen["preempted"].get("frameloop-rx"),
@@ -674,10 +683,11 @@ def main():
             tools.append(Spead2("spead2", args.spead2_bin, args, log))
         elif name == "spead2-nogso":
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
-        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-host|-cuda)?", name):
+        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-split)?(-host|-cuda)?", name):
             # -base: the --frameloop-base binary (a before/after pair in one run);
             # -rt: SCHED_FIFO receiving thread; -copy: ingest.receive_into_slots = "off"
-            # (every payload copied from the receive buffer); -host/-cuda: that backend (default: auto).
+            # (every payload copied from the receive buffer); -split: ingest.assembly_thread = true;
+            # -host/-cuda: that backend (default: auto).
             if "-base" in name and not args.frameloop_base:
                 sys.exit(f"tool {name} needs --frameloop-base BINARY")
             binary = args.frameloop_base if "-base" in name else args.frameloop
@@ -685,36 +695,38 @@ def main():
             t = Frameloop(os.path.abspath(binary), args, log,
                           realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend,
                           pacing=args.frameloop_base_pacing if "-base" in name else args.frameloop_pacing,
-                          copy="-copy" in name)
+                          copy="-copy" in name, split="-split" in name)
             t.name = name
             tools.append(t)
         else:
-            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, frameloop[-base][-rt][-copy][-host|-cuda]")
+            sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, "
+                     "frameloop[-base][-rt][-copy][-split][-host|-cuda]")
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for name, best, clean in run_searches(tools, size, args, log):
             rows.append((name, size, best, clean))
 
-    header = (f"{'tool':<14}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
+    header = (f"{'tool':<22}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
               f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'sys s/Gb':>10}{'rx thr s/Gb':>12}{'rx sys s/Gb':>12}"
-              "  vs spead2")
+              f"{'asm s/Gb':>10}  vs spead2")
     lines = ["", "highest rate without loss (loopback, "
              f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial; loss = datagrams the kernel dropped "
              "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss;\n"
              "CPU s/Gb = the receiving process's CPU seconds (all threads, start-up included) per Gbit received; "
              "sys s/Gb = the part of it spent in the kernel; rx thr s/Gb, rx sys s/Gb = the same for frameloop's "
-             "receiving thread alone):",
+             "receiving thread alone; asm s/Gb = its assembly thread's, with ingest.assembly_thread):",
              header]
     for name, size, b, clean in rows:
         ref = next((r for n, s, r, _ in rows if n == "spead2" and s == size), None)
         ratio = f"{b['rx_pps'] / ref['rx_pps']:.2f}" if ref and name != "spead2" and ref["rx_pps"] else "-"
         note = "" if clean else "  (no clean trial: least loss shown)"
         per_gbit = lambda key: "-" if b.get(key) is None else f"{b[key]:.3f}"
-        lines.append(f"{name:<14}{size:>11}{b['offered_pps']:>15.0f}{b['offered_gbps']:>14.2f}{b['rx_pps']:>12.0f}"
+        lines.append(f"{name:<22}{size:>11}{b['offered_pps']:>15.0f}{b['offered_gbps']:>14.2f}{b['rx_pps']:>12.0f}"
                      f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}{b['cpu_s_per_gbit']:>10.3f}"
                      f"{per_gbit('sys_cpu_s_per_gbit'):>10}{per_gbit('rx_thread_cpu_s_per_gbit'):>12}"
-                     f"{per_gbit('rx_thread_sys_cpu_s_per_gbit'):>12}  {ratio}{note}")
+                     f"{per_gbit('rx_thread_sys_cpu_s_per_gbit'):>12}{per_gbit('asm_thread_cpu_s_per_gbit'):>10}"
+                     f"  {ratio}{note}")
     table = "\n".join(lines)
     print(table)
     log.write(table)

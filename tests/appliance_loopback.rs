@@ -117,6 +117,7 @@ fn stream_and_check_with(chain: Vec<OpSpec>, t: Traffic, adjust: impl FnOnce(&mu
     // on a loaded machine, no frame finds the ring full.
     cfg.ring.slots = (t.count as usize).next_power_of_two();
     adjust(&mut cfg);
+    let assembly_thread = cfg.ingest.assembly_thread;
     let app = Running::start(&cfg);
     let sent = send(app.addr(), t);
     app.wait_results(t.count as usize);
@@ -153,8 +154,10 @@ fn stream_and_check_with(chain: Vec<OpSpec>, t: Traffic, adjust: impl FnOnce(&mu
     );
     // ingest.receive_into_slots = "auto" places datagrams with payloads of
     // 4 KiB and more: in-order traffic lands in place.
-    let placed = t.packet_bytes - frameloop::wire::native::HEADER_LEN
-        >= frameloop::ingest::config::ONE_COPY_MIN_PAYLOAD;
+    // The assembly thread copies every payload (ingest.assembly_thread).
+    let placed = !assembly_thread
+        && t.packet_bytes - frameloop::wire::native::HEADER_LEN
+            >= frameloop::ingest::config::ONE_COPY_MIN_PAYLOAD;
     assert!(
         !placed || ingest.placed_by_kernel * 2 > ingest.packets_accepted,
         "one-copy receive placed only {} of {} payloads: {ingest:?}",
@@ -210,6 +213,31 @@ fn default_chain_results_match_the_reference_on_every_frame() {
         pattern: Pattern::Random,
     };
     stream_and_check(default_chain(), traffic);
+}
+
+/// `ingest.assembly_thread`: frames read on one thread and assembled on
+/// another come through whole and in order, at datagram sizes that one-copy
+/// receive would otherwise place and that it copies, over several streams.
+#[test]
+fn frames_assembled_on_their_own_thread_match_the_reference_on_every_frame() {
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let first_allowed = (0..nix::sched::CpuSet::count()).find(|&c| allowed.is_set(c).unwrap_or(false));
+    // Placed by service.assembly_cpu, then left on the CPUs the process may use.
+    for (packet_bytes, assembly_cpu) in [(8972, first_allowed), (1472, None)] {
+        let traffic = Traffic {
+            frame_bytes: 100_003,
+            packet_bytes,
+            streams: 3,
+            count: 45,
+            rate: 300.0,
+            pattern: Pattern::Random,
+        };
+        let report = stream_and_check_with(default_chain(), traffic, |cfg| {
+            cfg.ingest.assembly_thread = true;
+            cfg.service.assembly_cpu = assembly_cpu;
+        });
+        assert_eq!(report.ingest.placed_by_kernel, 0, "the assembly thread copies: {:?}", report.ingest);
+    }
 }
 
 /// `ring.huge_pages` puts the frame ring in huge pages where the kernel gives

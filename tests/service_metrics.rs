@@ -18,6 +18,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
         drops: vec![("ring_full".into(), 9), ("bad_magic".into(), 1), ("we\"ird\\name\nx".into(), 5)],
         ring_overruns: 3,
         receiver_busy_poll_gaps: 11,
+        receiver_assembly_waits: 12,
         frame_ring_pages: Some(FrameRingPages { bytes: 8 << 20, huge_page_bytes: 8 << 20 }),
         param_generation: 0,
         reloads: Vec::new(),
@@ -60,6 +61,7 @@ fn scraped_text_parses_with_the_published_values() {
         ("frameloop_drops_total", "counter"),
         ("frameloop_ring_overruns_total", "counter"),
         ("frameloop_receiver_busy_poll_gaps_total", "counter"),
+        ("frameloop_receiver_assembly_waits_total", "counter"),
         ("frameloop_frame_ring_bytes", "gauge"),
         ("frameloop_frame_ring_huge_page_bytes", "gauge"),
         ("frameloop_latency_seconds", "summary"),
@@ -81,6 +83,7 @@ fn scraped_text_parses_with_the_published_values() {
     assert_eq!(exp.value("frameloop_drops_total", &[("reason", "we\"ird\\name\nx")]), Some(5.0));
     assert_eq!(exp.value("frameloop_ring_overruns_total", &[]), Some(3.0));
     assert_eq!(exp.value("frameloop_receiver_busy_poll_gaps_total", &[]), Some(11.0));
+    assert_eq!(exp.value("frameloop_receiver_assembly_waits_total", &[]), Some(12.0));
     assert_eq!(exp.value("frameloop_frame_ring_huge_page_bytes", &[]), Some(f64::from(8 << 20)));
     let p99 =
         exp.value("frameloop_latency_seconds", &[("segment", "end_to_end"), ("quantile", "0.99")]).unwrap();

@@ -469,6 +469,7 @@ impl Appliance {
                 .collect(),
             ring_overruns: ingest.ring_full,
             receiver_busy_poll_gaps: ingest.busy_poll_gaps,
+            receiver_assembly_waits: ingest.assembly_waits,
             frame_ring_pages: self.frame_ring_pages,
             param_generation: self.reloader.applied_generation(),
             reloads: self.reloader.counts().labelled(),

@@ -99,6 +99,32 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
     }
 }
 
+/// With `ingest.assembly_thread`, has the assembly thread place itself on
+/// `service.assembly_cpu` (under the receiver's real-time priority, if
+/// any). It first takes back the CPUs this thread may use now: it is
+/// started by the receiving thread after that pinned itself, and would
+/// otherwise share the receiver's one core (or be refused another).
+fn place_assembly_thread<A: FrameAssembler>(cfg: &Config, receiver: &mut UdpReceiver<A>) {
+    let (cpu, priority) = (cfg.service.assembly_cpu, cfg.service.realtime_priority);
+    if !receiver.has_assembly_thread() {
+        if cpu.is_some() {
+            tracing::warn!(
+                "service.assembly_cpu is set but ingest.assembly_thread = false: no thread to place"
+            );
+        }
+        return;
+    }
+    let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+    receiver.on_assembly_thread_start(Box::new(move || {
+        if let Some(set) = inherited
+            && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        {
+            tracing::warn!("the assembly thread keeps the receiver's CPUs ({e}); set service.assembly_cpu");
+        }
+        crate::service::threads::place_current_thread("assembly", cpu, priority).map_err(|e| e.to_string())
+    }));
+}
+
 /// Runs `receiver` on a new thread placed on the configured core (under the
 /// configured real-time priority), returning once it is placed.
 fn spawn_udp<A: FrameAssembler + 'static>(
@@ -108,6 +134,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
 ) -> Result<JoinHandle<Result<(), String>>, AppError> {
     let stop = Arc::clone(rx_stop);
     let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+    place_assembly_thread(cfg, &mut receiver);
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     let rx_thread = std::thread::Builder::new()
         .name("frameloop-rx".into())

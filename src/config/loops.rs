@@ -435,6 +435,7 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
         let svc = &cfg.service;
         for (key, cpu) in [
             ("service.receiver_cpu", svc.receiver_cpu),
+            ("service.assembly_cpu", svc.assembly_cpu),
             ("service.loop_cpu", svc.loop_cpu),
             ("service.result_cpu", svc.result_cpu),
         ] {

@@ -50,6 +50,16 @@ pub struct UdpConfig {
     /// measured); `on` for every size; `off` never. Native format only; off
     /// with a datagram tap (capture recording).
     pub receive_into_slots: ReceiveIntoSlots,
+    /// Assemble frames on a second thread, so that the receiving thread
+    /// only reads the socket: it hands each filled receive batch over (in
+    /// order, through a fixed pool of batches) and reads on while the
+    /// other copies the payloads into ring slots. Raises the rate one
+    /// stream can be received at by about the share of the receiving
+    /// thread's time that assembly took, at the cost of a second busy core
+    /// (place it with `service.assembly_cpu`) and a hand-off per batch.
+    /// Payloads are then always copied by the assembly thread, so
+    /// `receive_into_slots = "on"` is refused with it.
+    pub assembly_thread: bool,
     /// Reassembly keys, flattened into the same table.
     #[serde(flatten)]
     pub reassembly: ReassemblyConfig,
@@ -104,6 +114,7 @@ impl Default for UdpConfig {
             gro: true,
             reuse_port: true,
             receive_into_slots: ReceiveIntoSlots::Auto,
+            assembly_thread: false,
             reassembly: ReassemblyConfig::default(),
             transport: Transport::default(),
             format: Default::default(),
@@ -133,6 +144,14 @@ impl UdpConfig {
         check_range(problems, "ingest.poll_budget_us", self.poll_budget_us, 0, 1_000_000);
         check_range(problems, "ingest.realtime_priority", self.realtime_priority, 0, 99);
         check_range(problems, "ingest.batch", self.batch, 1, 1024);
+        if self.assembly_thread && self.receive_into_slots == ReceiveIntoSlots::On {
+            problems.push(ConfigProblem::new(
+                "ingest.assembly_thread",
+                "the assembly thread copies every payload, so it cannot be combined with \
+                 ingest.receive_into_slots = \"on\"; set receive_into_slots = \"auto\" (or \"off\") or \
+                 assembly_thread = false",
+            ));
+        }
         self.reassembly.validate(problems);
     }
 }
@@ -230,6 +249,20 @@ mod tests {
                 "ingest.max_frames_in_flight"
             ]
         );
+    }
+
+    #[test]
+    fn an_assembly_thread_refuses_payloads_placed_by_the_kernel() {
+        let cfg: UdpConfig = toml::from_str("assembly_thread = true").unwrap();
+        assert!(cfg.assembly_thread);
+        let mut problems = Vec::new();
+        cfg.validate(&mut problems);
+        assert!(problems.is_empty(), "auto is fine: {problems:?}");
+        let on = UdpConfig { receive_into_slots: ReceiveIntoSlots::On, ..cfg };
+        on.validate(&mut problems);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].key, "ingest.assembly_thread");
+        assert!(problems[0].message.contains("receive_into_slots"), "{}", problems[0]);
     }
 
     #[test]

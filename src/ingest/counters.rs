@@ -92,6 +92,10 @@ ingest_counters! {
     /// long. A datagram that waited in the socket then waited at least as
     /// long; 0 shows the receiver kept reading.
     busy_poll_gaps: Total,
+    /// Times the reading thread of `ingest.assembly_thread` found every
+    /// receive batch still with the assembly thread and had to wait for
+    /// one (the socket went unread meanwhile); 0 shows assembly kept up.
+    assembly_waits: Total,
     /// Shorter than the native header.
     short_header: DatagramDrop,
     /// Wrong magic: not a frameloop datagram.

@@ -6,6 +6,8 @@
 //! - [`transport`]: [`Transport`], the `ingest.transport` choice.
 //! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
 //! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
+//! - `handoff`: the pool of receive batches a reading thread fills and an
+//!   assembly thread empties (`ingest.assembly_thread`).
 //! - [`landing`]: one-copy receive, the payload places the reassembler
 //!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
@@ -28,6 +30,7 @@ pub mod assembler;
 mod batch;
 pub mod config;
 pub mod counters;
+mod handoff;
 mod history;
 pub mod hsb;
 pub mod landing;

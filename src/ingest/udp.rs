@@ -23,6 +23,9 @@ use super::assembler::FrameAssembler;
 use super::batch::{BufferInfo, RecvBatch, datagram_count, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
+use super::handoff::{
+    self, AssemblingSide, Filled, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES, Next, ReadingSide,
+};
 use super::landing::{Landed, LandingShape, MessageLayout};
 use super::reassembly::Reassembler;
 use super::tap::DatagramTap;
@@ -57,6 +60,14 @@ pub enum IngestError {
     Poll(io::Error),
     #[error("reading UDP datagrams failed: {0}")]
     Recv(io::Error),
+    #[error(
+        "cannot start the assembly thread of ingest.assembly_thread: {0}; set ingest.assembly_thread = false"
+    )]
+    AssemblySpawn(io::Error),
+    #[error("the assembly thread (ingest.assembly_thread) could not start: {0}")]
+    AssemblyStart(String),
+    #[error("the assembly thread (ingest.assembly_thread) stopped while the receiver ran")]
+    AssemblyGone,
 }
 
 /// The address a tap is given for a sender the kernel did not name.
@@ -149,8 +160,7 @@ fn size_receive_buffer(socket: &Socket, wanted: usize) -> Result<usize, IngestEr
 /// [`Reassembler`]), driven by [`UdpReceiver::run`].
 pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     socket: mio::net::UdpSocket,
-    poll: mio::Poll,
-    events: mio::Events,
+    readiness: Readiness,
     assembler: A,
     /// Counters of the drops made before the assembler (truncation,
     /// disallowed source) and of GRO segments; for the native reassembler,
@@ -163,8 +173,6 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     local_addr: SocketAddr,
     gro_active: bool,
     recv_buffer_bytes: usize,
-    /// How long one readiness wait may last, so ticks and the stop flag run.
-    poll_timeout: Duration,
     /// How long to keep reading without blocking after the last datagram
     /// (`ingest.poll_budget_us`); zero waits in epoll whenever the socket is empty.
     poll_budget: Duration,
@@ -182,6 +190,41 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     latest_rx_ns: u64,
     /// Where each message of the current one-copy batch fell.
     layouts: Vec<MessageLayout>,
+    /// `ingest.assembly_thread`: frames are assembled on a thread of their
+    /// own, and this thread only reads the socket.
+    assembly: Option<AssemblyThread>,
+}
+
+/// Waiting for the socket to become readable.
+struct Readiness {
+    poll: mio::Poll,
+    events: mio::Events,
+    /// How long one wait may last, so ticks and the stop flag run.
+    timeout: Duration,
+}
+
+impl Readiness {
+    /// Waits until the socket is readable or the timeout passed.
+    fn wait(&mut self) -> Result<(), IngestError> {
+        match self.poll.poll(&mut self.events, Some(self.timeout)) {
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => Err(IngestError::Poll(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the assembly thread runs first; see [`UdpReceiver::on_assembly_thread_start`].
+pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// The name of the assembly thread (`ingest.assembly_thread`).
+pub const ASSEMBLY_THREAD_NAME: &str = "frameloop-asm";
+
+/// The second thread of `ingest.assembly_thread`.
+#[derive(Default)]
+struct AssemblyThread {
+    /// Run on that thread before it assembles anything (placing it on a
+    /// core); an error stops the receiver with it.
+    on_start: Option<OnAssemblyStart>,
 }
 
 // The appliance moves the receiver onto its own thread.
@@ -255,8 +298,11 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let timeout_ms = (cfg.reassembly.frame_timeout_ms / 4).clamp(1, 10);
         Ok(Self {
             socket,
-            poll,
-            events: mio::Events::with_capacity(4),
+            readiness: Readiness {
+                poll,
+                events: mio::Events::with_capacity(4),
+                timeout: Duration::from_millis(timeout_ms),
+            },
             counters,
             assembler,
             tap: None,
@@ -265,13 +311,15 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             local_addr,
             gro_active,
             recv_buffer_bytes,
-            poll_timeout: Duration::from_millis(timeout_ms),
             poll_budget: Duration::from_micros(cfg.poll_budget_us.into()),
             realtime_priority: cfg.realtime_priority,
-            one_copy: cfg.receive_into_slots.min_payload(),
+            // The assembly thread copies every payload: landing places are
+            // the assembler's to plan, and it runs elsewhere.
+            one_copy: if cfg.assembly_thread { None } else { cfg.receive_into_slots.min_payload() },
             landing_shape: LandingShape::coalesced(MIN_GROUPS),
             latest_rx_ns: 0,
             layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
+            assembly: cfg.assembly_thread.then(AssemblyThread::default),
         })
     }
 
@@ -301,6 +349,26 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.tap.replace(tap)
     }
 
+    /// With `ingest.assembly_thread`, runs `start` on the assembly thread
+    /// before it assembles anything (the appliance places it on
+    /// `service.assembly_cpu` there); an error it returns stops
+    /// [`UdpReceiver::run`] with [`IngestError::AssemblyStart`]. Without an
+    /// assembly thread it is never run. Returns whether it will be.
+    pub fn on_assembly_thread_start(&mut self, start: OnAssemblyStart) -> bool {
+        match self.assembly.as_mut() {
+            Some(assembly) => {
+                assembly.on_start = Some(start);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True when frames are assembled on a thread of their own (`ingest.assembly_thread`).
+    pub fn has_assembly_thread(&self) -> bool {
+        self.assembly.is_some()
+    }
+
     /// The assembler the receiver feeds.
     pub fn assembler(&self) -> &A {
         &self.assembler
@@ -324,45 +392,56 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 ),
             }
         }
-        let busy_polling = !self.poll_budget.is_zero();
-        let budget_ns = u64::try_from(self.poll_budget.as_nanos()).unwrap_or(u64::MAX);
-        // One clock read a turn serves the poll budget, the gap counter and
-        // the tick (a busy-polling turn that finds the socket empty is short,
-        // and a second read was a noticeable part of it).
-        let mut now = clock::realtime_ns();
-        let mut last_data_ns = now;
-        let mut turns = BusyPollTurns::new(now);
-        let mut away = false;
-        let mut waits = !busy_polling;
-        while !stop.load(Ordering::Acquire) {
-            if waits
-                && let Err(e) = self.poll.poll(&mut self.events, Some(self.poll_timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                return Err(IngestError::Poll(e));
-            }
-            if busy_polling && (waits || away) {
-                self.expect_backlog();
-            }
-            let drained = self.drain()?;
-            now = clock::realtime_ns();
-            if drained.buffers > 0 {
-                last_data_ns = now;
-            }
-            away = busy_polling && turns.gap_after(now, waits);
-            if away {
-                IngestCounters::bump(&self.counters.busy_poll_gaps);
-            }
-            // Frames go stale by the clock only once nothing more of them can
-            // be waiting in the socket; while it holds datagrams, by the
-            // arrival time of the latest one handled.
-            self.assembler.on_tick_behind(if drained.empty { now } else { self.latest_rx_ns }, now);
-            // A clock set back restarts the budget instead of stretching it.
-            last_data_ns = last_data_ns.min(now);
-            waits = drained.empty && (!busy_polling || now - last_data_ns >= budget_ns);
+        if self.assembly.is_some() {
+            return self.run_with_assembly_thread(stop);
         }
+        let (budget, counters) = (self.poll_budget, Arc::clone(&self.counters));
+        receive_loop(self, stop, budget, &counters)?;
         self.assembler.flush(clock::realtime_ns());
         Ok(())
+    }
+
+    /// [`UdpReceiver::run`] with `ingest.assembly_thread`: this thread reads
+    /// the socket into the batches of a [`handoff::pool`] and a second one
+    /// assembles them into frames, in the order read.
+    fn run_with_assembly_thread(&mut self, stop: &AtomicBool) -> Result<(), IngestError> {
+        let on_start = self.assembly.as_mut().and_then(|a| a.on_start.take());
+        let (reading, assembling) =
+            handoff::pool(HANDOFF_BATCHES, self.batch.buffers().min(HANDOFF_BATCH_BUFFERS));
+        let Self { socket, readiness, assembler, counters, tap, allow, local_addr, poll_budget, .. } = self;
+        let (counters, allow, local, spin, idle) =
+            (&**counters, &*allow, *local_addr, *poll_budget, readiness.timeout);
+        std::thread::scope(|scope| {
+            let assembly = std::thread::Builder::new()
+                .name(ASSEMBLY_THREAD_NAME.into())
+                .spawn_scoped(scope, move || {
+                    // On failure `assembling` is dropped unused, which ends
+                    // the reading loop below.
+                    on_start.map_or(Ok(()), |start| start())?;
+                    let stage = AssemblyStage { allow, counters, local };
+                    stage.run(&assembling, assembler, tap.as_deref_mut(), spin, idle);
+                    Ok(())
+                })
+                .map_err(IngestError::AssemblySpawn)?;
+            let mut reader = HandingOver {
+                fd: socket.as_raw_fd(),
+                readiness,
+                side: reading,
+                held: None,
+                stop,
+                counters,
+                assembly: &assembly,
+            };
+            let read = receive_loop(&mut reader, stop, spin, counters);
+            // Dropping the reading side tells the assembly thread to finish
+            // what was handed over, flush and return.
+            drop(reader);
+            match assembly.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(Err(why)) => Err(IngestError::AssemblyStart(why)),
+                Ok(Ok(())) => read,
+            }
+        })
     }
 
     /// Reads batches until the socket is empty (or for a bounded while).
@@ -411,6 +490,207 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             }
         }
         Ok(drained)
+    }
+}
+
+/// The thread that reads the socket, as [`receive_loop`] drives it.
+trait SocketReader {
+    /// Waits until the socket is readable or the readiness timeout passed.
+    fn wait_readable(&mut self) -> Result<(), IngestError>;
+    /// The thread comes back after being away from the socket (a wait, or
+    /// a turn that was a gap): a backlog may wait.
+    fn prepare_for_backlog(&mut self);
+    /// Reads until the socket is empty (or for a bounded while).
+    fn read_available(&mut self) -> Result<Drained, IngestError>;
+    /// A turn that read what `drained` says ended at `now_ns`.
+    fn end_turn(&mut self, drained: &Drained, now_ns: u64);
+}
+
+/// The receive loop, until `stop` is set: a turn reads the socket dry; it
+/// waits in epoll only once a read found the socket empty, and (with a
+/// `poll_budget`) only after it stayed empty that long. The socket is
+/// edge-triggered, so a turn must read until empty before it waits.
+fn receive_loop(
+    reader: &mut impl SocketReader,
+    stop: &AtomicBool,
+    poll_budget: Duration,
+    counters: &IngestCounters,
+) -> Result<(), IngestError> {
+    let busy_polling = !poll_budget.is_zero();
+    let budget_ns = u64::try_from(poll_budget.as_nanos()).unwrap_or(u64::MAX);
+    // One clock read a turn serves the poll budget, the gap counter and
+    // the tick (a busy-polling turn that finds the socket empty is short,
+    // and a second read was a noticeable part of it).
+    let mut now = clock::realtime_ns();
+    let mut last_data_ns = now;
+    let mut turns = BusyPollTurns::new(now);
+    let mut away = false;
+    let mut waits = !busy_polling;
+    while !stop.load(Ordering::Acquire) {
+        if waits {
+            reader.wait_readable()?;
+        }
+        if busy_polling && (waits || away) {
+            reader.prepare_for_backlog();
+        }
+        let drained = reader.read_available()?;
+        now = clock::realtime_ns();
+        if drained.buffers > 0 {
+            last_data_ns = now;
+        }
+        away = busy_polling && turns.gap_after(now, waits);
+        if away {
+            IngestCounters::bump(&counters.busy_poll_gaps);
+        }
+        reader.end_turn(&drained, now);
+        // A clock set back restarts the budget instead of stretching it.
+        last_data_ns = last_data_ns.min(now);
+        waits = drained.empty && (!busy_polling || now - last_data_ns >= budget_ns);
+    }
+    Ok(())
+}
+
+/// One thread reads and assembles.
+impl<A: FrameAssembler> SocketReader for UdpReceiver<A> {
+    fn wait_readable(&mut self) -> Result<(), IngestError> {
+        self.readiness.wait()
+    }
+
+    fn prepare_for_backlog(&mut self) {
+        self.expect_backlog();
+    }
+
+    fn read_available(&mut self) -> Result<Drained, IngestError> {
+        self.drain()
+    }
+
+    fn end_turn(&mut self, drained: &Drained, now_ns: u64) {
+        // Frames go stale by the clock only once nothing more of them can
+        // be waiting in the socket; while it holds datagrams, by the
+        // arrival time of the latest one handled.
+        self.assembler.on_tick_behind(if drained.empty { now_ns } else { self.latest_rx_ns }, now_ns);
+    }
+}
+
+/// The reading thread of `ingest.assembly_thread`: reads into free batches
+/// of the pool and hands each filled one over.
+struct HandingOver<'a> {
+    fd: RawFd,
+    readiness: &'a mut Readiness,
+    side: ReadingSide,
+    /// A free batch the last read left empty, kept for the next.
+    held: Option<Box<RecvBatch>>,
+    stop: &'a AtomicBool,
+    counters: &'a IngestCounters,
+    /// The assembly thread: once it has ended (it failed to start, or
+    /// panicked), reading stops.
+    assembly: &'a std::thread::ScopedJoinHandle<'a, Result<(), String>>,
+}
+
+impl HandingOver<'_> {
+    /// A free batch, waiting for the assembly thread to give one back if
+    /// none is (counted in `assembly_waits`); `None` when `stop` was set
+    /// meanwhile.
+    fn free_batch(&mut self) -> Result<Option<Box<RecvBatch>>, IngestError> {
+        if let Some(batch) = self.held.take() {
+            return Ok(Some(batch));
+        }
+        let gone = |_| IngestError::AssemblyGone;
+        if let Some(batch) = self.side.free_batch(Duration::ZERO).map_err(gone)? {
+            return Ok(Some(batch));
+        }
+        IngestCounters::bump(&self.counters.assembly_waits);
+        while !self.stop.load(Ordering::Acquire) {
+            if let Some(batch) = self.side.free_batch(self.readiness.timeout).map_err(gone)? {
+                return Ok(Some(batch));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl SocketReader for HandingOver<'_> {
+    fn wait_readable(&mut self) -> Result<(), IngestError> {
+        self.readiness.wait()
+    }
+
+    fn prepare_for_backlog(&mut self) {}
+
+    fn read_available(&mut self) -> Result<Drained, IngestError> {
+        if self.assembly.is_finished() {
+            return Err(IngestError::AssemblyGone);
+        }
+        let mut drained = Drained { buffers: 0, empty: false };
+        for _ in 0..BATCHES_PER_WAKE {
+            let Some(mut batch) = self.free_batch()? else { break };
+            let started_ns = clock::realtime_ns();
+            let count = batch.recv(self.fd).map_err(IngestError::Recv)?;
+            let short = count < batch.buffers();
+            if count == 0 {
+                self.held = Some(batch);
+            } else {
+                drained.buffers += count;
+                let filled = Filled { batch, count, batch_ns: clock::realtime_ns() };
+                self.side.hand_over(filled).map_err(|_| IngestError::AssemblyGone)?;
+            }
+            if short {
+                // After the hand-over, so that the assembly thread finds
+                // every datagram from before `started_ns` handed over.
+                self.side.mark_drained(started_ns);
+                drained.empty = true;
+                break;
+            }
+        }
+        Ok(drained)
+    }
+
+    fn end_turn(&mut self, _: &Drained, _: u64) {}
+}
+
+/// What the assembly thread of `ingest.assembly_thread` shares with the
+/// reading thread.
+struct AssemblyStage<'a> {
+    allow: &'a AllowList,
+    counters: &'a IngestCounters,
+    local: SocketAddr,
+}
+
+impl AssemblyStage<'_> {
+    /// Assembles every batch handed over, in order, ticking `assembler`
+    /// after each run of batches and whenever none came for `idle`; spins
+    /// for `spin` before waiting. Flushes once the reading side is gone.
+    fn run<A: FrameAssembler + ?Sized>(
+        &self,
+        from: &AssemblingSide,
+        assembler: &mut A,
+        mut tap: Option<&mut (dyn DatagramTap + 'static)>,
+        spin: Duration,
+        idle: Duration,
+    ) {
+        let mut latest_rx_ns = 0;
+        loop {
+            let first = match from.next(spin, idle) {
+                Next::Filled(filled) => Some(filled),
+                Next::Idle => None,
+                Next::Closed => break,
+            };
+            // Read before taking what waits: see `AssemblingSide::drained_at`.
+            let drained_at = from.drained_at();
+            for filled in first.into_iter().chain(std::iter::from_fn(|| from.next_waiting())) {
+                for i in 0..filled.count {
+                    let (buf, info) = filled.batch.message(i, filled.batch_ns);
+                    latest_rx_ns = latest_rx_ns.max(info.rx_ns);
+                    deliver(assembler, self.counters, self.allow, tap.as_deref_mut(), self.local, buf, info);
+                }
+                from.give_back(filled.batch);
+            }
+            // Frames go stale by the clock only up to when the reading
+            // thread last found the socket empty (or the latest arrival
+            // handled, if later): datagrams that came after may still wait.
+            let now = clock::realtime_ns();
+            assembler.on_tick_behind(latest_rx_ns.max(drained_at).min(now), now);
+        }
+        assembler.flush(clock::realtime_ns());
     }
 }
 
@@ -735,14 +1015,25 @@ mod tests {
     fn a_receiver_behind_its_socket_loses_nothing_that_arrived_in_time() {
         // The whole frame waits in the socket for longer than the frame
         // timeout before the receiver reads it: its packets arrived within
-        // the timeout (by their kernel timestamps), so the frame completes.
-        let cfg = UdpConfig { bind: "127.0.0.1:0".into(), gro: false, ..UdpConfig::default() };
-        let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 2, ..Default::default() };
-        let (header, payload, frame, s) =
-            receive_one_frame_with(cfg, reassembly, 6000, 1048, Some(Duration::from_millis(30)));
-        assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 6));
-        assert_eq!(payload, frame);
-        assert_eq!((s.frames_timed_out, s.late), (0, 0));
+        // the timeout (by their kernel timestamps), so the frame completes;
+        // with an assembly thread too, which gets it in three batches of two
+        // and may tick between them (a frame goes stale only by what the
+        // reading thread has found the socket empty after).
+        for assembly_thread in [false, true] {
+            let cfg = UdpConfig {
+                bind: "127.0.0.1:0".into(),
+                gro: false,
+                batch: 2,
+                assembly_thread,
+                ..UdpConfig::default()
+            };
+            let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 2, ..Default::default() };
+            let (header, payload, frame, s) =
+                receive_one_frame_with(cfg, reassembly, 6000, 1048, Some(Duration::from_millis(30)));
+            assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 6), "{assembly_thread}");
+            assert_eq!(payload, frame);
+            assert_eq!((s.frames_timed_out, s.late), (0, 0));
+        }
     }
 
     #[test]
@@ -809,6 +1100,273 @@ mod tests {
             let claimed = slot.seq;
             rd.finish(claimed);
         }
+    }
+
+    /// A native frame's datagrams (`segment` bytes at most) for stream 0.
+    fn frame_datagrams(len: usize, segment: usize, frame_seq: u64) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let (buf, frame) = coalesced_frame(len, segment, frame_seq);
+        (buf.chunks(segment).map(<[u8]>::to_vec).collect(), frame)
+    }
+
+    /// A tap whose datagrams the test can read while the receiver owns it.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+    impl DatagramTap for Shared {
+        fn on_datagram(&mut self, _: SocketAddr, _: SocketAddr, bytes: &[u8], _: u64) {
+            self.0.lock().unwrap().push(bytes.to_vec());
+        }
+    }
+
+    /// A receiver with an assembly thread (`ingest.assembly_thread`) on a
+    /// ring of `slots` slots of `slot` bytes, started on its own thread;
+    /// `prepare` adjusts it before it runs.
+    struct Split {
+        to: SocketAddr,
+        counters: Arc<IngestCounters>,
+        reader: RingReader,
+        stop: Arc<AtomicBool>,
+        handle: std::thread::JoinHandle<Result<(), IngestError>>,
+    }
+
+    impl Split {
+        fn start(
+            cfg: UdpConfig,
+            reassembly: crate::ingest::ReassemblyConfig,
+            slots: usize,
+            slot: usize,
+            prepare: impl FnOnce(&mut UdpReceiver),
+        ) -> Self {
+            let mem = HostMemory::new(ring_bytes(slots, slot).unwrap()).unwrap();
+            let ring = FrameRing::new(Box::new(mem), slots, slot, OverrunPolicy::Every).unwrap();
+            let reader = ring.reader().unwrap();
+            let r = Reassembler::new(reassembly, ring.writer().unwrap(), Arc::default());
+            let counters = Arc::clone(r.counters());
+            let cfg = UdpConfig { bind: "127.0.0.1:0".into(), assembly_thread: true, ..cfg };
+            let mut receiver = UdpReceiver::bind(&cfg, r).unwrap();
+            assert!(receiver.has_assembly_thread());
+            prepare(&mut receiver);
+            let to = receiver.local_addr();
+            let stop = Arc::new(AtomicBool::new(false));
+            let thread_stop = Arc::clone(&stop);
+            let handle = std::thread::spawn(move || receiver.run(&thread_stop));
+            Split { to, counters, reader, stop, handle }
+        }
+
+        /// Waits (5 s at most) until `done` holds for the counters.
+        fn wait_until(&self, done: impl Fn(&crate::ingest::IngestSnapshot) -> bool) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !done(&self.counters.snapshot()) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(done(&self.counters.snapshot()), "{:?}", self.counters.snapshot());
+        }
+
+        fn stop(self) -> (RingReader, Result<(), IngestError>) {
+            self.stop.store(true, Ordering::Release);
+            (self.reader, self.handle.join().unwrap())
+        }
+    }
+
+    #[test]
+    fn an_assembly_thread_assembles_frames_with_and_without_gro() {
+        for gro in [true, false] {
+            let cfg =
+                UdpConfig { bind: "127.0.0.1:0".into(), gro, assembly_thread: true, ..UdpConfig::default() };
+            let (header, payload, frame, s) =
+                receive_one_frame_with(cfg, Default::default(), 7001, 1048, None);
+            assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 8), "gro {gro}");
+            assert_eq!(payload, frame);
+            assert_eq!((s.placed_by_kernel, s.datagrams, s.packets_accepted), (0, 8, 8));
+        }
+    }
+
+    #[test]
+    fn an_assembly_thread_keeps_the_order_read_and_counts_every_datagram() {
+        // Frames of 3 datagrams with a foreign datagram after every fifth
+        // frame, sent faster than one batch at a time: every frame comes out
+        // whole and in order, every foreign datagram is counted, and the tap
+        // sees all of them in the order sent.
+        const FRAMES: u64 = 300;
+        let tap = Shared::default();
+        let seen = tap.clone();
+        let cfg = UdpConfig { gro: false, batch: 4, ..UdpConfig::default() };
+        let mut split = Split::start(cfg, Default::default(), 512, 4096, |r| {
+            r.set_tap(Box::new(tap));
+        });
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (mut sent, mut frames, mut framed) = (Vec::new(), Vec::new(), 0u64);
+        for seq in 0..FRAMES {
+            let (datagrams, frame) = frame_datagrams(3000 + seq as usize, 1048, seq);
+            framed += datagrams.len() as u64;
+            for d in datagrams {
+                tx.send_to(&d, split.to).unwrap();
+                sent.push(d);
+            }
+            if seq % 5 == 4 {
+                let foreign = vec![0x5a; 60];
+                tx.send_to(&foreign, split.to).unwrap();
+                sent.push(foreign);
+            }
+            frames.push(frame);
+        }
+        split.wait_until(|s| s.frames_complete == FRAMES && s.datagrams == sent.len() as u64);
+        for (seq, frame) in frames.iter().enumerate() {
+            let slot = split.reader.claim().expect("every frame was published");
+            assert_eq!((slot.header.frame_seq, slot.header.flags), (seq as u64, SLOT_COMPLETE));
+            assert_eq!(slot.payload, &frame[..]);
+            let claimed = slot.seq;
+            split.reader.finish(claimed);
+        }
+        let counters = Arc::clone(&split.counters);
+        let (_, result) = split.stop();
+        result.unwrap();
+        assert_eq!(*seen.0.lock().unwrap(), sent, "the tap saw every datagram in the order sent");
+        let s = counters.snapshot();
+        assert_eq!((s.packets_accepted, s.bad_magic, s.frames_incomplete), (framed, FRAMES / 5, 0));
+        assert_eq!(s.datagrams_accounted(), s.datagrams);
+    }
+
+    #[test]
+    fn an_assembly_thread_times_out_an_incomplete_frame_while_idle_and_flushes_at_stop() {
+        // Frame 0 lacks its last datagram: with nothing more arriving it goes
+        // stale by the clock and is published flagged. Frame 1 lacks one too,
+        // but its timeout is far off: stopping publishes it flagged.
+        let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 5, ..Default::default() };
+        let split =
+            Split::start(UdpConfig { gro: false, ..UdpConfig::default() }, reassembly, 8, 8192, |_| {});
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (first, _) = frame_datagrams(4000, 1048, 0);
+        for d in &first[..first.len() - 1] {
+            tx.send_to(d, split.to).unwrap();
+        }
+        split.wait_until(|s| s.frames_timed_out == 1);
+        let s = split.counters.snapshot();
+        assert_eq!((s.frames_incomplete, s.frames_complete), (1, 0));
+        split.stop().1.unwrap();
+        let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 60_000, ..Default::default() };
+        let mut split =
+            Split::start(UdpConfig { gro: false, ..UdpConfig::default() }, reassembly, 8, 8192, |_| {});
+        let (second, _) = frame_datagrams(4000, 1048, 1);
+        for d in &second[1..] {
+            tx.send_to(d, split.to).unwrap();
+        }
+        split.wait_until(|s| s.packets_accepted == second.len() as u64 - 1);
+        assert!(split.reader.claim().is_none(), "nothing published before the stop");
+        let counters = Arc::clone(&split.counters);
+        let (mut reader, result) = split.stop();
+        result.unwrap();
+        let slot = reader.claim().expect("the stop flushed the frame in flight");
+        assert_eq!((slot.header.frame_seq, slot.header.flags & SLOT_COMPLETE), (1, 0));
+        assert_eq!(counters.snapshot().frames_incomplete, 1);
+    }
+
+    #[test]
+    fn the_assembly_thread_ages_frames_by_what_was_read_not_by_the_clock() {
+        // Frame 0's first two datagrams are handed over, then nothing for
+        // ten frame timeouts while the assembly thread idles and ticks: the
+        // rest still waits in the socket (the reading side never found it
+        // empty), so the frame may not go stale and completes once the rest
+        // comes. Frame 1 is handed over the same way, and after the idle
+        // while the reading side says it found the socket empty: then it
+        // times out.
+        let mem = HostMemory::new(ring_bytes(8, 8192).unwrap()).unwrap();
+        let ring = FrameRing::new(Box::new(mem), 8, 8192, OverrunPolicy::Every).unwrap();
+        let mut rd = ring.reader().unwrap();
+        let reassembly = crate::ingest::ReassemblyConfig { frame_timeout_ms: 2, ..Default::default() };
+        let mut r = Reassembler::new(reassembly, ring.writer().unwrap(), Arc::default());
+        let counters = Arc::clone(r.counters());
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = rx.as_raw_fd();
+        // Arrival times from the kernel, as the receiver asks for them.
+        set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
+        let stage = AssemblyStage { allow: &AllowList::default(), counters: &counters, local: LOCAL };
+        let (reading, assembling) = handoff::pool(2, 2);
+        // Hands over the next `want` datagrams waiting in the socket.
+        let hand_over = |reading: &ReadingSide, want: usize| {
+            let mut batch = reading.free_batch(Duration::from_secs(5)).unwrap().expect("a free batch");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let mut count = batch.recv(fd).unwrap();
+            while count == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+                count = batch.recv(fd).unwrap();
+            }
+            assert_eq!(count, want);
+            reading.hand_over(Filled { batch, count, batch_ns: clock::realtime_ns() }).unwrap();
+        };
+        let idle = Duration::from_millis(20);
+        std::thread::scope(|scope| {
+            let (stage, r) = (&stage, &mut r);
+            scope.spawn(move || stage.run(&assembling, r, None, Duration::ZERO, Duration::from_millis(1)));
+            let (first, frame) = frame_datagrams(6000, 1048, 0);
+            for d in &first {
+                tx.send_to(d, rx.local_addr().unwrap()).unwrap();
+            }
+            hand_over(&reading, 2);
+            std::thread::sleep(idle);
+            assert_eq!(counters.snapshot().frames_timed_out, 0, "frame 0 went stale by the clock");
+            hand_over(&reading, 2);
+            hand_over(&reading, first.len() - 4);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while counters.snapshot().frames_complete == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let slot = rd.claim().expect("frame 0 was published");
+            assert_eq!((slot.header.frame_seq, slot.header.flags), (0, SLOT_COMPLETE));
+            assert!(slot.payload == &frame[..], "frame 0's payload");
+            let claimed = slot.seq;
+            rd.finish(claimed);
+
+            let (second, _) = frame_datagrams(6000, 1048, 1);
+            for d in &second[..2] {
+                tx.send_to(d, rx.local_addr().unwrap()).unwrap();
+            }
+            hand_over(&reading, 2);
+            std::thread::sleep(idle);
+            reading.mark_drained(clock::realtime_ns());
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while counters.snapshot().frames_timed_out == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(reading);
+        });
+        let s = counters.snapshot();
+        assert_eq!((s.frames_complete, s.frames_timed_out, s.frames_incomplete), (1, 1, 1), "{s:?}");
+        let slot = rd.claim().expect("frame 1 was published");
+        assert_eq!((slot.header.frame_seq, slot.header.flags & SLOT_COMPLETE), (1, 0));
+    }
+
+    #[test]
+    fn the_assembly_thread_runs_its_start_first_and_a_failed_start_stops_the_receiver() {
+        let ran_on = Arc::new(std::sync::Mutex::new(None));
+        let record = Arc::clone(&ran_on);
+        let split = Split::start(UdpConfig::default(), Default::default(), 8, 8192, move |r| {
+            assert!(r.on_assembly_thread_start(Box::new(move || {
+                *record.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+                Ok(())
+            })));
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ran_on.lock().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        split.stop().1.unwrap();
+        assert_eq!(ran_on.lock().unwrap().as_deref(), Some(ASSEMBLY_THREAD_NAME));
+
+        let split = Split::start(UdpConfig::default(), Default::default(), 8, 8192, |r| {
+            r.on_assembly_thread_start(Box::new(|| Err("core 9999 is not allowed".into())));
+        });
+        let result = split.handle.join().unwrap();
+        let message = result.unwrap_err().to_string();
+        assert!(message.contains("core 9999 is not allowed") && message.contains("assembly"), "{message}");
+
+        // Without the key there is no thread to start.
+        let (r, _rd) = reassembler();
+        let mut receiver =
+            UdpReceiver::bind(&UdpConfig { bind: "127.0.0.1:0".into(), ..Default::default() }, r).unwrap();
+        assert!(!receiver.has_assembly_thread());
+        assert!(!receiver.on_assembly_thread_start(Box::new(|| Ok(()))));
     }
 
     #[test]

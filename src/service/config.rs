@@ -6,7 +6,7 @@ use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-/// Highest CPU id accepted in `receiver_cpu`/`result_cpu`/`loop_cpu`
+/// Highest CPU id accepted in `receiver_cpu`/`assembly_cpu`/`result_cpu`/`loop_cpu`
 /// (the kernel's `CPU_SETSIZE` is 1024).
 pub const MAX_CPU_ID: usize = 1023;
 
@@ -21,6 +21,10 @@ pub struct ServiceConfig {
     pub metrics_addr: Option<String>,
     /// CPU core the UDP receiver thread is pinned to.
     pub receiver_cpu: Option<usize>,
+    /// CPU core the assembly thread is pinned to (with
+    /// `ingest.assembly_thread`; ignored without it). Give it a core of
+    /// its own, next to the receiver's (same cache) where the box has a choice.
+    pub assembly_cpu: Option<usize>,
     /// CPU core the result/metrics thread is pinned to.
     pub result_cpu: Option<usize>,
     /// The result thread's nice value (0..=19). Above 0, the UDP receiver
@@ -54,6 +58,7 @@ impl Default for ServiceConfig {
         Self {
             metrics_addr: None,
             receiver_cpu: None,
+            assembly_cpu: None,
             result_cpu: None,
             result_nice: DEFAULT_RESULT_NICE,
             loop_cpu: None,
@@ -76,6 +81,7 @@ impl ServiceConfig {
         }
         for (key, cpu) in [
             ("service.receiver_cpu", self.receiver_cpu),
+            ("service.assembly_cpu", self.assembly_cpu),
             ("service.result_cpu", self.result_cpu),
             ("service.loop_cpu", self.loop_cpu),
         ] {
@@ -155,6 +161,7 @@ mod tests {
             r#"
             metrics_addr = "localhost"
             receiver_cpu = 5000
+            assembly_cpu = 2048
             loop_cpu = 1024
             result_nice = 20
             realtime_priority = 0
@@ -165,6 +172,7 @@ mod tests {
         for k in [
             "service.metrics_addr",
             "service.receiver_cpu",
+            "service.assembly_cpu",
             "service.loop_cpu",
             "service.result_nice",
             "service.realtime_priority",

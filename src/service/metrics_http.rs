@@ -67,6 +67,10 @@ pub struct MetricsSnapshot {
     /// Times a busy-polling receiver left its socket unread for over 50 µs
     /// (the ingest counter `busy_poll_gaps`).
     pub receiver_busy_poll_gaps: u64,
+    /// Times the receiving thread waited for the assembly thread to give a
+    /// receive batch back (`ingest.assembly_thread`; the ingest counter
+    /// `assembly_waits`).
+    pub receiver_assembly_waits: u64,
     /// The frame ring's bytes in host memory and how many of them are in
     /// huge pages (`ring.huge_pages`); `None` where the host cannot say
     /// (a ring in GPU memory) or before start-up.
@@ -250,6 +254,13 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Times the busy-polling UDP receiver left its socket unread for over 50 us (preempted or stalled).",
     );
     sample(&mut out, "frameloop_receiver_busy_poll_gaps_total", &[], snap.receiver_busy_poll_gaps);
+    family(
+        &mut out,
+        "frameloop_receiver_assembly_waits_total",
+        "counter",
+        "Times the UDP receiver waited for the assembly thread (ingest.assembly_thread) to free a receive batch.",
+    );
+    sample(&mut out, "frameloop_receiver_assembly_waits_total", &[], snap.receiver_assembly_waits);
     if let Some(ring) = snap.frame_ring_pages {
         family(&mut out, "frameloop_frame_ring_bytes", "gauge", "Bytes of the frame ring in host memory.");
         sample(&mut out, "frameloop_frame_ring_bytes", &[], ring.bytes);
@@ -553,6 +564,7 @@ mod tests {
             drops: vec![("ring_full".into(), 7), ("odd \"reason\"\\\n".into(), 1)],
             ring_overruns: 2,
             receiver_busy_poll_gaps: 4,
+            receiver_assembly_waits: 5,
             frame_ring_pages: Some(FrameRingPages { bytes: 6 << 20, huge_page_bytes: 4 << 20 }),
             param_generation: 3,
             reloads: vec![("applied_params".into(), 3), ("refused_restart".into(), 1)],
@@ -586,6 +598,7 @@ mod tests {
         assert!(text.contains("frameloop_latency_seconds_count{segment=\"end_to_end\"} 200\n"));
         assert!(text.contains("frameloop_ring_overruns_total 2\n"));
         assert!(text.contains("frameloop_receiver_busy_poll_gaps_total 4\n"), "{text}");
+        assert!(text.contains("frameloop_receiver_assembly_waits_total 5\n"), "{text}");
         assert!(text.contains("frameloop_frame_ring_bytes 6291456\n"), "{text}");
         assert!(text.contains("frameloop_frame_ring_huge_page_bytes 4194304\n"), "{text}");
         let without = render(&MetricsSnapshot { frame_ring_pages: None, ..snapshot() });
