@@ -387,4 +387,17 @@ fn service_thread_placement_is_applied_or_refused_at_start() {
         assert!(!f.status.success(), "{key} = 4095 must stop start-up:\n{}", f.stderr);
         assert!(f.stderr.contains("4095"), "the error names the core ({key}):\n{}", f.stderr);
     }
+    // The assembly thread (ingest.assembly_thread) is placed at start-up
+    // too: on a core the receiver is not pinned to, and on one the machine
+    // does not have (within the accepted range) start-up stops.
+    let split = format!("{base}assembly_thread = true\n[service]\nreceiver_cpu = 0\n");
+    let good = write(dir.path(), "split.toml", &format!("{split}assembly_cpu = 0\n"));
+    let f = run_to_end(&["run", "--config", &good, "--duration", "1", "--json"]);
+    assert!(f.status.success(), "the assembly thread on core 0:\n{}", f.stderr);
+    let pinned = f.stderr.lines().any(|l| l.contains("pinned thread to core") && l.contains("\"assembly\""));
+    assert!(pinned, "the start-up log says the assembly thread was pinned:\n{}", f.stderr);
+    let bad = write(dir.path(), "split-bad.toml", &format!("{split}assembly_cpu = 1023\n"));
+    let f = run_to_end(&["run", "--config", &bad, "--duration", "1"]);
+    assert!(!f.status.success(), "assembly_cpu = 1023 must stop start-up:\n{}", f.stderr);
+    assert!(f.stderr.contains("1023"), "the error names the core:\n{}", f.stderr);
 }

@@ -104,7 +104,12 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
 /// any). It first takes back the CPUs this thread may use now: it is
 /// started by the receiving thread after that pinned itself, and would
 /// otherwise share the receiver's one core (or be refused another).
-fn place_assembly_thread<A: FrameAssembler>(cfg: &Config, receiver: &mut UdpReceiver<A>) {
+/// Returns where the placement's outcome will be sent, when there is a
+/// thread to place.
+fn place_assembly_thread<A: FrameAssembler>(
+    cfg: &Config,
+    receiver: &mut UdpReceiver<A>,
+) -> Option<std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>> {
     let (cpu, priority) = (cfg.service.assembly_cpu, cfg.service.realtime_priority);
     if !receiver.has_assembly_thread() {
         if cpu.is_some() {
@@ -112,17 +117,22 @@ fn place_assembly_thread<A: FrameAssembler>(cfg: &Config, receiver: &mut UdpRece
                 "service.assembly_cpu is set but ingest.assembly_thread = false: no thread to place"
             );
         }
-        return;
+        return None;
     }
     let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     receiver.on_assembly_thread_start(Box::new(move || {
         if let Some(set) = inherited
             && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
         {
             tracing::warn!("the assembly thread keeps the receiver's CPUs ({e}); set service.assembly_cpu");
         }
-        crate::service::threads::place_current_thread("assembly", cpu, priority).map_err(|e| e.to_string())
+        let placed = crate::service::threads::place_current_thread("assembly", cpu, priority);
+        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
+        let _ = placed_tx.send(placed);
+        outcome
     }));
+    Some(placed_rx)
 }
 
 /// Runs `receiver` on a new thread placed on the configured core (under the
@@ -134,7 +144,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
 ) -> Result<JoinHandle<Result<(), String>>, AppError> {
     let stop = Arc::clone(rx_stop);
     let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
-    place_assembly_thread(cfg, &mut receiver);
+    let assembly_placed = place_assembly_thread(cfg, &mut receiver);
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     let rx_thread = std::thread::Builder::new()
         .name("frameloop-rx".into())
@@ -150,6 +160,14 @@ fn spawn_udp<A: FrameAssembler + 'static>(
         })
         .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     if let Ok(Err(e)) = placed_rx.recv() {
+        rx_stop.store(true, Ordering::Release);
+        return Err(e.into());
+    }
+    // The receiving thread starts the assembly thread first thing; a core
+    // it may not have stops start-up as the receiver's would. (Nothing
+    // comes when the receiver stopped before starting it: its error is
+    // reported when its thread is joined.)
+    if let Some(Ok(Err(e))) = assembly_placed.map(|placed| placed.recv()) {
         rx_stop.store(true, Ordering::Release);
         return Err(e.into());
     }

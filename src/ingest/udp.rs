@@ -412,17 +412,23 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let (counters, allow, local, spin, idle) =
             (&**counters, &*allow, *local_addr, *poll_budget, readiness.timeout);
         std::thread::scope(|scope| {
+            let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
             let assembly = std::thread::Builder::new()
                 .name(ASSEMBLY_THREAD_NAME.into())
                 .spawn_scoped(scope, move || {
                     // On failure `assembling` is dropped unused, which ends
                     // the reading loop below.
                     on_start.map_or(Ok(()), |start| start())?;
+                    let _ = started_tx.send(());
                     let stage = AssemblyStage { allow, counters, local };
                     stage.run(&assembling, assembler, tap.as_deref_mut(), spin, idle);
                     Ok(())
                 })
                 .map_err(IngestError::AssemblySpawn)?;
+            // Read nothing before the assembly thread is placed and ready:
+            // the first frames would wait for its start-up (the sender end
+            // of `started` is dropped if it fails, and the loop then ends).
+            let _ = started_rx.recv();
             let mut reader = HandingOver {
                 fd: socket.as_raw_fd(),
                 readiness,
