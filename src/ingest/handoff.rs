@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 pub(super) const HANDOFF_BATCH_BUFFERS: usize = 16;
 
 /// Batches in the pool: with [`HANDOFF_BATCH_BUFFERS`] buffers of 64 KiB
-/// each, room for 8 MiB of datagrams between the two threads, as much as
-/// the default socket receive buffer, so that a short stall of the
-/// assembly thread is absorbed before the kernel has to drop.
+/// each, up to 4 MiB of datagrams between the two threads. Few, so that
+/// the buffers the kernel fills next were used a moment ago and are still
+/// in the caches; a longer stall of the assembly thread is absorbed by the
+/// socket's receive buffer (`ingest.recv_buffer_bytes`) while the reading
+/// thread waits (`assembly_waits`).
 pub(super) const HANDOFF_BATCHES: usize = 4;
 
 /// A batch the kernel filled, on its way to the assembly thread.

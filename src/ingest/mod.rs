@@ -7,7 +7,8 @@
 //! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
 //! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
 //! - `handoff`: the pool of receive batches a reading thread fills and an
-//!   assembly thread empties (`ingest.assembly_thread`).
+//!   assembly thread empties (`ingest.assembly_thread`); `assembly_thread`:
+//!   the loops of those two threads.
 //! - [`landing`]: one-copy receive, the payload places the reassembler
 //!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
@@ -27,6 +28,7 @@
 
 mod allow;
 pub mod assembler;
+mod assembly_thread;
 mod batch;
 pub mod config;
 pub mod counters;

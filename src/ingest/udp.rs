@@ -11,6 +11,12 @@
 //!
 //! Configuration lives in the `[ingest]` table ([`UdpConfig`]).
 //!
+//! With `ingest.assembly_thread` the thread that calls [`UdpReceiver::run`]
+//! only reads the socket, and a second thread it starts assembles what it
+//! read, in order (`ingest/assembly_thread.rs`, `ingest/handoff.rs`); both
+//! run the same receive loop's rules (busy polling, staleness by what has
+//! left the socket).
+//!
 //! With GRO the kernel hands over one buffer holding several datagrams of one
 //! flow, all `segment` bytes long but the last, with the segment size in a
 //! `UDP_GRO` control message; the receiver splits it back into datagrams. If
@@ -20,12 +26,11 @@
 
 use super::allow::AllowList;
 use super::assembler::FrameAssembler;
+use super::assembly_thread::{AssemblyStage, HandingOver};
 use super::batch::{BufferInfo, RecvBatch, datagram_count, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
-use super::handoff::{
-    self, AssemblingSide, Filled, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES, Next, ReadingSide,
-};
+use super::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use super::landing::{Landed, LandingShape, MessageLayout};
 use super::reassembly::Reassembler;
 use super::tap::DatagramTap;
@@ -41,7 +46,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 /// Batches read per wake-up before the stop flag and ticks get a turn.
-const BATCHES_PER_WAKE: usize = 64;
+pub(super) const BATCHES_PER_WAKE: usize = 64;
 
 /// Errors of the UDP receiver; each says what to change.
 #[derive(Debug, Error)]
@@ -77,7 +82,7 @@ const UNKNOWN_SOURCE: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UN
 /// the tap, addressed to `local`), counting what it drops here (truncation,
 /// disallowed source) and the GRO segments. Returns how many datagrams the
 /// buffer held (one when truncated).
-fn deliver<A: FrameAssembler + ?Sized>(
+pub(super) fn deliver<A: FrameAssembler + ?Sized>(
     assembler: &mut A,
     counters: &IngestCounters,
     allow: &AllowList,
@@ -196,16 +201,16 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
 }
 
 /// Waiting for the socket to become readable.
-struct Readiness {
+pub(super) struct Readiness {
     poll: mio::Poll,
     events: mio::Events,
     /// How long one wait may last, so ticks and the stop flag run.
-    timeout: Duration,
+    pub(super) timeout: Duration,
 }
 
 impl Readiness {
     /// Waits until the socket is readable or the timeout passed.
-    fn wait(&mut self) -> Result<(), IngestError> {
+    pub(super) fn wait(&mut self) -> Result<(), IngestError> {
         match self.poll.poll(&mut self.events, Some(self.timeout)) {
             Err(e) if e.kind() != io::ErrorKind::Interrupted => Err(IngestError::Poll(e)),
             _ => Ok(()),
@@ -500,7 +505,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
 }
 
 /// The thread that reads the socket, as [`receive_loop`] drives it.
-trait SocketReader {
+pub(super) trait SocketReader {
     /// Waits until the socket is readable or the readiness timeout passed.
     fn wait_readable(&mut self) -> Result<(), IngestError>;
     /// The thread comes back after being away from the socket (a wait, or
@@ -575,128 +580,6 @@ impl<A: FrameAssembler> SocketReader for UdpReceiver<A> {
         // be waiting in the socket; while it holds datagrams, by the
         // arrival time of the latest one handled.
         self.assembler.on_tick_behind(if drained.empty { now_ns } else { self.latest_rx_ns }, now_ns);
-    }
-}
-
-/// The reading thread of `ingest.assembly_thread`: reads into free batches
-/// of the pool and hands each filled one over.
-struct HandingOver<'a> {
-    fd: RawFd,
-    readiness: &'a mut Readiness,
-    side: ReadingSide,
-    /// A free batch the last read left empty, kept for the next.
-    held: Option<Box<RecvBatch>>,
-    stop: &'a AtomicBool,
-    counters: &'a IngestCounters,
-    /// The assembly thread: once it has ended (it failed to start, or
-    /// panicked), reading stops.
-    assembly: &'a std::thread::ScopedJoinHandle<'a, Result<(), String>>,
-}
-
-impl HandingOver<'_> {
-    /// A free batch, waiting for the assembly thread to give one back if
-    /// none is (counted in `assembly_waits`); `None` when `stop` was set
-    /// meanwhile.
-    fn free_batch(&mut self) -> Result<Option<Box<RecvBatch>>, IngestError> {
-        if let Some(batch) = self.held.take() {
-            return Ok(Some(batch));
-        }
-        let gone = |_| IngestError::AssemblyGone;
-        if let Some(batch) = self.side.free_batch(Duration::ZERO).map_err(gone)? {
-            return Ok(Some(batch));
-        }
-        IngestCounters::bump(&self.counters.assembly_waits);
-        while !self.stop.load(Ordering::Acquire) {
-            if let Some(batch) = self.side.free_batch(self.readiness.timeout).map_err(gone)? {
-                return Ok(Some(batch));
-            }
-        }
-        Ok(None)
-    }
-}
-
-impl SocketReader for HandingOver<'_> {
-    fn wait_readable(&mut self) -> Result<(), IngestError> {
-        self.readiness.wait()
-    }
-
-    fn prepare_for_backlog(&mut self) {}
-
-    fn read_available(&mut self) -> Result<Drained, IngestError> {
-        if self.assembly.is_finished() {
-            return Err(IngestError::AssemblyGone);
-        }
-        let mut drained = Drained { buffers: 0, empty: false };
-        for _ in 0..BATCHES_PER_WAKE {
-            let Some(mut batch) = self.free_batch()? else { break };
-            let started_ns = clock::realtime_ns();
-            let count = batch.recv(self.fd).map_err(IngestError::Recv)?;
-            let short = count < batch.buffers();
-            if count == 0 {
-                self.held = Some(batch);
-            } else {
-                drained.buffers += count;
-                let filled = Filled { batch, count, batch_ns: clock::realtime_ns() };
-                self.side.hand_over(filled).map_err(|_| IngestError::AssemblyGone)?;
-            }
-            if short {
-                // After the hand-over, so that the assembly thread finds
-                // every datagram from before `started_ns` handed over.
-                self.side.mark_drained(started_ns);
-                drained.empty = true;
-                break;
-            }
-        }
-        Ok(drained)
-    }
-
-    fn end_turn(&mut self, _: &Drained, _: u64) {}
-}
-
-/// What the assembly thread of `ingest.assembly_thread` shares with the
-/// reading thread.
-struct AssemblyStage<'a> {
-    allow: &'a AllowList,
-    counters: &'a IngestCounters,
-    local: SocketAddr,
-}
-
-impl AssemblyStage<'_> {
-    /// Assembles every batch handed over, in order, ticking `assembler`
-    /// after each run of batches and whenever none came for `idle`; spins
-    /// for `spin` before waiting. Flushes once the reading side is gone.
-    fn run<A: FrameAssembler + ?Sized>(
-        &self,
-        from: &AssemblingSide,
-        assembler: &mut A,
-        mut tap: Option<&mut (dyn DatagramTap + 'static)>,
-        spin: Duration,
-        idle: Duration,
-    ) {
-        let mut latest_rx_ns = 0;
-        loop {
-            let first = match from.next(spin, idle) {
-                Next::Filled(filled) => Some(filled),
-                Next::Idle => None,
-                Next::Closed => break,
-            };
-            // Read before taking what waits: see `AssemblingSide::drained_at`.
-            let drained_at = from.drained_at();
-            for filled in first.into_iter().chain(std::iter::from_fn(|| from.next_waiting())) {
-                for i in 0..filled.count {
-                    let (buf, info) = filled.batch.message(i, filled.batch_ns);
-                    latest_rx_ns = latest_rx_ns.max(info.rx_ns);
-                    deliver(assembler, self.counters, self.allow, tap.as_deref_mut(), self.local, buf, info);
-                }
-                from.give_back(filled.batch);
-            }
-            // Frames go stale by the clock only up to when the reading
-            // thread last found the socket empty (or the latest arrival
-            // handled, if later): datagrams that came after may still wait.
-            let now = clock::realtime_ns();
-            assembler.on_tick_behind(latest_rx_ns.max(drained_at).min(now), now);
-        }
-        assembler.flush(clock::realtime_ns());
     }
 }
 
@@ -840,16 +723,17 @@ impl<A: FrameAssembler> UdpReceiver<A> {
 const MIN_GROUPS: usize = 4;
 
 /// What one [`UdpReceiver::drain`] read.
-struct Drained {
+pub(super) struct Drained {
     /// Buffers (datagrams, or GRO buffers of several) taken off the socket.
-    buffers: usize,
+    pub(super) buffers: usize,
     /// The last read came back short: the socket was empty then.
-    empty: bool,
+    pub(super) empty: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::handoff::{Filled, ReadingSide};
     use crate::ring::layout::{SLOT_COMPLETE, SlotHeader, ring_bytes};
     use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
     use crate::wire::native::{self, NativeHeader};
