@@ -122,7 +122,13 @@ impl AssemblyStage<'_> {
             };
             // Read before taking what waits: see `AssemblingSide::drained_at`.
             let drained_at = from.drained_at();
-            for filled in first.into_iter().chain(std::iter::from_fn(|| from.next_waiting())) {
+            let waiting = std::iter::from_fn(|| from.next_waiting());
+            let mut taken = 0;
+            // At most BATCHES_PER_WAKE before a tick, so that a reading
+            // thread that never lets the queue run dry cannot keep stale
+            // frames from being published.
+            for filled in first.into_iter().chain(waiting).take(BATCHES_PER_WAKE) {
+                taken += 1;
                 for i in 0..filled.count {
                     let (buf, info) = filled.batch.message(i, filled.batch_ns);
                     latest_rx_ns = latest_rx_ns.max(info.rx_ns);
@@ -133,8 +139,11 @@ impl AssemblyStage<'_> {
             // Frames go stale by the clock only up to when the reading
             // thread last found the socket empty (or the latest arrival
             // handled, if later): datagrams that came after may still wait.
+            // If batches may still wait here, only by the latest arrival.
+            let caught_up = taken < BATCHES_PER_WAKE;
+            let stale_at = if caught_up { latest_rx_ns.max(drained_at) } else { latest_rx_ns };
             let now = clock::realtime_ns();
-            assembler.on_tick_behind(latest_rx_ns.max(drained_at).min(now), now);
+            assembler.on_tick_behind(stale_at.min(now), now);
         }
         assembler.flush(clock::realtime_ns());
     }
