@@ -272,6 +272,12 @@ fn start_hsb(
     rx_stop: &Arc<AtomicBool>,
 ) -> Result<IngestParts, AppError> {
     use crate::ingest::hsb::{HsbDma, HsbReceiver};
+    if cfg.ingest.assembly_thread {
+        tracing::warn!(
+            "ingest.assembly_thread applies to the native and RTP receivers; the emulated HSB receiver \
+             ignores it"
+        );
+    }
     if cfg.handler.is_none() || cfg.rtp.is_some() {
         return Err(AppError::Unsupported(
             "ingest.format = \"hsb\" writes frames without publishing the ring's head, so only a user handler \
@@ -321,6 +327,12 @@ pub(super) fn start_ingest(
         #[cfg(feature = "rdma")]
         IngestPlan::Rdma(mut endpoint) => {
             tracing::info!("{}", endpoint.summary());
+            if cfg.ingest.assembly_thread {
+                tracing::warn!(
+                    "ingest.assembly_thread applies to the UDP receiver; the NIC places RDMA frames itself, \
+                     so it is ignored (set ingest.transport = \"udp\" to use it)"
+                );
+            }
             let local_addr = endpoint.listen_addr();
             let stop = Arc::clone(rx_stop);
             let thread = std::thread::Builder::new()
