@@ -10,6 +10,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 
 use super::landing::{LandingPlan, MessageLayout, message_layout};
+use crate::ring::pages::{HUGE_PAGE_BYTES, OwnedPages};
 use crate::wire::native::HEADER_LEN;
 
 /// Bytes of one receive buffer: the largest UDP datagram or GRO buffer.
@@ -51,74 +52,26 @@ fn segment_step(len: usize, segment: Option<usize>) -> usize {
     segment.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1))
 }
 
-/// The receive buffers' memory: a mapping of its own, zeroed, every page
-/// faulted in at creation, each 64 KiB buffer starting on a page boundary
-/// (a vector this large starts 16 bytes into its first page, so every
-/// buffer straddled one page more and began inside a cache line), and,
-/// where it spans 2 MiB, aligned to and advised for transparent huge pages
-/// as the frame ring's pages are ([`crate::ring::pages`]). On an H200 host
-/// the reading thread of `ingest.assembly_thread` (1 MiB batches) spent
-/// 10-14 % less CPU per Gbit at 1,472 B with it, 5 % at 8,972 B; the
+/// The receive buffers' memory: `len` zeroed bytes, every page faulted in
+/// now rather than on the first `recvmmsg` into it (the first pass over a
+/// lazily mapped 64-buffer batch took ~1,000 page faults inside the system
+/// call), each 64 KiB buffer starting on a page boundary (a vector this
+/// large starts 16 bytes into its first page, so every buffer straddled
+/// one page more and began inside a cache line), and, where it spans 2 MiB,
+/// in huge pages as the frame ring is ([`crate::ring::pages`]). On an H200
+/// host the reading thread of `ingest.assembly_thread` (1 MiB batches)
+/// spent 10-14 % less CPU per Gbit at 1,472 B with it, 5 % at 8,972 B; the
 /// one-thread receiver (4 MiB, huge pages) 3 %, within the noise
 /// (`bench/results/gpu-h200-2026-11-29/ingest-split/huge-buffers/`).
-struct ReceiveMemory {
-    /// Invariant: `offset + len <= map.len()`.
-    map: memmap2::MmapMut,
-    offset: usize,
-    len: usize,
-}
-
-impl ReceiveMemory {
-    /// `len` zeroed bytes, resident; in huge pages from 2 MiB up where the
-    /// kernel gives them. Falls back to a plain vector's worth of base pages
-    /// if the mapping cannot be made.
-    fn new(len: usize) -> Self {
-        use crate::ring::pages::HUGE_PAGE_BYTES;
-        let huge = len >= HUGE_PAGE_BYTES;
-        let padded = if huge { len + HUGE_PAGE_BYTES } else { len.max(1) };
-        let mut map = memmap2::MmapOptions::new()
-            .len(padded)
-            .map_anon()
-            .unwrap_or_else(|e| panic!("cannot map {padded} bytes of receive buffers: {e}"));
-        let base = map.as_ptr() as usize;
-        let offset = if huge { base.next_multiple_of(HUGE_PAGE_BYTES) - base } else { 0 };
-        if huge {
-            // EINVAL: no transparent huge pages in this kernel; base pages then.
-            let _ = map.advise_range(memmap2::Advice::HugePage, offset, len);
-        }
-        for page in map[offset..offset + len].chunks_mut(4096) {
-            page[0] = 0;
-        }
-        debug_assert!(offset + len <= map.len());
-        Self { map, offset, len }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.map[self.offset..self.offset + self.len]
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.map[self.offset..self.offset + self.len]
-    }
-}
-
-/// `buf` with every page written once, so that the kernel maps it now and not
-/// on the first `recvmmsg` into it: a zeroed `Vec` is mapped lazily, and the
-/// first pass over a 64-buffer batch (4 MiB) took ~1,000 page faults inside
-/// the receive system call. `black_box` keeps the compiler from dropping the
-/// stores as writes of zero to memory it knows is zero.
-fn touched(mut buf: Vec<u8>) -> Vec<u8> {
-    buf = std::hint::black_box(buf);
-    for page in buf.chunks_mut(4096) {
-        page[0] = 0;
-    }
-    buf
+fn receive_memory(len: usize) -> OwnedPages {
+    OwnedPages::new(len, len >= HUGE_PAGE_BYTES)
+        .unwrap_or_else(|e| panic!("cannot map {len} bytes of receive buffers: {e}"))
 }
 
 /// Preallocated `recvmmsg` state: buffers, addresses, control space, headers.
 pub(super) struct RecvBatch {
     /// `batch * RECV_BUFFER_BYTES` bytes, one buffer per message.
-    bufs: ReceiveMemory,
+    bufs: OwnedPages,
     addrs: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<[u64; CMSG_WORDS]>,
     iovecs: Vec<libc::iovec>,
@@ -134,7 +87,7 @@ pub(super) struct RecvBatch {
     /// One-copy receive: messages whose datagrams did not fall where
     /// predicted, gathered back into one contiguous buffer each (allocated on
     /// first use, `batch * RECV_BUFFER_BYTES`).
-    linear: Vec<u8>,
+    linear: Option<OwnedPages>,
     /// The layout `hdrs` were last built for by [`RecvBatch::recv_landing`].
     prepared: LandingPlan,
     /// `hdrs` are as built for `prepared`: the calls since filled no message
@@ -159,7 +112,7 @@ impl RecvBatch {
             )
         };
         Self {
-            bufs: ReceiveMemory::new(batch * RECV_BUFFER_BYTES),
+            bufs: receive_memory(batch * RECV_BUFFER_BYTES),
             addrs: vec![storage; batch],
             cmsgs: vec![[0; CMSG_WORDS]; batch],
             iovecs: vec![iov; batch],
@@ -167,7 +120,7 @@ impl RecvBatch {
             heads: Vec::new(),
             landing_iovecs: Vec::new(),
             groups: vec![0..0; batch],
-            linear: Vec::new(),
+            linear: None,
             prepared: LandingPlan::default(),
             prepared_intact: false,
         }
@@ -319,7 +272,8 @@ impl RecvBatch {
     /// Message `i` as [`RecvBatch::gather`] put it together.
     pub(super) fn gathered(&self, i: usize) -> &[u8] {
         let total = (self.hdrs[i].msg_len as usize).min(RECV_BUFFER_BYTES);
-        &self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total]
+        &self.linear.as_ref().map_or(&[][..], OwnedPages::bytes)
+            [i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total]
     }
 
     /// The header of landing target `k` as the last receive wrote it.
@@ -337,11 +291,10 @@ impl RecvBatch {
     /// into one contiguous buffer, when its datagrams did not fall where
     /// predicted. Must run before anything writes to the plan's slots.
     pub(super) fn gather(&mut self, i: usize, plan: &LandingPlan) -> &[u8] {
-        if self.linear.is_empty() {
-            self.linear = touched(vec![0; self.hdrs.len() * RECV_BUFFER_BYTES]);
-        }
+        let buffers = self.hdrs.len();
+        let linear = self.linear.get_or_insert_with(|| receive_memory(buffers * RECV_BUFFER_BYTES));
         let total = (self.hdrs[i].msg_len as usize).min(RECV_BUFFER_BYTES);
-        let out = &mut self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total];
+        let out = &mut linear.bytes_mut()[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total];
         let mut at = 0;
         for k in self.groups[i].clone() {
             let head = &self.heads[k][..HEADER_LEN.min(total - at)];
@@ -358,7 +311,7 @@ impl RecvBatch {
         }
         let rest = total - at;
         out[at..].copy_from_slice(&self.bufs.bytes()[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + rest]);
-        &self.linear[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + total]
+        self.gathered(i)
     }
 
     /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`],

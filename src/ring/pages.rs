@@ -41,37 +41,10 @@ impl RingPages {
     /// whether the kernel honours that (`/sys/kernel/mm/transparent_hugepage`)
     /// is what [`RingPages::huge_page_bytes`] reports.
     pub fn new(len: usize, huge: bool) -> io::Result<Self> {
-        let len = len.max(1).next_multiple_of(if huge { HUGE_PAGE_BYTES } else { 4096 });
-        if !huge {
-            let mut map = MmapOptions::new().len(len).populate().map_anon()?;
-            let ptr = map.as_mut_ptr();
-            debug_assert!((ptr as usize).is_multiple_of(4096));
-            return Ok(Self { ptr, len, offset: 0, huge_requested: false, map });
-        }
-        let padded = len.checked_add(HUGE_PAGE_BYTES).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a ring of {len} bytes overflows the address space"),
-            )
-        })?;
-        let mut map = MmapOptions::new().len(padded).map_anon()?;
-        let base = map.as_mut_ptr() as usize;
-        let offset = base.next_multiple_of(HUGE_PAGE_BYTES) - base;
-        // EINVAL: a kernel built without transparent huge pages; the memory
-        // is then served in base pages, which huge_page_bytes() says.
-        match map.advise_range(Advice::HugePage, offset, len) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => return Err(e),
-        }
-        // Touching one byte per base page faults the whole range in (a huge
-        // page at a time where the kernel gives them); the bytes stay zero.
-        for page in map[offset..offset + len].chunks_mut(4096) {
-            page[0] = 0;
-        }
+        let (mut map, offset, len) = resident_mapping(len, huge)?;
         let ptr = map[offset..].as_mut_ptr();
-        debug_assert!((ptr as usize).is_multiple_of(HUGE_PAGE_BYTES));
-        Ok(Self { ptr, len, offset, huge_requested: true, map })
+        debug_assert!((ptr as usize).is_multiple_of(if huge { HUGE_PAGE_BYTES } else { 4096 }));
+        Ok(Self { ptr, len, offset, huge_requested: huge, map })
     }
 
     /// Maps `len` bytes (rounded up to a page, at least one) in base pages,
@@ -108,6 +81,71 @@ impl RingPages {
     /// `/proc/self/smaps`.
     pub fn huge_page_bytes(&self) -> io::Result<usize> {
         huge_page_bytes_in(self.ptr as usize, self.len)
+    }
+}
+
+/// An anonymous mapping of `len` bytes (rounded up to a page, at least one)
+/// with every page faulted in; with `huge`, the range starts on a
+/// [`HUGE_PAGE_BYTES`] boundary, is rounded up to a multiple of it and is
+/// advised `MADV_HUGEPAGE` before it is touched. Returns the mapping, where
+/// the range starts in it and the range's length.
+fn resident_mapping(len: usize, huge: bool) -> io::Result<(MmapMut, usize, usize)> {
+    let len = len.max(1).next_multiple_of(if huge { HUGE_PAGE_BYTES } else { 4096 });
+    if !huge {
+        return Ok((MmapOptions::new().len(len).populate().map_anon()?, 0, len));
+    }
+    let padded = len.checked_add(HUGE_PAGE_BYTES).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a mapping of {len} bytes overflows the address space"),
+        )
+    })?;
+    let mut map = MmapOptions::new().len(padded).map_anon()?;
+    let base = map.as_mut_ptr() as usize;
+    let offset = base.next_multiple_of(HUGE_PAGE_BYTES) - base;
+    // EINVAL: a kernel built without transparent huge pages; the memory
+    // is then served in base pages, which huge_page_bytes() says.
+    match map.advise_range(Advice::HugePage, offset, len) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(e) => return Err(e),
+    }
+    // Touching one byte per base page faults the whole range in (a huge
+    // page at a time where the kernel gives them); the bytes stay zero.
+    for page in map[offset..offset + len].chunks_mut(4096) {
+        page[0] = 0;
+    }
+    Ok((map, offset, len))
+}
+
+/// Zeroed, resident memory owned by one user, for buffers the process alone
+/// reads and writes (the UDP receiver's receive batches): the pages of
+/// [`RingPages::new`], reached as plain slices.
+pub struct OwnedPages {
+    /// Invariant: `offset + len <= map.len()`.
+    map: MmapMut,
+    offset: usize,
+    len: usize,
+}
+
+impl OwnedPages {
+    /// `len` zeroed bytes, every page faulted in, starting on a page
+    /// boundary; with `huge`, on a [`HUGE_PAGE_BYTES`] boundary and advised
+    /// for huge pages, as [`RingPages::new`] does.
+    pub fn new(len: usize, huge: bool) -> io::Result<Self> {
+        let (map, offset, mapped) = resident_mapping(len, huge)?;
+        debug_assert!(offset + len.min(mapped) <= map.len());
+        Ok(Self { map, offset, len: len.min(mapped) })
+    }
+
+    /// The `len` bytes asked for.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.offset..self.offset + self.len]
+    }
+
+    /// The `len` bytes asked for, to write.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map[self.offset..self.offset + self.len]
     }
 }
 
