@@ -1,25 +1,29 @@
-//! The two threads of `ingest.assembly_thread`: the reading thread's side
-//! of the receive loop ([`HandingOver`]: read into a free batch of the
+//! The threads of `ingest.assembly_thread`: a reading thread's side of the
+//! receive loop ([`HandingOver`]: read into a free batch of its
 //! [`super::handoff`] pool, hand it over, say when the socket was found
-//! empty) and the assembly stage ([`AssemblyStage`]: take the batches in
-//! the order read, hand their datagrams to the assembler, tick it, flush
-//! it at the end). [`super::udp::UdpReceiver::run`] starts both.
+//! empty and when it parks) and the assembly stage ([`AssemblyStage`]:
+//! take the batches in the order read, with `ingest.reading_threads`
+//! merge the readers' datagrams back into arrival order, hand them to the
+//! assembler, tick it, flush it at the end).
+//! [`super::udp::UdpReceiver::run`] starts them.
 
 use super::allow::AllowList;
 use super::assembler::FrameAssembler;
 use super::batch::RecvBatch;
 use super::counters::IngestCounters;
-use super::handoff::{AssemblingSide, Filled, Next, ReadingSide};
+use super::handoff::{AssemblingSide, Filled, HANDOFF_BATCHES, Next, ReadingSide};
+use super::steering::socket_is_empty;
 use super::tap::DatagramTap;
 use super::udp::{BATCHES_PER_WAKE, Drained, IngestError, Readiness, SocketReader, deliver};
 use crate::clock;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The reading thread of `ingest.assembly_thread`: reads into free batches
-/// of the pool and hands each filled one over.
+/// A reading thread of `ingest.assembly_thread`: reads into free batches
+/// of its pool and hands each filled one over.
 pub(super) struct HandingOver<'a> {
     pub(super) fd: RawFd,
     pub(super) readiness: &'a mut Readiness,
@@ -27,10 +31,13 @@ pub(super) struct HandingOver<'a> {
     /// A free batch the last read left empty, kept for the next.
     pub(super) held: Option<Box<RecvBatch>>,
     pub(super) stop: &'a AtomicBool,
+    /// Set when any reading thread of the receiver stopped on an error:
+    /// the others stop too.
+    pub(super) halt: &'a AtomicBool,
+    /// Set once the assembly thread has ended (it failed to start, or
+    /// panicked): reading stops.
+    pub(super) assembly_ended: &'a AtomicBool,
     pub(super) counters: &'a IngestCounters,
-    /// The assembly thread: once it has ended (it failed to start, or
-    /// panicked), reading stops.
-    pub(super) assembly: &'a std::thread::ScopedJoinHandle<'a, Result<(), String>>,
 }
 
 impl HandingOver<'_> {
@@ -57,14 +64,22 @@ impl HandingOver<'_> {
 
 impl SocketReader for HandingOver<'_> {
     fn wait_readable(&mut self) -> Result<(), IngestError> {
-        self.readiness.wait()
+        // Parked while it waits: the assembly thread may then look at the
+        // socket itself to learn that this reader holds nothing.
+        self.side.park();
+        let waited = self.readiness.wait();
+        self.side.unpark();
+        waited
     }
 
     fn prepare_for_backlog(&mut self) {}
 
     fn read_available(&mut self) -> Result<Drained, IngestError> {
-        if self.assembly.is_finished() {
+        if self.assembly_ended.load(Ordering::Acquire) {
             return Err(IngestError::AssemblyGone);
+        }
+        if self.halt.load(Ordering::Acquire) {
+            return Err(IngestError::ReadingThreadGone);
         }
         let mut drained = Drained { buffers: 0, empty: false };
         for _ in 0..BATCHES_PER_WAKE {
@@ -76,8 +91,8 @@ impl SocketReader for HandingOver<'_> {
                 self.held = Some(batch);
             } else {
                 drained.buffers += count;
-                let filled = Filled { batch, count, batch_ns: clock::realtime_ns() };
-                self.side.hand_over(filled).map_err(|_| IngestError::AssemblyGone)?;
+                let batch_ns = clock::realtime_ns();
+                self.side.hand_over(batch, count, batch_ns).map_err(|_| IngestError::AssemblyGone)?;
             }
             if short {
                 // After the hand-over, so that the assembly thread finds
@@ -94,17 +109,62 @@ impl SocketReader for HandingOver<'_> {
 }
 
 /// What the assembly thread of `ingest.assembly_thread` shares with the
-/// reading thread.
+/// reading threads.
 pub(super) struct AssemblyStage<'a> {
     pub(super) allow: &'a AllowList,
     pub(super) counters: &'a IngestCounters,
     pub(super) local: SocketAddr,
+    /// Each reading thread's socket, in reader order: with several, a
+    /// parked reader's is looked at to learn that it holds nothing older.
+    pub(super) sockets: &'a [RawFd],
+}
+
+/// One reader's batches taken off the hand-off channel and not yet
+/// assembled, in the order it read them.
+struct Lane {
+    queue: VecDeque<Filled>,
+    /// The next message of the front batch.
+    next: usize,
+    /// That message's arrival time (with several readers; 0 with one).
+    head_rx_ns: u64,
+    /// Every datagram of this reader that arrived before this time has
+    /// been taken off the channel: it is assembled or waits in `queue`.
+    through_ns: u64,
+}
+
+impl Lane {
+    fn new() -> Self {
+        Self { queue: VecDeque::with_capacity(HANDOFF_BATCHES), next: 0, head_rx_ns: 0, through_ns: 0 }
+    }
+
+    /// The time frames may go stale by as far as this reader goes.
+    fn known_through(&self) -> u64 {
+        if self.queue.is_empty() { self.through_ns } else { self.head_rx_ns.max(self.through_ns) }
+    }
+
+    fn set_head(&mut self, ordered: bool) {
+        if let (true, Some(front)) = (ordered, self.queue.front()) {
+            self.head_rx_ns = front.batch.message(self.next, front.batch_ns).1.rx_ns;
+        }
+    }
+}
+
+/// Whether the earliest datagram waiting may be assembled now.
+enum Turn {
+    /// No other reader can hold an earlier one.
+    Go,
+    /// Batches were taken meanwhile: choose again.
+    Again,
+    /// A reader that is reading may still hand over an earlier one.
+    Wait,
 }
 
 impl AssemblyStage<'_> {
-    /// Assembles every batch handed over, in order, ticking `assembler`
-    /// after each run of batches and whenever none came for `idle`; spins
-    /// for `spin` before waiting. Flushes once the reading side is gone.
+    /// Assembles every batch handed over, each reader's in the order it
+    /// read them and several readers' merged by arrival time, ticking
+    /// `assembler` after each run of batches and whenever none came for
+    /// `idle`; spins for `spin` before waiting. Flushes once every reading
+    /// side is gone.
     pub(super) fn run<A: FrameAssembler + ?Sized>(
         &self,
         from: &AssemblingSide,
@@ -113,38 +173,163 @@ impl AssemblyStage<'_> {
         spin: Duration,
         idle: Duration,
     ) {
-        let mut latest_rx_ns = 0;
+        let readers = from.readers();
+        let mut lanes: Vec<Lane> = (0..readers).map(|_| Lane::new()).collect();
+        let mut marks = vec![0; readers];
         loop {
-            let first = match from.next(spin, idle) {
+            // Read before taking what waits: see `AssemblingSide::drained_at`.
+            for (r, mark) in marks.iter_mut().enumerate() {
+                *mark = from.drained_at(r);
+            }
+            let pending = lanes.iter().any(|l| !l.queue.is_empty());
+            let first = match from.next(
+                if pending { Duration::ZERO } else { spin },
+                if pending { Duration::ZERO } else { idle },
+            ) {
                 Next::Filled(filled) => Some(filled),
                 Next::Idle => None,
-                Next::Closed => break,
+                Next::Closed if !pending => break,
+                Next::Closed => None,
             };
-            // Read before taking what waits: see `AssemblingSide::drained_at`.
-            let drained_at = from.drained_at();
-            let waiting = std::iter::from_fn(|| from.next_waiting());
-            let mut taken = 0;
-            // At most BATCHES_PER_WAKE before a tick, so that a reading
-            // thread that never lets the queue run dry cannot keep stale
-            // frames from being published.
-            for filled in first.into_iter().chain(waiting).take(BATCHES_PER_WAKE) {
-                taken += 1;
-                for i in 0..filled.count {
-                    let (buf, info) = filled.batch.message(i, filled.batch_ns);
-                    latest_rx_ns = latest_rx_ns.max(info.rx_ns);
-                    deliver(assembler, self.counters, self.allow, tap.as_deref_mut(), self.local, buf, info);
-                }
-                from.give_back(filled.batch);
+            for filled in first.into_iter().chain(std::iter::from_fn(|| from.next_waiting())) {
+                take(&mut lanes, filled);
             }
-            // Frames go stale by the clock only up to when the reading
-            // thread last found the socket empty (or the latest arrival
-            // handled, if later): datagrams that came after may still wait.
-            // If batches may still wait here, only by the latest arrival.
-            let caught_up = taken < BATCHES_PER_WAKE;
-            let stale_at = if caught_up { latest_rx_ns.max(drained_at) } else { latest_rx_ns };
+            for (lane, mark) in lanes.iter_mut().zip(&marks) {
+                lane.through_ns = lane.through_ns.max(*mark);
+            }
+            self.assemble(from, &mut lanes, assembler, &mut tap, idle);
+            // Frames go stale by the clock only up to when every reader
+            // is known to have handed over what arrived before: the time
+            // it last found its socket empty, or the latest arrival
+            // assembled from it, if later (datagrams that came after may
+            // still wait in its socket).
+            let stale_at = lanes
+                .iter()
+                .enumerate()
+                .filter(|(r, lane)| !(lane.queue.is_empty() && from.gone(*r)))
+                .map(|(_, lane)| lane.known_through())
+                .min();
             let now = clock::realtime_ns();
-            assembler.on_tick_behind(stale_at.min(now), now);
+            if let Some(stale_at) = stale_at {
+                assembler.on_tick_behind(stale_at.min(now), now);
+            }
         }
         assembler.flush(clock::realtime_ns());
+    }
+
+    /// Assembles what the lanes hold, earliest arrival first, until they
+    /// are empty or [`BATCHES_PER_WAKE`] batches were finished (so that
+    /// frames are ticked while readers keep the lanes full). A datagram
+    /// waits while a reader with nothing taken is still reading and may
+    /// hand over an earlier one, for `wait` at most.
+    fn assemble<A: FrameAssembler + ?Sized>(
+        &self,
+        from: &AssemblingSide,
+        lanes: &mut [Lane],
+        assembler: &mut A,
+        tap: &mut Option<&mut (dyn DatagramTap + 'static)>,
+        wait: Duration,
+    ) {
+        let ordered = lanes.len() > 1;
+        let mut finished = 0;
+        let mut waiting_since: Option<Instant> = None;
+        while finished < BATCHES_PER_WAKE {
+            let Some(c) = (0..lanes.len())
+                .filter(|&r| !lanes[r].queue.is_empty())
+                .min_by_key(|&r| (lanes[r].head_rx_ns, r))
+            else {
+                break;
+            };
+            if ordered {
+                match self.turn(from, lanes, c) {
+                    Turn::Go => {}
+                    Turn::Again => continue,
+                    Turn::Wait => {
+                        let since = *waiting_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() < wait {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        // The reader stalled: assemble without it (its
+                        // datagrams then come later than they arrived,
+                        // which the reassembler takes as reordering).
+                    }
+                }
+                waiting_since = None;
+            }
+            let lane = &mut lanes[c];
+            let Some(front) = lane.queue.front() else { break };
+            let (buf, info) = front.batch.message(lane.next, front.batch_ns);
+            lane.through_ns = lane.through_ns.max(info.rx_ns);
+            deliver(assembler, self.counters, self.allow, tap.as_deref_mut(), self.local, buf, info);
+            lane.next += 1;
+            if lane.next == front.count {
+                if let Some(done) = lane.queue.pop_front() {
+                    from.give_back(done.reader, done.batch);
+                }
+                lane.next = 0;
+                finished += 1;
+            }
+            lane.set_head(ordered);
+        }
+    }
+
+    /// Whether lane `c`'s next datagram is the earliest that any reader
+    /// holds: every other reader with nothing taken is known to have
+    /// handed over all that arrived before it, is gone, or is parked with
+    /// its socket empty.
+    fn turn(&self, from: &AssemblingSide, lanes: &mut [Lane], c: usize) -> Turn {
+        let t = lanes[c].head_rx_ns;
+        for r in 0..lanes.len() {
+            if r == c || !lanes[r].queue.is_empty() || lanes[r].through_ns >= t {
+                continue;
+            }
+            // Read before taking what waits, so that what they promise
+            // covers only batches taken.
+            let (gone, mark, parked) = (from.gone(r), from.drained_at(r), from.parked(r));
+            let mut took = false;
+            while let Some(filled) = from.next_waiting() {
+                take(lanes, filled);
+                took = true;
+            }
+            if !lanes[r].queue.is_empty() {
+                return Turn::Again;
+            }
+            if gone {
+                lanes[r].through_ns = u64::MAX;
+                continue;
+            }
+            lanes[r].through_ns = lanes[r].through_ns.max(mark);
+            if lanes[r].through_ns < t
+                && let Some(parked) = parked
+                && let Some(&fd) = self.sockets.get(r)
+            {
+                // Parked with an empty socket: whatever arrives for it
+                // from now on arrives after `t`.
+                let now = clock::realtime_ns();
+                if socket_is_empty(fd) && from.still_parked(r, parked) {
+                    lanes[r].through_ns = lanes[r].through_ns.max(now);
+                }
+            }
+            if took {
+                return Turn::Again;
+            }
+            if lanes[r].through_ns < t {
+                return Turn::Wait;
+            }
+        }
+        Turn::Go
+    }
+}
+
+/// Puts a batch taken off the channel at the back of its reader's lane.
+fn take(lanes: &mut [Lane], filled: Filled) {
+    let ordered = lanes.len() > 1;
+    let lane = &mut lanes[filled.reader];
+    let was_empty = lane.queue.is_empty();
+    lane.queue.push_back(filled);
+    if was_empty {
+        lane.next = 0;
+        lane.set_head(ordered);
     }
 }

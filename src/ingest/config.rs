@@ -60,6 +60,16 @@ pub struct UdpConfig {
     /// Payloads are then always copied by the assembly thread, so
     /// `receive_into_slots = "on"` is refused with it.
     pub assembly_thread: bool,
+    /// Threads reading the socket's port (1-16; more than 1 needs
+    /// `assembly_thread`). Each reads a socket of its own, all bound to
+    /// `bind` in one `SO_REUSEPORT` group (set on them whatever
+    /// `reuse_port` says) that the kernel spreads the datagrams over at
+    /// random, one GRO buffer at a time, so that one flow is read by as
+    /// many threads; the assembly thread merges what they read back into
+    /// arrival order (by the kernel's receive times). For streams whose
+    /// receiving thread is busy with the kernel's copy alone; place the
+    /// threads with `service.receiver_cpu` and `service.reader_cpus`.
+    pub reading_threads: usize,
     /// Reassembly keys, flattened into the same table.
     #[serde(flatten)]
     pub reassembly: ReassemblyConfig,
@@ -115,6 +125,7 @@ impl Default for UdpConfig {
             reuse_port: true,
             receive_into_slots: ReceiveIntoSlots::Auto,
             assembly_thread: false,
+            reading_threads: 1,
             reassembly: ReassemblyConfig::default(),
             transport: Transport::default(),
             format: Default::default(),
@@ -152,9 +163,23 @@ impl UdpConfig {
                  assembly_thread = false",
             ));
         }
+        check_range(problems, "ingest.reading_threads", self.reading_threads, 1, MAX_READING_THREADS);
+        if self.reading_threads > 1 && !self.assembly_thread {
+            problems.push(ConfigProblem::new(
+                "ingest.reading_threads",
+                format!(
+                    "{} reading threads need a thread to merge what they read; set \
+                     ingest.assembly_thread = true (or reading_threads = 1)",
+                    self.reading_threads
+                ),
+            ));
+        }
         self.reassembly.validate(problems);
     }
 }
+
+/// Most reading threads `ingest.reading_threads` accepts.
+pub const MAX_READING_THREADS: usize = 16;
 
 /// Reassembly settings (keys of the `[ingest]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -263,6 +288,28 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].key, "ingest.assembly_thread");
         assert!(problems[0].message.contains("receive_into_slots"), "{}", problems[0]);
+    }
+
+    #[test]
+    fn several_reading_threads_need_an_assembly_thread_and_a_bound() {
+        let cfg: UdpConfig = toml::from_str("assembly_thread = true\nreading_threads = 3").unwrap();
+        assert_eq!(cfg.reading_threads, 3);
+        let mut problems = Vec::new();
+        cfg.validate(&mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(UdpConfig::default().reading_threads, 1);
+        for (text, hint) in [
+            ("reading_threads = 2", "assembly_thread = true"),
+            ("assembly_thread = true\nreading_threads = 0", "from 1 to 16"),
+            ("assembly_thread = true\nreading_threads = 17", "from 1 to 16"),
+        ] {
+            let cfg: UdpConfig = toml::from_str(text).unwrap();
+            let mut problems = Vec::new();
+            cfg.validate(&mut problems);
+            assert_eq!(problems.len(), 1, "{text}: {problems:?}");
+            assert_eq!(problems[0].key, "ingest.reading_threads", "{text}");
+            assert!(problems[0].message.contains(hint), "{text}: {}", problems[0]);
+        }
     }
 
     #[test]

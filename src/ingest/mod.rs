@@ -8,7 +8,8 @@
 //! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
 //! - `handoff`: the pool of receive batches a reading thread fills and an
 //!   assembly thread empties (`ingest.assembly_thread`); `assembly_thread`:
-//!   the loops of those two threads.
+//!   the loops of those threads; `steering`: one port's datagrams spread
+//!   over several sockets (`ingest.reading_threads`).
 //! - [`landing`]: one-copy receive, the payload places the reassembler
 //!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
@@ -38,6 +39,7 @@ pub mod hsb;
 pub mod landing;
 pub mod reassembly;
 pub mod route;
+mod steering;
 pub mod tap;
 pub mod transport;
 pub mod udp;

@@ -15,7 +15,10 @@
 //! only reads the socket, and a second thread it starts assembles what it
 //! read, in order (`ingest/assembly_thread.rs`, `ingest/handoff.rs`); both
 //! run the same receive loop's rules (busy polling, staleness by what has
-//! left the socket).
+//! left the socket). With `ingest.reading_threads` above one, more threads
+//! read sockets of their own bound to the same port, which the kernel
+//! spreads the datagrams over (`ingest/steering.rs`), and the assembly
+//! thread merges them back into arrival order.
 //!
 //! With GRO the kernel hands over one buffer holding several datagrams of one
 //! flow, all `segment` bytes long but the last, with the segment size in a
@@ -33,6 +36,7 @@ use super::counters::IngestCounters;
 use super::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use super::landing::{Landed, LandingShape, MessageLayout};
 use super::reassembly::Reassembler;
+use super::steering;
 use super::tap::DatagramTap;
 use crate::clock;
 use crate::wire::native::HEADER_LEN;
@@ -73,6 +77,18 @@ pub enum IngestError {
     AssemblyStart(String),
     #[error("the assembly thread (ingest.assembly_thread) stopped while the receiver ran")]
     AssemblyGone,
+    #[error("cannot start a reading thread of ingest.reading_threads: {0}; lower ingest.reading_threads")]
+    ReadingThreadSpawn(io::Error),
+    #[error("reading thread {index} (ingest.reading_threads) could not start: {why}")]
+    ReadingThreadStart { index: usize, why: String },
+    #[error("another reading thread (ingest.reading_threads) stopped on an error")]
+    ReadingThreadGone,
+    #[error(
+        "cannot spread datagrams over the ingest.reading_threads sockets (SO_ATTACH_REUSEPORT_CBPF): \
+         {0}; the kernel needs classic BPF reuseport programs (Linux 4.5 or later), or set \
+         ingest.reading_threads = 1"
+    )]
+    Steering(io::Error),
 }
 
 /// The address a tap is given for a sender the kernel did not name.
@@ -161,6 +177,61 @@ fn size_receive_buffer(socket: &Socket, wanted: usize) -> Result<usize, IngestEr
     Ok(usable)
 }
 
+/// A socket set up as `ingest` asks, bound to `addr`, non-blocking.
+struct OpenedSocket {
+    socket: Socket,
+    recv_buffer_bytes: usize,
+    gro_active: bool,
+}
+
+/// Opens a UDP socket with the options of `cfg` (`SO_REUSEPORT` as
+/// `reuse_port` says) and binds it to `addr`. Unsupported optional
+/// features (GRO, busy poll, kernel timestamps) are logged and skipped.
+fn open_socket(cfg: &UdpConfig, addr: SocketAddr, reuse_port: bool) -> Result<OpenedSocket, IngestError> {
+    let setup = |what| move |source| IngestError::Socket { what, source };
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(setup("socket"))?;
+    let fd = socket.as_raw_fd();
+    socket.set_reuse_port(reuse_port).map_err(setup("SO_REUSEPORT"))?;
+    let recv_buffer_bytes = size_receive_buffer(&socket, cfg.recv_buffer_bytes)?;
+    if cfg.busy_poll_us > 0 {
+        let us = libc::c_int::try_from(cfg.busy_poll_us).unwrap_or(libc::c_int::MAX);
+        match set_int_option(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                tracing::debug!("SO_BUSY_POLL refused (needs CAP_NET_ADMIN); receiving without busy poll")
+            }
+            Err(e) => return Err(IngestError::Socket { what: "SO_BUSY_POLL", source: e }),
+        }
+    }
+    if let Err(e) = set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) {
+        tracing::warn!("SO_TIMESTAMPNS refused ({e}); receive times come from the clock after recvmmsg");
+    }
+    let gro_active = cfg.gro
+        && match set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!("UDP_GRO refused ({e}); receiving one datagram per buffer");
+                false
+            }
+        };
+    socket.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
+    socket.bind(&addr.into()).map_err(|source| IngestError::Bind { addr, source })?;
+    Ok(OpenedSocket { socket, recv_buffer_bytes, gro_active })
+}
+
+/// Registers a bound socket for readiness, waits lasting `timeout` at most.
+fn watch(socket: Socket, timeout: Duration) -> Result<ReaderSocket, IngestError> {
+    let setup = |what| move |source| IngestError::Socket { what, source };
+    let mut socket = mio::net::UdpSocket::from_std(socket.into());
+    let poll = mio::Poll::new().map_err(setup("epoll"))?;
+    poll.registry()
+        .register(&mut socket, mio::Token(0), mio::Interest::READABLE)
+        .map_err(setup("epoll register"))?;
+    let readiness = Readiness { poll, events: mio::Events::with_capacity(4), timeout };
+    Ok(ReaderSocket { socket, readiness })
+}
+
 /// A bound UDP socket feeding a [`FrameAssembler`] (by default the native
 /// [`Reassembler`]), driven by [`UdpReceiver::run`].
 pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
@@ -198,6 +269,24 @@ pub struct UdpReceiver<A: FrameAssembler = Reassembler> {
     /// `ingest.assembly_thread`: frames are assembled on a thread of their
     /// own, and this thread only reads the socket.
     assembly: Option<AssemblyThread>,
+    /// `ingest.reading_threads` beyond the first: the sockets they read,
+    /// bound to the same port, in the order the kernel's group numbers them.
+    more_readers: Vec<ReaderSocket>,
+}
+
+/// A bound socket and its readiness.
+struct ReaderSocket {
+    socket: mio::net::UdpSocket,
+    readiness: Readiness,
+}
+
+/// Sets its flag when dropped (a thread's end, however it ends).
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Waiting for the socket to become readable.
@@ -221,8 +310,16 @@ impl Readiness {
 /// What the assembly thread runs first; see [`UdpReceiver::on_assembly_thread_start`].
 pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
+/// What each reading thread after the first runs first, given its index
+/// (1 for the second); see [`UdpReceiver::on_reading_thread_start`].
+pub type OnReadingThreadStart = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+
 /// The name of the assembly thread (`ingest.assembly_thread`).
 pub const ASSEMBLY_THREAD_NAME: &str = "frameloop-asm";
+
+/// The name of the reading threads after the first (`ingest.reading_threads`),
+/// followed by their index.
+pub const READING_THREAD_NAME: &str = "frameloop-rx";
 
 /// The second thread of `ingest.assembly_thread`.
 #[derive(Default)]
@@ -230,6 +327,8 @@ struct AssemblyThread {
     /// Run on that thread before it assembles anything (placing it on a
     /// core); an error stops the receiver with it.
     on_start: Option<OnAssemblyStart>,
+    /// Run on each reading thread after the first before it reads.
+    on_reading_start: Option<OnReadingThreadStart>,
 }
 
 // The appliance moves the receiver onto its own thread.
@@ -261,53 +360,28 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let addr: SocketAddr = cfg.bind.parse().map_err(|_| IngestError::BadBind(cfg.bind.clone()))?;
         let allow = AllowList::new(&cfg.allow)
             .map_err(|bad| IngestError::BadAllow { entry: bad.entry, reason: bad.reason })?;
+        let readers = if cfg.assembly_thread { cfg.reading_threads.max(1) } else { 1 };
+        let opened = open_socket(cfg, addr, cfg.reuse_port || readers > 1)?;
         let setup = |what| move |source| IngestError::Socket { what, source };
-        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
-            .map_err(setup("socket"))?;
-        let fd = socket.as_raw_fd();
-        socket.set_reuse_port(cfg.reuse_port).map_err(setup("SO_REUSEPORT"))?;
-        let recv_buffer_bytes = size_receive_buffer(&socket, cfg.recv_buffer_bytes)?;
-        if cfg.busy_poll_us > 0 {
-            let us = libc::c_int::try_from(cfg.busy_poll_us).unwrap_or(libc::c_int::MAX);
-            match set_int_option(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                    tracing::debug!("SO_BUSY_POLL refused (needs CAP_NET_ADMIN); receiving without busy poll")
-                }
-                Err(e) => return Err(IngestError::Socket { what: "SO_BUSY_POLL", source: e }),
-            }
+        let local_addr =
+            opened.socket.local_addr().map_err(setup("getsockname"))?.as_socket().ok_or(
+                IngestError::Socket { what: "getsockname", source: io::ErrorKind::Unsupported.into() },
+            )?;
+        let (recv_buffer_bytes, gro_active) = (opened.recv_buffer_bytes, opened.gro_active);
+        let timeout = Duration::from_millis((cfg.reassembly.frame_timeout_ms / 4).clamp(1, 10));
+        let first = watch(opened.socket, timeout)?;
+        // The group's other sockets join it on the port the first got.
+        let mut more_readers = Vec::with_capacity(readers - 1);
+        for _ in 1..readers {
+            more_readers.push(watch(open_socket(cfg, local_addr, true)?.socket, timeout)?);
         }
-        if let Err(e) = set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) {
-            tracing::warn!("SO_TIMESTAMPNS refused ({e}); receive times come from the clock after recvmmsg");
+        if readers > 1 {
+            steering::spread_at_random(first.socket.as_raw_fd(), readers).map_err(IngestError::Steering)?;
         }
-        let gro_active = cfg.gro
-            && match set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::info!("UDP_GRO refused ({e}); receiving one datagram per buffer");
-                    false
-                }
-            };
-        socket.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
-        socket.bind(&addr.into()).map_err(|source| IngestError::Bind { addr, source })?;
-        let local_addr = socket
-            .local_addr()
-            .map_err(setup("getsockname"))?
-            .as_socket()
-            .ok_or(IngestError::Socket { what: "getsockname", source: io::ErrorKind::Unsupported.into() })?;
-        let mut socket = mio::net::UdpSocket::from_std(socket.into());
-        let poll = mio::Poll::new().map_err(setup("epoll"))?;
-        poll.registry()
-            .register(&mut socket, mio::Token(0), mio::Interest::READABLE)
-            .map_err(setup("epoll register"))?;
-        let timeout_ms = (cfg.reassembly.frame_timeout_ms / 4).clamp(1, 10);
+        let ReaderSocket { socket, readiness } = first;
         Ok(Self {
             socket,
-            readiness: Readiness {
-                poll,
-                events: mio::Events::with_capacity(4),
-                timeout: Duration::from_millis(timeout_ms),
-            },
+            readiness,
             counters,
             assembler,
             tap: None,
@@ -325,6 +399,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             latest_rx_ns: 0,
             layouts: Vec::with_capacity(cfg.batch.clamp(1, 1024)),
             assembly: cfg.assembly_thread.then(AssemblyThread::default),
+            more_readers,
         })
     }
 
@@ -374,6 +449,28 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.assembly.is_some()
     }
 
+    /// With `ingest.reading_threads` above one, runs `start` on each
+    /// reading thread after the first, with its index (1 for the second),
+    /// before it reads (the appliance places it on its core of
+    /// `service.reader_cpus` there); an error it returns stops
+    /// [`UdpReceiver::run`] with [`IngestError::ReadingThreadStart`].
+    /// Returns on how many threads it will run (0: never).
+    pub fn on_reading_thread_start(&mut self, start: OnReadingThreadStart) -> usize {
+        match self.assembly.as_mut() {
+            Some(assembly) if !self.more_readers.is_empty() => {
+                assembly.on_reading_start = Some(start);
+                self.more_readers.len()
+            }
+            _ => 0,
+        }
+    }
+
+    /// Threads reading the port (`ingest.reading_threads`; 1 without an
+    /// assembly thread).
+    pub fn reading_threads(&self) -> usize {
+        1 + self.more_readers.len()
+    }
+
     /// The assembler the receiver feeds.
     pub fn assembler(&self) -> &A {
         &self.assembler
@@ -406,47 +503,137 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         Ok(())
     }
 
-    /// [`UdpReceiver::run`] with `ingest.assembly_thread`: this thread reads
-    /// the socket into the batches of a [`handoff::pool`] and a second one
-    /// assembles them into frames, in the order read.
+    /// [`UdpReceiver::run`] with `ingest.assembly_thread`: this thread (and
+    /// with `ingest.reading_threads` more, one per socket) reads into the
+    /// batches of a [`handoff::pool`] and a second one assembles them into
+    /// frames, in the order read.
     fn run_with_assembly_thread(&mut self, stop: &AtomicBool) -> Result<(), IngestError> {
-        let on_start = self.assembly.as_mut().and_then(|a| a.on_start.take());
+        let (on_start, on_reading_start) = match self.assembly.as_mut() {
+            Some(a) => (a.on_start.take(), a.on_reading_start.clone()),
+            None => (None, None),
+        };
+        let readers = 1 + self.more_readers.len();
         let (reading, assembling) =
-            handoff::pool(HANDOFF_BATCHES, self.batch.buffers().min(HANDOFF_BATCH_BUFFERS));
-        let Self { socket, readiness, assembler, counters, tap, allow, local_addr, poll_budget, .. } = self;
+            handoff::pool(readers, HANDOFF_BATCHES, self.batch.buffers().min(HANDOFF_BATCH_BUFFERS));
+        let Self {
+            socket,
+            readiness,
+            assembler,
+            counters,
+            tap,
+            allow,
+            local_addr,
+            poll_budget,
+            more_readers,
+            ..
+        } = self;
+        let sockets: Vec<RawFd> = std::iter::once(socket.as_raw_fd())
+            .chain(more_readers.iter().map(|r| r.socket.as_raw_fd()))
+            .collect();
         let (counters, allow, local, spin, idle) =
             (&**counters, &*allow, *local_addr, *poll_budget, readiness.timeout);
+        let (halt, assembly_ended) = (AtomicBool::new(false), AtomicBool::new(false));
+        let (halt, assembly_ended, sockets) = (&halt, &assembly_ended, &sockets[..]);
         std::thread::scope(|scope| {
-            let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
+            // Each thread started says whether its start succeeded.
+            let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<bool>(readers);
+            let assembly_started = started_tx.clone();
             let assembly = std::thread::Builder::new()
                 .name(ASSEMBLY_THREAD_NAME.into())
                 .spawn_scoped(scope, move || {
+                    // However it ends (a failed start, a panic), the
+                    // reading threads stop reading.
+                    let _ended = SetOnDrop(assembly_ended);
+                    let started = on_start.map_or(Ok(()), |start| start());
+                    let _ = assembly_started.send(started.is_ok());
                     // On failure `assembling` is dropped unused, which ends
-                    // the reading loop below.
-                    on_start.map_or(Ok(()), |start| start())?;
-                    let _ = started_tx.send(());
-                    let stage = AssemblyStage { allow, counters, local };
+                    // the reading loops below.
+                    started?;
+                    let stage = AssemblyStage { allow, counters, local, sockets };
                     stage.run(&assembling, assembler, tap.as_deref_mut(), spin, idle);
                     Ok(())
                 })
                 .map_err(IngestError::AssemblySpawn)?;
-            // Read nothing before the assembly thread is placed and ready:
-            // the first frames would wait for its start-up (the sender end
-            // of `started` is dropped if it fails, and the loop then ends).
-            let _ = started_rx.recv();
+            let mut sides = reading.into_iter();
+            let first_side = sides.next().expect("the pool has a side per reader");
+            let mut more = Vec::with_capacity(readers - 1);
+            for (i, (side, theirs)) in sides.zip(more_readers.iter_mut()).enumerate() {
+                let index = i + 1;
+                let (started, on_start) = (started_tx.clone(), on_reading_start.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("{READING_THREAD_NAME}{index}"))
+                    .spawn_scoped(scope, move || {
+                        let begun = on_start.map_or(Ok(()), |start| start(index));
+                        let _ = started.send(begun.is_ok());
+                        if let Err(why) = begun {
+                            halt.store(true, Ordering::Release);
+                            return Err(IngestError::ReadingThreadStart { index, why });
+                        }
+                        let mut reader = HandingOver {
+                            fd: theirs.socket.as_raw_fd(),
+                            readiness: &mut theirs.readiness,
+                            side,
+                            held: None,
+                            stop,
+                            halt,
+                            assembly_ended,
+                            counters,
+                        };
+                        let read = receive_loop(&mut reader, stop, spin, counters);
+                        if read.is_err() {
+                            halt.store(true, Ordering::Release);
+                        }
+                        read
+                    });
+                match spawned {
+                    Ok(handle) => more.push(handle),
+                    Err(e) => {
+                        halt.store(true, Ordering::Release);
+                        return Err(IngestError::ReadingThreadSpawn(e));
+                    }
+                }
+            }
+            drop(started_tx);
+            // Read nothing before every thread is placed and ready: the
+            // first frames would wait for their start-up. A failed start
+            // halts the readers, and its error is reported below.
+            for _ in 0..readers {
+                if started_rx.recv() != Ok(true) {
+                    halt.store(true, Ordering::Release);
+                    break;
+                }
+            }
             let mut reader = HandingOver {
                 fd: socket.as_raw_fd(),
                 readiness,
-                side: reading,
+                side: first_side,
                 held: None,
                 stop,
+                halt,
+                assembly_ended,
                 counters,
-                assembly: &assembly,
             };
-            let read = receive_loop(&mut reader, stop, spin, counters);
-            // Dropping the reading side tells the assembly thread to finish
-            // what was handed over, flush and return.
+            let mut read = if halt.load(Ordering::Acquire) {
+                Err(IngestError::ReadingThreadGone)
+            } else {
+                receive_loop(&mut reader, stop, spin, counters)
+            };
+            if read.is_err() {
+                halt.store(true, Ordering::Release);
+            }
+            // Dropping the reading sides tells the assembly thread to
+            // finish what was handed over, flush and return.
             drop(reader);
+            for handle in more {
+                match handle.join() {
+                    Err(panic) => std::panic::resume_unwind(panic),
+                    // The first thread that failed on its own says why.
+                    Ok(Err(e)) if matches!(read, Ok(()) | Err(IngestError::ReadingThreadGone)) => {
+                        read = Err(e)
+                    }
+                    Ok(_) => {}
+                }
+            }
             match assembly.join() {
                 Err(panic) => std::panic::resume_unwind(panic),
                 Ok(Err(why)) => Err(IngestError::AssemblyStart(why)),
@@ -733,7 +920,7 @@ pub(super) struct Drained {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::handoff::{Filled, ReadingSide};
+    use crate::ingest::handoff::ReadingSide;
     use crate::ring::layout::{SLOT_COMPLETE, SlotHeader, ring_bytes};
     use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
     use crate::wire::native::{self, NativeHeader};
@@ -1060,12 +1247,21 @@ mod tests {
 
     #[test]
     fn an_assembly_thread_assembles_frames_with_and_without_gro() {
-        for gro in [true, false] {
-            let cfg =
-                UdpConfig { bind: "127.0.0.1:0".into(), gro, assembly_thread: true, ..UdpConfig::default() };
+        for (gro, reading_threads) in [(true, 1), (false, 1), (true, 2), (false, 2)] {
+            let cfg = UdpConfig {
+                bind: "127.0.0.1:0".into(),
+                gro,
+                assembly_thread: true,
+                reading_threads,
+                ..UdpConfig::default()
+            };
             let (header, payload, frame, s) =
                 receive_one_frame_with(cfg, Default::default(), 7001, 1048, None);
-            assert_eq!((header.flags, header.packets_received), (SLOT_COMPLETE, 8), "gro {gro}");
+            assert_eq!(
+                (header.flags, header.packets_received),
+                (SLOT_COMPLETE, 8),
+                "gro {gro} {reading_threads}"
+            );
             assert_eq!(payload, frame);
             assert_eq!((s.placed_by_kernel, s.datagrams, s.packets_accepted), (0, 8, 8));
         }
@@ -1073,15 +1269,23 @@ mod tests {
 
     #[test]
     fn an_assembly_thread_keeps_the_order_read_and_counts_every_datagram() {
+        for reading_threads in [1, 3] {
+            keeps_the_order_read_and_counts_every_datagram(reading_threads);
+        }
+    }
+
+    fn keeps_the_order_read_and_counts_every_datagram(reading_threads: usize) {
         // Frames of 3 datagrams with a foreign datagram after every fifth
         // frame, sent faster than one batch at a time: every frame comes out
         // whole and in order, every foreign datagram is counted, and the tap
-        // sees all of them in the order sent.
+        // sees all of them in the order sent, however many threads read
+        // them (the kernel spreads them over their sockets at random).
         const FRAMES: u64 = 300;
         let tap = Shared::default();
         let seen = tap.clone();
-        let cfg = UdpConfig { gro: false, batch: 4, ..UdpConfig::default() };
+        let cfg = UdpConfig { gro: false, batch: 4, reading_threads, ..UdpConfig::default() };
         let mut split = Split::start(cfg, Default::default(), 512, 4096, |r| {
+            assert_eq!(r.reading_threads(), reading_threads);
             r.set_tap(Box::new(tap));
         });
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -1171,8 +1375,10 @@ mod tests {
         let fd = rx.as_raw_fd();
         // Arrival times from the kernel, as the receiver asks for them.
         set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
-        let stage = AssemblyStage { allow: &AllowList::default(), counters: &counters, local: LOCAL };
-        let (reading, assembling) = handoff::pool(2, 2);
+        let stage =
+            AssemblyStage { allow: &AllowList::default(), counters: &counters, local: LOCAL, sockets: &[fd] };
+        let (mut reading, assembling) = handoff::pool(1, 2, 2);
+        let reading = reading.pop().unwrap();
         // Hands over the next `want` datagrams waiting in the socket.
         let hand_over = |reading: &ReadingSide, want: usize| {
             let mut batch = reading.free_batch(Duration::from_secs(5)).unwrap().expect("a free batch");
@@ -1183,7 +1389,7 @@ mod tests {
                 count = batch.recv(fd).unwrap();
             }
             assert_eq!(count, want);
-            reading.hand_over(Filled { batch, count, batch_ns: clock::realtime_ns() }).unwrap();
+            reading.hand_over(batch, count, clock::realtime_ns()).unwrap();
         };
         let idle = Duration::from_millis(20);
         std::thread::scope(|scope| {
@@ -1227,6 +1433,151 @@ mod tests {
         assert_eq!((slot.header.frame_seq, slot.header.flags & SLOT_COMPLETE), (1, 0));
     }
 
+    /// Two reading sides' sockets and an assembly stage over them, as
+    /// `ingest.reading_threads = 2` has: datagrams go to either socket as
+    /// the test says, and reach the stage when a side hands them over.
+    struct TwoReaders {
+        sockets: [std::net::UdpSocket; 2],
+        tx: std::net::UdpSocket,
+        counters: Arc<IngestCounters>,
+        reader: RingReader,
+    }
+
+    impl TwoReaders {
+        /// The sockets, and the reassembler the stage is to feed.
+        fn new() -> (Self, Reassembler) {
+            let mem = HostMemory::new(ring_bytes(8, 16384).unwrap()).unwrap();
+            let ring = FrameRing::new(Box::new(mem), 8, 16384, OverrunPolicy::Every).unwrap();
+            let reader = ring.reader().unwrap();
+            let reassembler = Reassembler::new(Default::default(), ring.writer().unwrap(), Arc::default());
+            let counters = Arc::clone(reassembler.counters());
+            let socket = || {
+                let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                set_int_option(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
+                s
+            };
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            (TwoReaders { sockets: [socket(), socket()], tx, counters, reader }, reassembler)
+        }
+
+        /// Sends `datagrams` in order, each to the socket `to` names.
+        fn send(&self, datagrams: &[Vec<u8>], to: impl Fn(usize) -> usize) {
+            for (i, d) in datagrams.iter().enumerate() {
+                self.tx.send_to(d, self.sockets[to(i)].local_addr().unwrap()).unwrap();
+            }
+        }
+
+        /// Side `r` reads the `want` datagrams waiting in its socket and hands them over.
+        fn hand_over(&self, side: &ReadingSide, r: usize, want: usize) {
+            let mut batch = side.free_batch(Duration::from_secs(5)).unwrap().expect("a free batch");
+            let fd = self.sockets[r].as_raw_fd();
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let mut count = batch.recv(fd).unwrap();
+            while count < want && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+                assert_eq!(count, 0, "the batch is read in one go");
+                count = batch.recv(fd).unwrap();
+            }
+            assert_eq!(count, want);
+            side.hand_over(batch, count, clock::realtime_ns()).unwrap();
+        }
+
+        fn accepted(&self) -> u64 {
+            self.counters.snapshot().packets_accepted
+        }
+
+        fn wait_for_accepted(&self, want: u64) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while self.accepted() < want && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(self.accepted(), want);
+        }
+    }
+
+    #[test]
+    fn datagrams_of_several_readers_are_assembled_in_arrival_order() {
+        // One frame's datagrams go to the two sockets in turn; reader 1
+        // hands its half over first. Reader 0 is reading (not parked) and
+        // has not said its socket was empty: nothing may be assembled
+        // before its half comes, and then all of it in the order sent.
+        let (mut two, mut r) = TwoReaders::new();
+        let (datagrams, frame) = frame_datagrams(8000, 1048, 0);
+        assert_eq!(datagrams.len(), 8);
+        let tap = Shared::default();
+        let seen = tap.clone();
+        let fds = [two.sockets[0].as_raw_fd(), two.sockets[1].as_raw_fd()];
+        let stage = AssemblyStage {
+            allow: &AllowList::default(),
+            counters: &two.counters,
+            local: LOCAL,
+            sockets: &fds,
+        };
+        let (reading, assembling) = handoff::pool(2, 2, 8);
+        std::thread::scope(|scope| {
+            let r = &mut r;
+            scope.spawn(move || {
+                let mut tap = tap;
+                stage.run(&assembling, r, Some(&mut tap), Duration::ZERO, Duration::from_secs(2))
+            });
+            reading[0].unpark();
+            two.send(&datagrams, |i| i % 2);
+            two.hand_over(&reading[1], 1, 4);
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(
+                two.accepted(),
+                0,
+                "assembled before the reader that may hold earlier ones handed over"
+            );
+            two.hand_over(&reading[0], 0, 4);
+            two.wait_for_accepted(8);
+            assert_eq!(*seen.0.lock().unwrap(), datagrams, "in the order they arrived");
+
+            // Reader 0 parked with its socket empty holds nothing: reader
+            // 1's datagrams go on at once.
+            reading[0].park();
+            let (second, _) = frame_datagrams(3000, 1048, 1);
+            two.send(&second, |_| 1);
+            let handed = std::time::Instant::now();
+            two.hand_over(&reading[1], 1, second.len());
+            two.wait_for_accepted(8 + second.len() as u64);
+            assert!(handed.elapsed() < Duration::from_secs(1), "waited for a parked reader");
+            drop(reading);
+        });
+        let slot = two.reader.claim().expect("frame 0 was published");
+        assert_eq!((slot.header.frame_seq, slot.header.flags), (0, SLOT_COMPLETE));
+        assert!(slot.payload == &frame[..]);
+    }
+
+    #[test]
+    fn a_reader_that_stalls_holds_the_others_up_for_the_wait_at_most() {
+        // Reader 0 reads and never hands over: after the wait, reader 1's
+        // datagrams are assembled without it.
+        let (two, mut r) = TwoReaders::new();
+        let fds = [two.sockets[0].as_raw_fd(), two.sockets[1].as_raw_fd()];
+        let stage = AssemblyStage {
+            allow: &AllowList::default(),
+            counters: &two.counters,
+            local: LOCAL,
+            sockets: &fds,
+        };
+        let (reading, assembling) = handoff::pool(2, 2, 8);
+        let wait = Duration::from_millis(40);
+        std::thread::scope(|scope| {
+            let r = &mut r;
+            scope.spawn(move || stage.run(&assembling, r, None, Duration::ZERO, wait));
+            reading[0].unpark();
+            let (datagrams, _) = frame_datagrams(3000, 1048, 0);
+            two.send(&datagrams, |_| 1);
+            let handed = std::time::Instant::now();
+            two.hand_over(&reading[1], 1, datagrams.len());
+            two.wait_for_accepted(datagrams.len() as u64);
+            assert!(handed.elapsed() >= wait, "went on before the wait was over");
+            drop(reading);
+        });
+        assert_eq!(two.counters.snapshot().frames_complete, 1);
+    }
+
     #[test]
     fn the_assembly_thread_runs_its_start_first_and_a_failed_start_stops_the_receiver() {
         let ran_on = Arc::new(std::sync::Mutex::new(None));
@@ -1257,6 +1608,44 @@ mod tests {
             UdpReceiver::bind(&UdpConfig { bind: "127.0.0.1:0".into(), ..Default::default() }, r).unwrap();
         assert!(!receiver.has_assembly_thread());
         assert!(!receiver.on_assembly_thread_start(Box::new(|| Ok(()))));
+        assert_eq!(receiver.on_reading_thread_start(Arc::new(|_| Ok(()))), 0);
+        assert_eq!(receiver.reading_threads(), 1);
+    }
+
+    #[test]
+    fn each_further_reading_thread_runs_its_start_first_and_a_failed_start_stops_the_receiver() {
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&ran);
+        let cfg = UdpConfig { reading_threads: 3, ..UdpConfig::default() };
+        let split = Split::start(cfg.clone(), Default::default(), 8, 8192, move |r| {
+            let start: OnReadingThreadStart = Arc::new(move |index| {
+                let name = std::thread::current().name().map(str::to_owned);
+                record.lock().unwrap().push((index, name));
+                Ok(())
+            });
+            assert_eq!(r.on_reading_thread_start(start), 2);
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ran.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        split.stop().1.unwrap();
+        let mut ran = ran.lock().unwrap().clone();
+        ran.sort();
+        let name = |i| Some(format!("{READING_THREAD_NAME}{i}"));
+        assert_eq!(ran, vec![(1, name(1)), (2, name(2))]);
+
+        let split = Split::start(cfg, Default::default(), 8, 8192, |r| {
+            r.on_reading_thread_start(Arc::new(|index| {
+                if index == 2 { Err("core 9999 is not allowed".into()) } else { Ok(()) }
+            }));
+        });
+        let result = split.handle.join().unwrap();
+        let message = result.unwrap_err().to_string();
+        assert!(
+            message.contains("core 9999 is not allowed") && message.contains("reading thread 2"),
+            "{message}"
+        );
     }
 
     #[test]
