@@ -400,4 +400,21 @@ fn service_thread_placement_is_applied_or_refused_at_start() {
     let f = run_to_end(&["run", "--config", &bad, "--duration", "1"]);
     assert!(!f.status.success(), "assembly_cpu = 1023 must stop start-up:\n{}", f.stderr);
     assert!(f.stderr.contains("1023"), "the error names the core:\n{}", f.stderr);
+    // So are the further reading threads (ingest.reading_threads), each on
+    // its entry of service.reader_cpus; one without an entry is left be.
+    let readers = format!("{base}assembly_thread = true\nreading_threads = 3\n[service]\nreceiver_cpu = 0\n");
+    let good = write(dir.path(), "readers.toml", &format!("{readers}reader_cpus = [0]\n"));
+    let f = run_to_end(&["run", "--config", &good, "--duration", "1", "--json"]);
+    assert!(f.status.success(), "reading thread 1 on core 0:\n{}", f.stderr);
+    let pinned =
+        |role: &str| f.stderr.lines().any(|l| l.contains("pinned thread to core") && l.contains(role));
+    assert!(
+        pinned("\"reader 1\"") && !pinned("\"reader 2\""),
+        "reader 1 pinned, reader 2 not:\n{}",
+        f.stderr
+    );
+    let bad = write(dir.path(), "readers-bad.toml", &format!("{readers}reader_cpus = [0, 1023]\n"));
+    let f = run_to_end(&["run", "--config", &bad, "--duration", "1"]);
+    assert!(!f.status.success(), "reader_cpus = [0, 1023] must stop start-up:\n{}", f.stderr);
+    assert!(f.stderr.contains("1023"), "the error names the core:\n{}", f.stderr);
 }

@@ -215,15 +215,20 @@ fn default_chain_results_match_the_reference_on_every_frame() {
     stream_and_check(default_chain(), traffic);
 }
 
-/// `ingest.assembly_thread`: frames read on one thread and assembled on
-/// another come through whole and in order, at datagram sizes that one-copy
-/// receive would otherwise place and that it copies, over several streams.
+/// `ingest.assembly_thread`: frames read on one thread (or several) and
+/// assembled on another come through whole and in order, at datagram sizes
+/// that one-copy receive would otherwise place and that it copies, over
+/// several streams.
 #[test]
 fn frames_assembled_on_their_own_thread_match_the_reference_on_every_frame() {
     let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
     let first_allowed = (0..nix::sched::CpuSet::count()).find(|&c| allowed.is_set(c).unwrap_or(false));
-    // Placed by service.assembly_cpu, then left on the CPUs the process may use.
-    for (packet_bytes, assembly_cpu) in [(8972, first_allowed), (1472, None)] {
+    // Placed by service.assembly_cpu, then left on the CPUs the process may
+    // use; read by one thread, then by three (ingest.reading_threads), the
+    // second placed by service.reader_cpus.
+    for (packet_bytes, assembly_cpu, reading_threads) in
+        [(8972, first_allowed, 1), (1472, None, 1), (8972, None, 3), (1472, first_allowed, 3)]
+    {
         let traffic = Traffic {
             frame_bytes: 100_003,
             packet_bytes,
@@ -234,7 +239,9 @@ fn frames_assembled_on_their_own_thread_match_the_reference_on_every_frame() {
         };
         let report = stream_and_check_with(default_chain(), traffic, |cfg| {
             cfg.ingest.assembly_thread = true;
+            cfg.ingest.reading_threads = reading_threads;
             cfg.service.assembly_cpu = assembly_cpu;
+            cfg.service.reader_cpus = first_allowed.into_iter().collect();
         });
         assert_eq!(report.ingest.placed_by_kernel, 0, "the assembly thread copies: {:?}", report.ingest);
     }

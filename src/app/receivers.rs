@@ -135,6 +135,47 @@ fn place_assembly_thread<A: FrameAssembler>(
     Some(placed_rx)
 }
 
+/// With `ingest.reading_threads` above one, has each reading thread after
+/// the first place itself on its entry of `service.reader_cpus` (under the
+/// receiver's real-time priority, if any), after taking back the CPUs this
+/// thread may use now, as [`place_assembly_thread`] does; a thread without
+/// an entry keeps those CPUs. Returns where each placement's outcome will
+/// be sent, and how many will come.
+fn place_reading_threads<A: FrameAssembler>(
+    cfg: &Config,
+    receiver: &mut UdpReceiver<A>,
+) -> Option<(std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>, usize)> {
+    let (cpus, priority) = (cfg.service.reader_cpus.clone(), cfg.service.realtime_priority);
+    let further = receiver.reading_threads() - 1;
+    if cpus.len() > further {
+        tracing::warn!(
+            "service.reader_cpus names {} cores but there are {further} reading threads after the first \
+             (ingest.reading_threads = {}): the rest are not used",
+            cpus.len(),
+            further + 1
+        );
+    }
+    if further == 0 {
+        return None;
+    }
+    let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let placing = receiver.on_reading_thread_start(Arc::new(move |index| {
+        if let Some(set) = inherited
+            && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        {
+            tracing::warn!("reading thread {index} keeps the receiver's CPUs ({e}); set service.reader_cpus");
+        }
+        let role = format!("reader {index}");
+        let placed =
+            crate::service::threads::place_current_thread(&role, cpus.get(index - 1).copied(), priority);
+        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
+        let _ = placed_tx.send(placed);
+        outcome
+    }));
+    Some((placed_rx, placing))
+}
+
 /// Runs `receiver` on a new thread placed on the configured core (under the
 /// configured real-time priority), returning once it is placed.
 fn spawn_udp<A: FrameAssembler + 'static>(
@@ -145,6 +186,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
     let stop = Arc::clone(rx_stop);
     let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
     let assembly_placed = place_assembly_thread(cfg, &mut receiver);
+    let readers_placed = place_reading_threads(cfg, &mut receiver);
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     let rx_thread = std::thread::Builder::new()
         .name("frameloop-rx".into())
@@ -170,6 +212,19 @@ fn spawn_udp<A: FrameAssembler + 'static>(
     if let Some(Ok(Err(e))) = assembly_placed.map(|placed| placed.recv()) {
         rx_stop.store(true, Ordering::Release);
         return Err(e.into());
+    }
+    // So do the further reading threads, each on its core.
+    if let Some((placed, count)) = readers_placed {
+        for _ in 0..count {
+            match placed.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    rx_stop.store(true, Ordering::Release);
+                    return Err(e.into());
+                }
+                Err(_) => break,
+            }
+        }
     }
     Ok(rx_thread)
 }

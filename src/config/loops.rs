@@ -447,6 +447,13 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
                 ));
             }
         }
+        if !svc.reader_cpus.is_empty() {
+            problems.push(ConfigProblem::new(
+                "service.reader_cpus",
+                "would pin the reading threads of every loop to the same cores; remove it and set cpus = \
+                 \"...\" in each [[loop]]",
+            ));
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-/// Highest CPU id accepted in `receiver_cpu`/`assembly_cpu`/`result_cpu`/`loop_cpu`
+/// Highest CPU id accepted in `receiver_cpu`/`assembly_cpu`/`reader_cpus`/`result_cpu`/`loop_cpu`
 /// (the kernel's `CPU_SETSIZE` is 1024).
 pub const MAX_CPU_ID: usize = 1023;
 
@@ -25,6 +25,11 @@ pub struct ServiceConfig {
     /// `ingest.assembly_thread`; ignored without it). Give it a core of
     /// its own, next to the receiver's (same cache) where the box has a choice.
     pub assembly_cpu: Option<usize>,
+    /// CPU cores of the reading threads after the first
+    /// (`ingest.reading_threads`), one each in order; the first reads on
+    /// `receiver_cpu`. A thread without an entry may run on any of the
+    /// process's CPUs. Give each a core of its own.
+    pub reader_cpus: Vec<usize>,
     /// CPU core the result/metrics thread is pinned to.
     pub result_cpu: Option<usize>,
     /// The result thread's nice value (0..=19). Above 0, the UDP receiver
@@ -59,6 +64,7 @@ impl Default for ServiceConfig {
             metrics_addr: None,
             receiver_cpu: None,
             assembly_cpu: None,
+            reader_cpus: Vec::new(),
             result_cpu: None,
             result_nice: DEFAULT_RESULT_NICE,
             loop_cpu: None,
@@ -88,6 +94,9 @@ impl ServiceConfig {
             if let Some(cpu) = cpu {
                 check_range(problems, key, cpu, 0, MAX_CPU_ID);
             }
+        }
+        for &cpu in &self.reader_cpus {
+            check_range(problems, "service.reader_cpus", cpu, 0, MAX_CPU_ID);
         }
         check_range(problems, "service.result_nice", self.result_nice, 0, 19);
         if let Some(prio) = self.realtime_priority {
@@ -140,6 +149,7 @@ mod tests {
             r#"
             metrics_addr = "127.0.0.1:9464"
             receiver_cpu = 2
+            reader_cpus = [5, 6]
             result_cpu = 3
             result_nice = 0
             loop_cpu = 4
@@ -150,6 +160,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(cfg.metrics_socket_addr(), Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!((cfg.receiver_cpu, cfg.result_cpu, cfg.loop_cpu), (Some(2), Some(3), Some(4)));
+        assert_eq!(cfg.reader_cpus, [5, 6]);
         assert_eq!(cfg.realtime_priority, Some(50));
         assert_eq!(cfg.result_nice, 0);
         assert_eq!(cfg.shutdown_timeout_ms, 3000);
@@ -162,6 +173,7 @@ mod tests {
             metrics_addr = "localhost"
             receiver_cpu = 5000
             assembly_cpu = 2048
+            reader_cpus = [3, 1024]
             loop_cpu = 1024
             result_nice = 20
             realtime_priority = 0
@@ -173,6 +185,7 @@ mod tests {
             "service.metrics_addr",
             "service.receiver_cpu",
             "service.assembly_cpu",
+            "service.reader_cpus",
             "service.loop_cpu",
             "service.result_nice",
             "service.realtime_priority",
