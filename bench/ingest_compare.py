@@ -20,7 +20,10 @@ Tools:
   frameloop-split  the same with ingest.assembly_thread = true: one thread
                 reads the socket, a second assembles frames (place it with
                 `assembly_cpu = N` in --frameloop-config-extra's [service])
-  (the frameloop tools combine: frameloop[-base][-rt][-copy][-split][-host|-cuda])
+  frameloop-splitN  the same with ingest.reading_threads = N: N threads read
+                sockets the kernel spreads the port's datagrams over (place
+                the further ones with `reader_cpus = [...]` there)
+  (the frameloop tools combine: frameloop[-base][-rt][-copy][-split[N]][-host|-cuda])
 
 What is measured is ingest: datagrams off the socket and assembled into
 frames, nothing else. spead2_recv assembles heaps and hands them to a
@@ -113,6 +116,12 @@ def tasks(pid):
         except OSError:
             continue
         yield base, stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
+def reading_threads(by_name):
+    """CPU seconds of frameloop's reading threads: `frameloop-rx` and, with
+    ingest.reading_threads, `frameloop-rx1`, `frameloop-rx2`, ..."""
+    return sum(v for name, v in by_name.items() if re.fullmatch(r"frameloop-rx\d*", name))
 
 
 def thread_cpu(pid):
@@ -358,7 +367,9 @@ class Frameloop:
                           "frames_incomplete", "frames_timed_out", "gro_segments", "placed_by_kernel",
                           "busy_poll_gaps", "assembly_waits", "stream_restarts"}
 
-    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None, copy=False, split=False):
+    def __init__(self, binary, args, log, realtime_priority=0, backend="", pacing=None, copy=False, split=0):
+        """`split`: 0 = one thread reads and assembles; N = ingest.assembly_thread
+        with N reading threads."""
         self.bin, self.args, self.log = binary, args, log
         self.pacing = pacing
         self.copy = copy
@@ -430,6 +441,7 @@ class Frameloop:
                 (f'realtime_priority = {self.realtime_priority}\n' if self.realtime_priority else '') +
                 ('receive_into_slots = "off"\n' if self.copy else '') +
                 ('assembly_thread = true\n' if self.split else '') +
+                (f'reading_threads = {self.split}\n' if self.split > 1 else '') +
                 f'[ring]\nslots = {self.slots()}\nslot_bytes = {a.frame_bytes}\npolicy = "latest"\n' +
                 self.ring_extra() +
                 '[loop]\n' + self.loop_keys() + self.loop_extra() +
@@ -479,8 +491,8 @@ class Frameloop:
                     kernel_drops=kernel_drops, incomplete=incomplete,
                     cpu_s_per_gbit=seen["cpu_s"] / gbit,
                     sys_cpu_s_per_gbit=seen["sys_cpu_s"] / gbit,
-                    rx_thread_cpu_s_per_gbit=seen["threads"].get("frameloop-rx", 0.0) / gbit,
-                    rx_thread_sys_cpu_s_per_gbit=seen["threads_sys"].get("frameloop-rx", 0.0) / gbit,
+                    rx_thread_cpu_s_per_gbit=reading_threads(seen["threads"]) / gbit,
+                    rx_thread_sys_cpu_s_per_gbit=reading_threads(seen["threads_sys"]) / gbit,
                     asm_thread_cpu_s_per_gbit=seen["threads"]["frameloop-asm"] / gbit
                     if "frameloop-asm" in seen["threads"] else None,
                     **receiver_sched(seen),
@@ -495,10 +507,14 @@ def search_steps(tool, size, args, log):
     """Doubling ladder from --start-gbps until loss (or until the sender
     cannot reach the offered rate), then bisection between clean and lossy.
     A generator that pauses after every trial (so several tools' searches
-    can take turns) and returns (best trial, whether any trial was clean)."""
+    can take turns) and returns (best trial, whether any trial was clean,
+    what ended the ladder: "loss" when an offer lost datagrams or frames,
+    so the best clean rate is the receiver's limit; "sender" when the
+    sender reached no higher rate and nothing was lost, so the receiver's
+    limit lies above it; "max" when every offer up to --max-gbps was clean)."""
     frame_wire = args.frame_bytes * size / (size - FRAMELOOP_HEADER)  # about the bytes of one frame on the wire
     fps_of = lambda gbps: gbps * 1e9 / 8 / frame_wire
-    trials, good, bad, prev_sent = [], None, None, 0.0
+    trials, good, bad, prev_sent, limit = [], None, None, 0.0, "max"
     load = lambda: open("/proc/loadavg").read().split()[0]
     gbps = args.start_gbps
     def at(gbps):
@@ -528,14 +544,14 @@ def search_steps(tool, size, args, log):
             # Doubling the offer no longer raises what the sender achieves:
             # it is CPU-bound here and higher offers only lengthen the trials.
             log.write(f"# {tool.name} {size} B: sender-bound at {r['sent_gbps']:.2f} Gb/s; ladder stops")
-            good = gbps
+            good, limit = gbps, "sender"
             break
         prev_sent = r["sent_gbps"]
         if r["clean"]:
             good = gbps
             gbps *= 2
         else:
-            bad = gbps
+            bad, limit = gbps, "loss"
             break
     if good is not None and bad is not None:
         for _ in range(args.bisect_steps):
@@ -548,14 +564,14 @@ def search_steps(tool, size, args, log):
                 bad = mid
     clean = [t for t in trials if t["clean"]]
     best = max(clean, key=lambda t: t["rx_pps"]) if clean else min(trials, key=lambda t: t["loss_pct"])
-    return best, bool(clean)
+    return best, bool(clean), limit
 
 
 def run_searches(tools, size, args, log):
     """Every tool's search at one datagram size: with --interleave the tools
     take turns, one trial each, so that a slow stretch of the machine falls
     on all of them alike; otherwise one tool's whole search after another.
-    Returns [(tool name, best trial, clean)] in the order of `tools`."""
+    Returns [(tool name, best trial, clean, limit)] in the order of `tools`."""
     searches = [(tool.name, search_steps(tool, size, args, log)) for tool in tools]
     done = {}
     groups = [searches] if args.interleave else [[s] for s in searches]
@@ -683,11 +699,11 @@ def main():
             tools.append(Spead2("spead2", args.spead2_bin, args, log))
         elif name == "spead2-nogso":
             tools.append(Spead2("spead2-nogso", args.spead2_nogso_bin, args, log))
-        elif re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-split)?(-host|-cuda)?", name):
+        elif m := re.fullmatch(r"frameloop(-base)?(-rt)?(-copy)?(-split(\d*))?(-host|-cuda)?", name):
             # -base: the --frameloop-base binary (a before/after pair in one run);
             # -rt: SCHED_FIFO receiving thread; -copy: ingest.receive_into_slots = "off"
-            # (every payload copied from the receive buffer); -split: ingest.assembly_thread = true;
-            # -host/-cuda: that backend (default: auto).
+            # (every payload copied from the receive buffer); -split: ingest.assembly_thread = true,
+            # -splitN: with N reading threads; -host/-cuda: that backend (default: auto).
             if "-base" in name and not args.frameloop_base:
                 sys.exit(f"tool {name} needs --frameloop-base BINARY")
             binary = args.frameloop_base if "-base" in name else args.frameloop
@@ -695,38 +711,46 @@ def main():
             t = Frameloop(os.path.abspath(binary), args, log,
                           realtime_priority=args.frameloop_rt_priority if "-rt" in name else 0, backend=backend,
                           pacing=args.frameloop_base_pacing if "-base" in name else args.frameloop_pacing,
-                          copy="-copy" in name, split="-split" in name)
+                          copy="-copy" in name, split=int(m.group(5) or 1) if m.group(4) else 0)
             t.name = name
             tools.append(t)
         else:
             sys.exit(f"unknown tool {name}: use spead2, spead2-nogso, "
-                     "frameloop[-base][-rt][-copy][-split][-host|-cuda]")
+                     "frameloop[-base][-rt][-copy][-split[N]][-host|-cuda]")
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        for name, best, clean in run_searches(tools, size, args, log):
-            rows.append((name, size, best, clean))
+        for name, best, clean, limit in run_searches(tools, size, args, log):
+            rows.append((name, size, best, clean, limit))
 
     header = (f"{'tool':<22}{'datagram B':>11}{'offered pkt/s':>15}{'offered Gb/s':>14}{'rx pkt/s':>12}"
               f"{'rx Gb/s':>9}{'loss %':>8}{'CPU s/Gb':>10}{'sys s/Gb':>10}{'rx thr s/Gb':>12}{'rx sys s/Gb':>12}"
-              f"{'asm s/Gb':>10}  vs spead2")
+              f"{'asm s/Gb':>10}{'limit':>8}  vs spead2")
     lines = ["", "highest rate without loss (loopback, "
              f"{args.frame_bytes}-byte frames, {args.trial_s:g} s per trial; loss = datagrams the kernel dropped "
              "or the receiver did not count, or frames incomplete; frames the consumer skipped are not loss;\n"
              "CPU s/Gb = the receiving process's CPU seconds (all threads, start-up included) per Gbit received; "
              "sys s/Gb = the part of it spent in the kernel; rx thr s/Gb, rx sys s/Gb = the same for frameloop's "
-             "receiving thread alone; asm s/Gb = its assembly thread's, with ingest.assembly_thread):",
+             "receiving thread alone (all its reading threads, with ingest.reading_threads); asm s/Gb = its assembly "
+             "thread's, with ingest.assembly_thread;\n"
+             "limit = what ended the search: loss = a higher offer lost datagrams or frames, so the rate shown is the "
+             "receiver's limit; sender = the sender reached no higher rate and nothing was lost, so the receiver's "
+             "limit lies above it (a ratio against a receiver limited by loss is then a lower bound, marked >=); "
+             "max = clean up to --max-gbps):",
              header]
-    for name, size, b, clean in rows:
-        ref = next((r for n, s, r, _ in rows if n == "spead2" and s == size), None)
-        ratio = f"{b['rx_pps'] / ref['rx_pps']:.2f}" if ref and name != "spead2" and ref["rx_pps"] else "-"
+    for name, size, b, clean, limit in rows:
+        ref = next(((r, lim) for n, s, r, _, lim in rows if n == "spead2" and s == size), None)
+        ratio = "-"
+        if ref and name != "spead2" and ref[0]["rx_pps"]:
+            bound = ">=" if limit != "loss" and ref[1] == "loss" else ""
+            ratio = f"{bound}{b['rx_pps'] / ref[0]['rx_pps']:.2f}"
         note = "" if clean else "  (no clean trial: least loss shown)"
         per_gbit = lambda key: "-" if b.get(key) is None else f"{b[key]:.3f}"
         lines.append(f"{name:<22}{size:>11}{b['offered_pps']:>15.0f}{b['offered_gbps']:>14.2f}{b['rx_pps']:>12.0f}"
                      f"{b['rx_gbps']:>9.2f}{b['loss_pct']:>8.3f}{b['cpu_s_per_gbit']:>10.3f}"
                      f"{per_gbit('sys_cpu_s_per_gbit'):>10}{per_gbit('rx_thread_cpu_s_per_gbit'):>12}"
                      f"{per_gbit('rx_thread_sys_cpu_s_per_gbit'):>12}{per_gbit('asm_thread_cpu_s_per_gbit'):>10}"
-                     f"  {ratio}{note}")
+                     f"{limit:>8}  {ratio}{note}")
     table = "\n".join(lines)
     print(table)
     log.write(table)
