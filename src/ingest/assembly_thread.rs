@@ -130,11 +130,20 @@ struct Lane {
     /// Every datagram of this reader that arrived before this time has
     /// been taken off the channel: it is assembled or waits in `queue`.
     through_ns: u64,
+    /// The others were held up for this reader as long as they may be:
+    /// they no longer wait for it until it hands over or reads again.
+    stalled: bool,
 }
 
 impl Lane {
     fn new() -> Self {
-        Self { queue: VecDeque::with_capacity(HANDOFF_BATCHES), next: 0, head_rx_ns: 0, through_ns: 0 }
+        Self {
+            queue: VecDeque::with_capacity(HANDOFF_BATCHES),
+            next: 0,
+            head_rx_ns: 0,
+            through_ns: 0,
+            stalled: false,
+        }
     }
 
     /// The time frames may go stale by as far as this reader goes.
@@ -155,8 +164,8 @@ enum Turn {
     Go,
     /// Batches were taken meanwhile: choose again.
     Again,
-    /// A reader that is reading may still hand over an earlier one.
-    Wait,
+    /// This reader, reading, may still hand over an earlier one.
+    Wait(usize),
 }
 
 impl AssemblyStage<'_> {
@@ -194,8 +203,11 @@ impl AssemblyStage<'_> {
             for filled in first.into_iter().chain(std::iter::from_fn(|| from.next_waiting())) {
                 take(&mut lanes, filled);
             }
-            for (lane, mark) in lanes.iter_mut().zip(&marks) {
-                lane.through_ns = lane.through_ns.max(*mark);
+            for (lane, &mark) in lanes.iter_mut().zip(&marks) {
+                if mark > lane.through_ns {
+                    lane.through_ns = mark;
+                    lane.stalled = false;
+                }
             }
             self.assemble(from, &mut lanes, assembler, &mut tap, idle);
             // Frames go stale by the clock only up to when every reader
@@ -244,15 +256,17 @@ impl AssemblyStage<'_> {
                 match self.turn(from, lanes, c) {
                     Turn::Go => {}
                     Turn::Again => continue,
-                    Turn::Wait => {
+                    Turn::Wait(r) => {
                         let since = *waiting_since.get_or_insert_with(Instant::now);
                         if since.elapsed() < wait {
                             std::thread::yield_now();
                             continue;
                         }
-                        // The reader stalled: assemble without it (its
-                        // datagrams then come later than they arrived,
-                        // which the reassembler takes as reordering).
+                        // The reader stalled: assemble without it until it
+                        // shows up again (its datagrams then come later
+                        // than they arrived, which the reassembler takes
+                        // as reordering).
+                        lanes[r].stalled = true;
                     }
                 }
                 waiting_since = None;
@@ -281,7 +295,7 @@ impl AssemblyStage<'_> {
     fn turn(&self, from: &AssemblingSide, lanes: &mut [Lane], c: usize) -> Turn {
         let t = lanes[c].head_rx_ns;
         for r in 0..lanes.len() {
-            if r == c || !lanes[r].queue.is_empty() || lanes[r].through_ns >= t {
+            if r == c || !lanes[r].queue.is_empty() || lanes[r].stalled || lanes[r].through_ns >= t {
                 continue;
             }
             // Read before taking what waits, so that what they promise
@@ -315,7 +329,7 @@ impl AssemblyStage<'_> {
                 return Turn::Again;
             }
             if lanes[r].through_ns < t {
-                return Turn::Wait;
+                return Turn::Wait(r);
             }
         }
         Turn::Go
@@ -327,6 +341,7 @@ fn take(lanes: &mut [Lane], filled: Filled) {
     let ordered = lanes.len() > 1;
     let lane = &mut lanes[filled.reader];
     let was_empty = lane.queue.is_empty();
+    lane.stalled = false;
     lane.queue.push_back(filled);
     if was_empty {
         lane.next = 0;
