@@ -413,6 +413,7 @@ fn service_thread_placement_is_applied_or_refused_at_start() {
         "reader 1 pinned, reader 2 not:\n{}",
         f.stderr
     );
+    assert!(f.stderr.contains("read on 3 threads"), "start-up says how many threads read:\n{}", f.stderr);
     let bad = write(dir.path(), "readers-bad.toml", &format!("{readers}reader_cpus = [0, 1023]\n"));
     let f = run_to_end(&["run", "--config", &bad, "--duration", "1"]);
     assert!(!f.status.success(), "reader_cpus = [0, 1023] must stop start-up:\n{}", f.stderr);

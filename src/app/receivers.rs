@@ -185,6 +185,15 @@ fn spawn_udp<A: FrameAssembler + 'static>(
 ) -> Result<JoinHandle<Result<(), String>>, AppError> {
     let stop = Arc::clone(rx_stop);
     let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
+    if receiver.has_assembly_thread() {
+        let readers = receiver.reading_threads();
+        tracing::info!(
+            reading_threads = readers,
+            "datagrams read on {readers} thread{} and frames assembled on another (ingest.assembly_thread{})",
+            if readers == 1 { "" } else { "s" },
+            if readers == 1 { "" } else { ", ingest.reading_threads" }
+        );
+    }
     let assembly_placed = place_assembly_thread(cfg, &mut receiver);
     let readers_placed = place_reading_threads(cfg, &mut receiver);
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
