@@ -12,7 +12,7 @@ use super::assembler::FrameAssembler;
 use super::batch::RecvBatch;
 use super::counters::IngestCounters;
 use super::handoff::{AssemblingSide, Filled, HANDOFF_BATCHES, Next, ReadingSide};
-use super::steering::socket_is_empty;
+use super::steering::{Head, peek_head};
 use super::tap::DatagramTap;
 use super::udp::{BATCHES_PER_WAKE, Drained, IngestError, Readiness, SocketReader, deliver};
 use crate::clock;
@@ -318,11 +318,19 @@ impl AssemblyStage<'_> {
                 && let Some(parked) = parked
                 && let Some(&fd) = self.sockets.get(r)
             {
-                // Parked with an empty socket: whatever arrives for it
-                // from now on arrives after `t`.
+                // Parked, so all it holds is in its socket: nothing there
+                // and it holds nothing yet; the earliest waiting arrived
+                // then and it holds nothing earlier.
                 let now = clock::realtime_ns();
-                if socket_is_empty(fd) && from.still_parked(r, parked) {
-                    lanes[r].through_ns = lanes[r].through_ns.max(now);
+                let through = match peek_head(fd) {
+                    Head::Empty => Some(now),
+                    Head::ArrivedAt(at) => Some(at),
+                    Head::Unknown => None,
+                };
+                if let Some(through) = through
+                    && from.still_parked(r, parked)
+                {
+                    lanes[r].through_ns = lanes[r].through_ns.max(through);
                 }
             }
             if took {

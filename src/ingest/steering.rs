@@ -57,16 +57,47 @@ pub(super) fn spread_at_random(fd: RawFd, sockets: usize) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
-/// True when no datagram waits in socket `fd` (non-blocking peek). An
-/// error other than "nothing waits" answers false, the safe side for a
-/// caller that only goes on when the socket is empty.
-pub(super) fn socket_is_empty(fd: RawFd) -> bool {
-    // SAFETY: a zero-length read into a null buffer: the kernel writes
-    // nothing and only reports whether (and how long) a datagram waits.
-    let rc = unsafe {
-        libc::recv(fd, std::ptr::null_mut(), 0, libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC)
-    };
-    rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+/// What waits at the head of a socket's receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Head {
+    /// No datagram waits.
+    Empty,
+    /// A datagram waits that arrived at this time (`SO_TIMESTAMPNS`,
+    /// CLOCK_REALTIME ns); those behind it arrived no earlier.
+    ArrivedAt(u64),
+    /// A datagram waits without a receive time, or the peek failed.
+    Unknown,
+}
+
+/// Looks at the head of socket `fd`'s receive queue without taking
+/// anything (a non-blocking peek of no bytes, with the control messages).
+pub(super) fn peek_head(fd: RawFd) -> Head {
+    let mut control = [0u64; 8];
+    // SAFETY: all-zero is a valid msghdr (no name, no vectors).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&control) as _;
+    // SAFETY: `msg` names no buffers but `control`, which lives through the
+    // call and is as long as `msg_controllen` says; MSG_PEEK takes nothing.
+    let rc = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if rc < 0 {
+        let empty = io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+        return if empty { Head::Empty } else { Head::Unknown };
+    }
+    // SAFETY: the kernel filled `msg_control` up to `msg_controllen`, and
+    // the CMSG_* helpers stay inside that span; the timestamp is read
+    // unaligned at its size.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if ((*c).cmsg_level, (*c).cmsg_type) == (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                return Head::ArrivedAt(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Head::Unknown
 }
 
 #[cfg(test)]
@@ -151,16 +182,44 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_socket_is_told_from_one_holding_a_datagram_even_an_empty_one() {
+    fn the_head_of_the_queue_says_when_it_arrived_and_is_not_taken() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert!(socket_is_empty(rx.as_raw_fd()));
+        let fd = rx.as_raw_fd();
+        assert_eq!(peek_head(fd), Head::Empty);
         tx.send_to(b"", rx.local_addr().unwrap()).unwrap();
         std::thread::sleep(Duration::from_millis(20));
-        assert!(!socket_is_empty(rx.as_raw_fd()), "a zero-length datagram waits");
+        assert_eq!(peek_head(fd), Head::Unknown, "a zero-length datagram waits, without a receive time");
         let mut buf = [0u8; 8];
         assert_eq!(rx.recv(&mut buf).unwrap(), 0);
-        assert!(socket_is_empty(rx.as_raw_fd()));
-        assert!(!socket_is_empty(-1), "an error is not taken for empty");
+        assert_eq!(peek_head(fd), Head::Empty);
+
+        let on = 1 as libc::c_int;
+        // SAFETY: `on` is a live c_int and the length passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&on as *const libc::c_int).cast(),
+                4,
+            )
+        };
+        assert_eq!(rc, 0);
+        // The kernel turns receive stamping on a moment after the first
+        // socket asks (until then a datagram is stamped when it is read).
+        std::thread::sleep(Duration::from_millis(20));
+        let before = crate::clock::realtime_ns();
+        tx.send_to(b"first", rx.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        tx.send_to(b"second", rx.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let Head::ArrivedAt(first) = peek_head(fd) else { panic!("a timestamped datagram waits") };
+        assert!(first >= before && first < crate::clock::realtime_ns(), "{first} after {before}");
+        assert_eq!(peek_head(fd), Head::ArrivedAt(first), "peeking takes nothing");
+        assert_eq!(rx.recv(&mut buf).unwrap(), 5);
+        let Head::ArrivedAt(second) = peek_head(fd) else { panic!("the second waits") };
+        assert!(second >= first + 4_000_000, "{second} vs {first}");
+        assert_eq!(peek_head(-1), Head::Unknown, "an error is not taken for empty");
     }
 }

@@ -1227,6 +1227,10 @@ mod tests {
             let stop = Arc::new(AtomicBool::new(false));
             let thread_stop = Arc::clone(&stop);
             let handle = std::thread::spawn(move || receiver.run(&thread_stop));
+            // The kernel turns receive stamping on a moment after the first
+            // socket asks; until then a datagram is stamped when it is read,
+            // and several readers' datagrams would be merged by that.
+            std::thread::sleep(Duration::from_millis(20));
             Split { to, counters, reader, stop, handle }
         }
 
@@ -1457,7 +1461,11 @@ mod tests {
                 s
             };
             let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            (TwoReaders { sockets: [socket(), socket()], tx, counters, reader }, reassembler)
+            let sockets = [socket(), socket()];
+            // The kernel turns receive stamping on a moment after the first
+            // socket asks (until then a datagram is stamped when it is read).
+            std::thread::sleep(Duration::from_millis(20));
+            (TwoReaders { sockets, tx, counters, reader }, reassembler)
         }
 
         /// Sends `datagrams` in order, each to the socket `to` names.
@@ -1540,8 +1548,27 @@ mod tests {
             two.send(&second, |_| 1);
             let handed = std::time::Instant::now();
             two.hand_over(&reading[1], 1, second.len());
-            two.wait_for_accepted(8 + second.len() as u64);
+            let mut accepted = 8 + second.len() as u64;
+            two.wait_for_accepted(accepted);
             assert!(handed.elapsed() < Duration::from_secs(1), "waited for a parked reader");
+
+            // Nor does one whose socket holds only what arrived later: the
+            // third frame's datagrams reach reader 1 first, then one
+            // reaches reader 0, which stays parked.
+            let (third, _) = frame_datagrams(3000, 1048, 2);
+            two.send(&third, |i| if i + 1 == third.len() { 0 } else { 1 });
+            let handed = std::time::Instant::now();
+            two.hand_over(&reading[1], 1, third.len() - 1);
+            accepted += third.len() as u64 - 1;
+            two.wait_for_accepted(accepted);
+            assert!(
+                handed.elapsed() < Duration::from_secs(1),
+                "waited for a reader holding a later datagram"
+            );
+            reading[0].unpark();
+            two.hand_over(&reading[0], 0, 1);
+            two.wait_for_accepted(accepted + 1);
+            assert_eq!(two.counters.snapshot().frames_complete, 3);
             drop(reading);
         });
         let slot = two.reader.claim().expect("frame 0 was published");
