@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A reading thread of `ingest.assembly_thread`: reads into free batches
 /// of its pool and hands each filled one over.
@@ -130,20 +130,11 @@ struct Lane {
     /// Every datagram of this reader that arrived before this time has
     /// been taken off the channel: it is assembled or waits in `queue`.
     through_ns: u64,
-    /// The others were held up for this reader as long as they may be:
-    /// they no longer wait for it until it hands over or reads again.
-    stalled: bool,
 }
 
 impl Lane {
     fn new() -> Self {
-        Self {
-            queue: VecDeque::with_capacity(HANDOFF_BATCHES),
-            next: 0,
-            head_rx_ns: 0,
-            through_ns: 0,
-            stalled: false,
-        }
+        Self { queue: VecDeque::with_capacity(HANDOFF_BATCHES), next: 0, head_rx_ns: 0, through_ns: 0 }
     }
 
     /// The time frames may go stale by as far as this reader goes.
@@ -164,8 +155,8 @@ enum Turn {
     Go,
     /// Batches were taken meanwhile: choose again.
     Again,
-    /// This reader, reading, may still hand over an earlier one.
-    Wait(usize),
+    /// A reader that is reading may still hand over an earlier one.
+    Wait,
 }
 
 impl AssemblyStage<'_> {
@@ -204,12 +195,9 @@ impl AssemblyStage<'_> {
                 take(&mut lanes, filled);
             }
             for (lane, &mark) in lanes.iter_mut().zip(&marks) {
-                if mark > lane.through_ns {
-                    lane.through_ns = mark;
-                    lane.stalled = false;
-                }
+                lane.through_ns = lane.through_ns.max(mark);
             }
-            self.assemble(from, &mut lanes, assembler, &mut tap, idle);
+            self.assemble(from, &mut lanes, assembler, &mut tap);
             // Frames go stale by the clock only up to when every reader
             // is known to have handed over what arrived before: the time
             // it last found its socket empty, or the latest arrival
@@ -232,19 +220,22 @@ impl AssemblyStage<'_> {
     /// Assembles what the lanes hold, earliest arrival first, until they
     /// are empty or [`BATCHES_PER_WAKE`] batches were finished (so that
     /// frames are ticked while readers keep the lanes full). A datagram
-    /// waits while a reader with nothing taken is still reading and may
-    /// hand over an earlier one, for `wait` at most.
+    /// waits while a reader with nothing taken is reading and may hand
+    /// over an earlier one, however long that takes: such a reader has
+    /// all its batches free and never waits for this thread, so it
+    /// either hands over, finds its socket empty, parks or is gone. (Going
+    /// on without a reader that was kept off its core would publish its
+    /// frames out of order, and frames more than `restart_window` behind
+    /// would be taken for a restarted sender.)
     fn assemble<A: FrameAssembler + ?Sized>(
         &self,
         from: &AssemblingSide,
         lanes: &mut [Lane],
         assembler: &mut A,
         tap: &mut Option<&mut (dyn DatagramTap + 'static)>,
-        wait: Duration,
     ) {
         let ordered = lanes.len() > 1;
         let mut finished = 0;
-        let mut waiting_since: Option<Instant> = None;
         while finished < BATCHES_PER_WAKE {
             let Some(c) = (0..lanes.len())
                 .filter(|&r| !lanes[r].queue.is_empty())
@@ -256,20 +247,12 @@ impl AssemblyStage<'_> {
                 match self.turn(from, lanes, c) {
                     Turn::Go => {}
                     Turn::Again => continue,
-                    Turn::Wait(r) => {
-                        let since = *waiting_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() < wait {
-                            std::thread::yield_now();
-                            continue;
-                        }
-                        // The reader stalled: assemble without it until it
-                        // shows up again (its datagrams then come later
-                        // than they arrived, which the reassembler takes
-                        // as reordering).
-                        lanes[r].stalled = true;
+                    Turn::Wait => {
+                        // Its core may be shared: let it run.
+                        std::thread::yield_now();
+                        continue;
                     }
                 }
-                waiting_since = None;
             }
             let lane = &mut lanes[c];
             let Some(front) = lane.queue.front() else { break };
@@ -295,7 +278,7 @@ impl AssemblyStage<'_> {
     fn turn(&self, from: &AssemblingSide, lanes: &mut [Lane], c: usize) -> Turn {
         let t = lanes[c].head_rx_ns;
         for r in 0..lanes.len() {
-            if r == c || !lanes[r].queue.is_empty() || lanes[r].stalled || lanes[r].through_ns >= t {
+            if r == c || !lanes[r].queue.is_empty() || lanes[r].through_ns >= t {
                 continue;
             }
             // Read before taking what waits, so that what they promise
@@ -337,7 +320,7 @@ impl AssemblyStage<'_> {
                 return Turn::Again;
             }
             if lanes[r].through_ns < t {
-                return Turn::Wait(r);
+                return Turn::Wait;
             }
         }
         Turn::Go
@@ -349,7 +332,6 @@ fn take(lanes: &mut [Lane], filled: Filled) {
     let ordered = lanes.len() > 1;
     let lane = &mut lanes[filled.reader];
     let was_empty = lane.queue.is_empty();
-    lane.stalled = false;
     lane.queue.push_back(filled);
     if was_empty {
         lane.next = 0;
