@@ -69,6 +69,9 @@ pub struct UdpConfig {
     /// arrival order (by the kernel's receive times). For streams whose
     /// receiving thread is busy with the kernel's copy alone; place the
     /// threads with `service.receiver_cpu` and `service.reader_cpus`.
+    /// Each reader sees about 1/N of the datagrams, so lengthen
+    /// `poll_budget_us` with it (about 4N times the gap between
+    /// datagrams that should not cost a wake-up).
     pub reading_threads: usize,
     /// Reassembly keys, flattened into the same table.
     #[serde(flatten)]
