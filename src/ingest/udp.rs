@@ -1443,6 +1443,8 @@ mod tests {
     struct TwoReaders {
         sockets: [std::net::UdpSocket; 2],
         tx: std::net::UdpSocket,
+        fds: [RawFd; 2],
+        allow: AllowList,
         counters: Arc<IngestCounters>,
         reader: RingReader,
     }
@@ -1465,7 +1467,13 @@ mod tests {
             // The kernel turns receive stamping on a moment after the first
             // socket asks (until then a datagram is stamped when it is read).
             std::thread::sleep(Duration::from_millis(20));
-            (TwoReaders { sockets, tx, counters, reader }, reassembler)
+            let fds = [sockets[0].as_raw_fd(), sockets[1].as_raw_fd()];
+            (TwoReaders { sockets, tx, fds, allow: AllowList::default(), counters, reader }, reassembler)
+        }
+
+        /// The assembly stage over both sockets.
+        fn stage(&self) -> AssemblyStage<'_> {
+            AssemblyStage { allow: &self.allow, counters: &self.counters, local: LOCAL, sockets: &self.fds }
         }
 
         /// Sends `datagrams` in order, each to the socket `to` names.
@@ -1520,13 +1528,7 @@ mod tests {
         assert_eq!(datagrams.len(), 8);
         let tap = Shared::default();
         let seen = tap.clone();
-        let fds = [two.sockets[0].as_raw_fd(), two.sockets[1].as_raw_fd()];
-        let stage = AssemblyStage {
-            allow: &AllowList::default(),
-            counters: &two.counters,
-            local: LOCAL,
-            sockets: &fds,
-        };
+        let stage = two.stage();
         let (reading, assembling) = handoff::pool(2, 2, 8);
         std::thread::scope(|scope| {
             let r = &mut r;
@@ -1590,13 +1592,7 @@ mod tests {
         // after they arrived. Going on without it would publish its frames
         // out of order.
         let (two, mut r) = TwoReaders::new();
-        let fds = [two.sockets[0].as_raw_fd(), two.sockets[1].as_raw_fd()];
-        let stage = AssemblyStage {
-            allow: &AllowList::default(),
-            counters: &two.counters,
-            local: LOCAL,
-            sockets: &fds,
-        };
+        let stage = two.stage();
         let (reading, assembling) = handoff::pool(2, 2, 8);
         std::thread::scope(|scope| {
             let r = &mut r;
