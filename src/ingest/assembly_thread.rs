@@ -274,7 +274,7 @@ impl AssemblyStage<'_> {
     /// Whether lane `c`'s next datagram is the earliest that any reader
     /// holds: every other reader with nothing taken is known to have
     /// handed over all that arrived before it, is gone, or is parked with
-    /// its socket empty.
+    /// nothing in its socket that arrived earlier.
     fn turn(&self, from: &AssemblingSide, lanes: &mut [Lane], c: usize) -> Turn {
         let t = lanes[c].head_rx_ns;
         for r in 0..lanes.len() {
