@@ -101,15 +101,9 @@ impl<A: FrameAssembler> FrameAssembler for PollCounted<A> {
 
 /// With `ingest.assembly_thread`, has the assembly thread place itself on
 /// `service.assembly_cpu` (under the receiver's real-time priority, if
-/// any). It first takes back the CPUs this thread may use now: it is
-/// started by the receiving thread after that pinned itself, and would
-/// otherwise share the receiver's one core (or be refused another).
-/// Returns where the placement's outcome will be sent, when there is a
-/// thread to place.
-fn place_assembly_thread<A: FrameAssembler>(
-    cfg: &Config,
-    receiver: &mut UdpReceiver<A>,
-) -> Option<std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>> {
+/// any; see [`StartedThreadPlacement`]). Returns where the placement's
+/// outcome will be sent, when there is a thread to place.
+fn place_assembly_thread<A: FrameAssembler>(cfg: &Config, receiver: &mut UdpReceiver<A>) -> Option<Placed> {
     let (cpu, priority) = (cfg.service.assembly_cpu, cfg.service.realtime_priority);
     if !receiver.has_assembly_thread() {
         if cpu.is_some() {
@@ -119,32 +113,22 @@ fn place_assembly_thread<A: FrameAssembler>(
         }
         return None;
     }
-    let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
-    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let (placement, placed) = StartedThreadPlacement::new();
     receiver.on_assembly_thread_start(Box::new(move || {
-        if let Some(set) = inherited
-            && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        {
-            tracing::warn!("the assembly thread keeps the receiver's CPUs ({e}); set service.assembly_cpu");
-        }
-        let placed = crate::service::threads::place_current_thread("assembly", cpu, priority);
-        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
-        let _ = placed_tx.send(placed);
-        outcome
+        placement.place("assembly", "service.assembly_cpu", cpu, priority)
     }));
-    Some(placed_rx)
+    Some(placed)
 }
 
 /// With `ingest.reading_threads` above one, has each reading thread after
 /// the first place itself on its entry of `service.reader_cpus` (under the
-/// receiver's real-time priority, if any), after taking back the CPUs this
-/// thread may use now, as [`place_assembly_thread`] does; a thread without
-/// an entry keeps those CPUs. Returns where each placement's outcome will
-/// be sent, and how many will come.
+/// receiver's real-time priority, if any; see [`StartedThreadPlacement`]);
+/// a thread without an entry may use the process's CPUs. Returns where
+/// each placement's outcome will be sent, and how many will come.
 fn place_reading_threads<A: FrameAssembler>(
     cfg: &Config,
     receiver: &mut UdpReceiver<A>,
-) -> Option<(std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>, usize)> {
+) -> Option<(Placed, usize)> {
     let (cpus, priority) = (cfg.service.reader_cpus.clone(), cfg.service.realtime_priority);
     let further = receiver.reading_threads() - 1;
     if cpus.len() > further {
@@ -158,22 +142,49 @@ fn place_reading_threads<A: FrameAssembler>(
     if further == 0 {
         return None;
     }
-    let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
-    let (placed_tx, placed_rx) = std::sync::mpsc::channel();
+    let (placement, placed) = StartedThreadPlacement::new();
     let placing = receiver.on_reading_thread_start(Arc::new(move |index| {
-        if let Some(set) = inherited
-            && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        {
-            tracing::warn!("reading thread {index} keeps the receiver's CPUs ({e}); set service.reader_cpus");
-        }
-        let role = format!("reader {index}");
-        let placed =
-            crate::service::threads::place_current_thread(&role, cpus.get(index - 1).copied(), priority);
-        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
-        let _ = placed_tx.send(placed);
-        outcome
+        let cpu = cpus.get(index - 1).copied();
+        placement.place(&format!("reader {index}"), "service.reader_cpus", cpu, priority)
     }));
-    Some((placed_rx, placing))
+    Some((placed, placing))
+}
+
+/// Where the outcome of placing a thread that the receiver starts goes.
+type Placed = std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>;
+
+/// Placing a thread that the pinned receiving thread starts (the assembly
+/// thread, further reading threads): it first takes back the CPUs the
+/// process could use when the receiver was set up (it would otherwise
+/// share the receiver's one core, or be refused another), then places
+/// itself as configured, and the outcome goes to start-up.
+struct StartedThreadPlacement {
+    inherited: Option<nix::sched::CpuSet>,
+    outcomes: std::sync::mpsc::Sender<Result<(), crate::service::ServiceError>>,
+}
+
+impl StartedThreadPlacement {
+    /// Called where the receiver is set up, before it pins itself.
+    fn new() -> (Self, Placed) {
+        let inherited = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+        let (outcomes, placed) = std::sync::mpsc::channel();
+        (Self { inherited, outcomes }, placed)
+    }
+
+    /// Places the calling thread (`role` in the log) on `cpu` under
+    /// `priority`; `key` is the setting to name if its CPUs cannot be
+    /// taken back.
+    fn place(&self, role: &str, key: &str, cpu: Option<usize>, priority: Option<u8>) -> Result<(), String> {
+        if let Some(set) = &self.inherited
+            && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set)
+        {
+            tracing::warn!("the {role} thread keeps the receiver's CPUs ({e}); set {key}");
+        }
+        let placed = crate::service::threads::place_current_thread(role, cpu, priority);
+        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
+        let _ = self.outcomes.send(placed);
+        outcome
+    }
 }
 
 /// Runs `receiver` on a new thread placed on the configured core (under the
