@@ -642,6 +642,10 @@ mod tests {
                 "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[service]\nloop_cpu = 1\n",
                 "service.loop_cpu: would pin the threads of every loop to one core",
             ),
+            (
+                "[[loop]]\nname = \"b\"\n[loop.ingest]\nbind = \"0.0.0.0:5001\"\n[service]\nreader_cpus = [1]\n",
+                "service.reader_cpus: would pin the reading threads of every loop",
+            ),
         ];
         for (extra, want) in cases {
             let problems = keys_of(&text(extra));
