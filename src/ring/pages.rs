@@ -133,9 +133,10 @@ impl OwnedPages {
     /// boundary; with `huge`, on a [`HUGE_PAGE_BYTES`] boundary and advised
     /// for huge pages, as [`RingPages::new`] does.
     pub fn new(len: usize, huge: bool) -> io::Result<Self> {
+        // The mapping's range is `len` rounded up, so it holds `len`.
         let (map, offset, mapped) = resident_mapping(len, huge)?;
-        debug_assert!(offset + len.min(mapped) <= map.len());
-        Ok(Self { map, offset, len: len.min(mapped) })
+        debug_assert!(len <= mapped && offset + mapped <= map.len());
+        Ok(Self { map, offset, len })
     }
 
     /// The `len` bytes asked for.
