@@ -9,12 +9,12 @@
 
 use super::allow::AllowList;
 use super::assembler::FrameAssembler;
-use super::batch::RecvBatch;
+use super::batch::{BufferInfo, RecvBatch};
 use super::counters::IngestCounters;
 use super::handoff::{AssemblingSide, Filled, HANDOFF_BATCHES, Next, ReadingSide};
 use super::steering::{Head, peek_head};
 use super::tap::DatagramTap;
-use super::udp::{BATCHES_PER_WAKE, Drained, IngestError, Readiness, SocketReader, deliver};
+use super::udp::{BATCHES_PER_WAKE, Drained, IngestError, Readiness, SocketReader, deliver, receive_loop};
 use crate::clock;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -22,25 +22,46 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// A reading thread of `ingest.assembly_thread`: reads into free batches
-/// of its pool and hands each filled one over.
-pub(super) struct HandingOver<'a> {
-    pub(super) fd: RawFd,
-    pub(super) readiness: &'a mut Readiness,
-    pub(super) side: ReadingSide,
-    /// A free batch the last read left empty, kept for the next.
-    pub(super) held: Option<Box<RecvBatch>>,
+/// What every thread of a receiver with an assembly thread shares.
+#[derive(Clone, Copy)]
+pub(super) struct Shared<'a> {
+    /// The receiver's stop flag.
     pub(super) stop: &'a AtomicBool,
-    /// Set when any reading thread of the receiver stopped on an error:
-    /// the others stop too.
+    /// Set when a thread of the receiver stopped early (a reading thread
+    /// on an error; the assembly thread however it ended before the
+    /// readers): the reading threads stop too.
     pub(super) halt: &'a AtomicBool,
-    /// Set once the assembly thread has ended (it failed to start, or
-    /// panicked): reading stops.
-    pub(super) assembly_ended: &'a AtomicBool,
     pub(super) counters: &'a IngestCounters,
 }
 
-impl HandingOver<'_> {
+/// A reading thread of `ingest.assembly_thread`: reads into free batches
+/// of its pool and hands each filled one over.
+pub(super) struct HandingOver<'a> {
+    fd: RawFd,
+    readiness: &'a mut Readiness,
+    side: ReadingSide,
+    /// A free batch the last read left empty, kept for the next.
+    held: Option<Box<RecvBatch>>,
+    shared: Shared<'a>,
+}
+
+impl<'a> HandingOver<'a> {
+    /// The reading thread of socket `fd`, handing over through `side`.
+    pub(super) fn new(
+        fd: RawFd,
+        readiness: &'a mut Readiness,
+        side: ReadingSide,
+        shared: Shared<'a>,
+    ) -> Self {
+        Self { fd, readiness, side, held: None, shared }
+    }
+
+    /// Runs the receive loop until the stop flag or a failure ends it.
+    pub(super) fn run(&mut self, poll_budget: Duration) -> Result<(), IngestError> {
+        let Shared { stop, counters, .. } = self.shared;
+        receive_loop(self, stop, poll_budget, counters)
+    }
+
     /// A free batch, waiting for the assembly thread to give one back if
     /// none is (counted in `assembly_waits`); `None` when `stop` was set
     /// meanwhile.
@@ -52,8 +73,8 @@ impl HandingOver<'_> {
         if let Some(batch) = self.side.free_batch(Duration::ZERO).map_err(gone)? {
             return Ok(Some(batch));
         }
-        IngestCounters::bump(&self.counters.assembly_waits);
-        while !self.stop.load(Ordering::Acquire) {
+        IngestCounters::bump(&self.shared.counters.assembly_waits);
+        while !self.shared.stop.load(Ordering::Acquire) {
             if let Some(batch) = self.side.free_batch(self.readiness.timeout).map_err(gone)? {
                 return Ok(Some(batch));
             }
@@ -75,11 +96,8 @@ impl SocketReader for HandingOver<'_> {
     fn prepare_for_backlog(&mut self) {}
 
     fn read_available(&mut self) -> Result<Drained, IngestError> {
-        if self.assembly_ended.load(Ordering::Acquire) {
-            return Err(IngestError::AssemblyGone);
-        }
-        if self.halt.load(Ordering::Acquire) {
-            return Err(IngestError::ReadingThreadGone);
+        if self.shared.halt.load(Ordering::Acquire) {
+            return Err(IngestError::PeerStopped);
         }
         let mut drained = Drained { buffers: 0, empty: false };
         for _ in 0..BATCHES_PER_WAKE {
@@ -125,8 +143,9 @@ struct Lane {
     queue: VecDeque<Filled>,
     /// The next message of the front batch.
     next: usize,
-    /// That message's arrival time (with several readers; 0 with one).
-    head_rx_ns: u64,
+    /// That message's kernel facts (its arrival time orders the lanes),
+    /// read once for choosing and assembling it; `None` when empty.
+    head: Option<BufferInfo>,
     /// Every datagram of this reader that arrived before this time has
     /// been taken off the channel: it is assembled or waits in `queue`.
     through_ns: u64,
@@ -134,18 +153,21 @@ struct Lane {
 
 impl Lane {
     fn new() -> Self {
-        Self { queue: VecDeque::with_capacity(HANDOFF_BATCHES), next: 0, head_rx_ns: 0, through_ns: 0 }
+        Self { queue: VecDeque::with_capacity(HANDOFF_BATCHES), next: 0, head: None, through_ns: 0 }
     }
 
     /// The time frames may go stale by as far as this reader goes.
     fn known_through(&self) -> u64 {
-        if self.queue.is_empty() { self.through_ns } else { self.head_rx_ns.max(self.through_ns) }
+        self.head.map_or(self.through_ns, |head| head.rx_ns.max(self.through_ns))
     }
 
-    fn set_head(&mut self, ordered: bool) {
-        if let (true, Some(front)) = (ordered, self.queue.front()) {
-            self.head_rx_ns = front.batch.message(self.next, front.batch_ns).1.rx_ns;
-        }
+    /// The next message's arrival time (`u64::MAX` when empty).
+    fn head_rx_ns(&self) -> u64 {
+        self.head.map_or(u64::MAX, |head| head.rx_ns)
+    }
+
+    fn set_head(&mut self) {
+        self.head = self.queue.front().map(|front| front.batch.info(self.next, front.batch_ns));
     }
 }
 
@@ -238,8 +260,8 @@ impl AssemblyStage<'_> {
         let mut finished = 0;
         while finished < BATCHES_PER_WAKE {
             let Some(c) = (0..lanes.len())
-                .filter(|&r| !lanes[r].queue.is_empty())
-                .min_by_key(|&r| (lanes[r].head_rx_ns, r))
+                .filter(|&r| lanes[r].head.is_some())
+                .min_by_key(|&r| (lanes[r].head_rx_ns(), r))
             else {
                 break;
             };
@@ -255,8 +277,8 @@ impl AssemblyStage<'_> {
                 }
             }
             let lane = &mut lanes[c];
-            let Some(front) = lane.queue.front() else { break };
-            let (buf, info) = front.batch.message(lane.next, front.batch_ns);
+            let (Some(front), Some(info)) = (lane.queue.front(), lane.head) else { break };
+            let buf = front.batch.bytes(lane.next);
             lane.through_ns = lane.through_ns.max(info.rx_ns);
             deliver(assembler, self.counters, self.allow, tap.as_deref_mut(), self.local, buf, info);
             lane.next += 1;
@@ -267,7 +289,7 @@ impl AssemblyStage<'_> {
                 lane.next = 0;
                 finished += 1;
             }
-            lane.set_head(ordered);
+            lane.set_head();
         }
     }
 
@@ -276,7 +298,7 @@ impl AssemblyStage<'_> {
     /// handed over all that arrived before it, is gone, or is parked with
     /// nothing in its socket that arrived earlier.
     fn turn(&self, from: &AssemblingSide, lanes: &mut [Lane], c: usize) -> Turn {
-        let t = lanes[c].head_rx_ns;
+        let t = lanes[c].head_rx_ns();
         for r in 0..lanes.len() {
             if r == c || !lanes[r].queue.is_empty() || lanes[r].through_ns >= t {
                 continue;
@@ -329,12 +351,11 @@ impl AssemblyStage<'_> {
 
 /// Puts a batch taken off the channel at the back of its reader's lane.
 fn take(lanes: &mut [Lane], filled: Filled) {
-    let ordered = lanes.len() > 1;
     let lane = &mut lanes[filled.reader];
     let was_empty = lane.queue.is_empty();
     lane.queue.push_back(filled);
     if was_empty {
         lane.next = 0;
-        lane.set_head(ordered);
+        lane.set_head();
     }
 }

@@ -317,8 +317,19 @@ impl RecvBatch {
     /// The bytes and kernel facts of message `i` of the last [`RecvBatch::recv`],
     /// which returned at `batch_ns`.
     pub(super) fn message(&self, i: usize, batch_ns: u64) -> (&[u8], BufferInfo) {
+        (self.bytes(i), self.info(i, batch_ns))
+    }
+
+    /// The bytes of message `i` of the last [`RecvBatch::recv`].
+    pub(super) fn bytes(&self, i: usize) -> &[u8] {
+        let len = (self.hdrs[i].msg_len as usize).min(RECV_BUFFER_BYTES);
+        &self.bufs.bytes()[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + len]
+    }
+
+    /// The kernel facts of message `i` of the last [`RecvBatch::recv`],
+    /// which returned at `batch_ns`.
+    pub(super) fn info(&self, i: usize, batch_ns: u64) -> BufferInfo {
         let m = &self.hdrs[i];
-        let len = (m.msg_len as usize).min(RECV_BUFFER_BYTES);
         let mut info = BufferInfo {
             truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             gro_segment: None,
@@ -351,7 +362,7 @@ impl RecvBatch {
         // Without a kernel timestamp the batch's clock reading stands in (one
         // read per batch, not one per datagram).
         info.rx_ns = rx_ns.unwrap_or(batch_ns);
-        (&self.bufs.bytes()[i * RECV_BUFFER_BYTES..i * RECV_BUFFER_BYTES + len], info)
+        info
     }
 }
 

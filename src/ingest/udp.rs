@@ -29,7 +29,7 @@
 
 use super::allow::AllowList;
 use super::assembler::FrameAssembler;
-use super::assembly_thread::{AssemblyStage, HandingOver};
+use super::assembly_thread::{AssemblyStage, HandingOver, Shared};
 use super::batch::{BufferInfo, RecvBatch, datagram_count, datagrams};
 use super::config::UdpConfig;
 use super::counters::IngestCounters;
@@ -81,8 +81,8 @@ pub enum IngestError {
     ReadingThreadSpawn(io::Error),
     #[error("reading thread {index} (ingest.reading_threads) could not start: {why}")]
     ReadingThreadStart { index: usize, why: String },
-    #[error("another reading thread (ingest.reading_threads) stopped on an error")]
-    ReadingThreadGone,
+    #[error("another thread of the receiver (ingest.assembly_thread, ingest.reading_threads) stopped")]
+    PeerStopped,
     #[error(
         "cannot spread datagrams over the ingest.reading_threads sockets (SO_ATTACH_REUSEPORT_CBPF): \
          {0}; the kernel needs classic BPF reuseport programs (Linux 4.5 or later), or set \
@@ -532,8 +532,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             .collect();
         let (counters, allow, local, spin, idle) =
             (&**counters, &*allow, *local_addr, *poll_budget, readiness.timeout);
-        let (halt, assembly_ended) = (AtomicBool::new(false), AtomicBool::new(false));
-        let (halt, assembly_ended, sockets) = (&halt, &assembly_ended, &sockets[..]);
+        let (halt, sockets) = (AtomicBool::new(false), &sockets[..]);
+        let shared = Shared { stop, halt: &halt, counters };
+        let halt = &halt;
         std::thread::scope(|scope| {
             // Each thread started says whether its start succeeded.
             let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<bool>(readers);
@@ -543,7 +544,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 .spawn_scoped(scope, move || {
                     // However it ends (a failed start, a panic), the
                     // reading threads stop reading.
-                    let _ended = SetOnDrop(assembly_ended);
+                    let _ended = SetOnDrop(halt);
                     let started = on_start.map_or(Ok(()), |start| start());
                     let _ = assembly_started.send(started.is_ok());
                     // On failure `assembling` is dropped unused, which ends
@@ -569,17 +570,8 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                             halt.store(true, Ordering::Release);
                             return Err(IngestError::ReadingThreadStart { index, why });
                         }
-                        let mut reader = HandingOver {
-                            fd: theirs.socket.as_raw_fd(),
-                            readiness: &mut theirs.readiness,
-                            side,
-                            held: None,
-                            stop,
-                            halt,
-                            assembly_ended,
-                            counters,
-                        };
-                        let read = receive_loop(&mut reader, stop, spin, counters);
+                        let fd = theirs.socket.as_raw_fd();
+                        let read = HandingOver::new(fd, &mut theirs.readiness, side, shared).run(spin);
                         if read.is_err() {
                             halt.store(true, Ordering::Release);
                         }
@@ -603,21 +595,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     break;
                 }
             }
-            let mut reader = HandingOver {
-                fd: socket.as_raw_fd(),
-                readiness,
-                side: first_side,
-                held: None,
-                stop,
-                halt,
-                assembly_ended,
-                counters,
-            };
-            let mut read = if halt.load(Ordering::Acquire) {
-                Err(IngestError::ReadingThreadGone)
-            } else {
-                receive_loop(&mut reader, stop, spin, counters)
-            };
+            let mut reader = HandingOver::new(socket.as_raw_fd(), readiness, first_side, shared);
+            let mut read =
+                if halt.load(Ordering::Acquire) { Err(IngestError::PeerStopped) } else { reader.run(spin) };
             if read.is_err() {
                 halt.store(true, Ordering::Release);
             }
@@ -628,9 +608,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                 match handle.join() {
                     Err(panic) => std::panic::resume_unwind(panic),
                     // The first thread that failed on its own says why.
-                    Ok(Err(e)) if matches!(read, Ok(()) | Err(IngestError::ReadingThreadGone)) => {
-                        read = Err(e)
-                    }
+                    Ok(Err(e)) if matches!(read, Ok(()) | Err(IngestError::PeerStopped)) => read = Err(e),
                     Ok(_) => {}
                 }
             }
@@ -708,7 +686,7 @@ pub(super) trait SocketReader {
 /// waits in epoll only once a read found the socket empty, and (with a
 /// `poll_budget`) only after it stayed empty that long. The socket is
 /// edge-triggered, so a turn must read until empty before it waits.
-fn receive_loop(
+pub(super) fn receive_loop(
     reader: &mut impl SocketReader,
     stop: &AtomicBool,
     poll_budget: Duration,
@@ -836,7 +814,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         self.layouts.clear();
         let mut fullest = 0;
         for i in 0..n {
-            let (_, info) = self.batch.message(i, batch_ns);
+            let info = self.batch.info(i, batch_ns);
             let layout = self.batch.landed(i, plan, info.gro_segment);
             match layout {
                 MessageLayout::Aligned { landed, last_payload, .. } => {
@@ -854,7 +832,7 @@ impl<A: FrameAssembler> UdpReceiver<A> {
             self.layouts.push(layout);
         }
         for i in 0..n {
-            let (_, info) = self.batch.message(i, batch_ns);
+            let info = self.batch.info(i, batch_ns);
             self.latest_rx_ns = self.latest_rx_ns.max(info.rx_ns);
             // What the kernel did not put in a slot goes through `deliver`: an
             // Aligned message's tail, or a Gather message's whole buffer.
