@@ -622,6 +622,16 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_ingest_key_lists_the_keys_of_ingest() {
+        // [ingest] flattens the reassembly keys, so serde refuses without a list.
+        let err = parse("[ingest]\nbindd = \"0.0.0.0:5000\"\n").unwrap_err();
+        let p = err.problems().iter().find(|p| p.key == "ingest.bindd").expect("ingest.bindd named");
+        for key in ["`bind`", "`frame_timeout_ms`", "`reading_threads`"] {
+            assert!(p.message.contains(key), "{}", p.message);
+        }
+    }
+
+    #[test]
     fn out_of_range_values_name_the_key() {
         let err = parse("[ring]\nslots = 1\nslot_bytes = 0\n[loop]\npoll_budget_us = 5000000").unwrap_err();
         let text = err.to_string();
