@@ -45,7 +45,8 @@ pub struct LoopSpec {
 }
 
 /// Keys of a `[[loop]]` table other than the resident-loop ones.
-const OWN_KEYS: &[&str] = &["name", "gpu", "placement", "streams", "cpus", "ingest", "ring", "chain"];
+pub(crate) const OWN_KEYS: &[&str] =
+    &["name", "gpu", "placement", "streams", "cpus", "ingest", "ring", "chain"];
 
 /// `top`'s table `key` with `own`'s keys laid over it (one level deep,
 /// except that `own` replaces a nested table as a whole).

@@ -4,6 +4,7 @@
 
 use crate::ops::{self, OpSpec};
 use crate::ring::OverrunPolicy;
+pub mod keys;
 pub mod loops;
 pub mod problem;
 
@@ -364,6 +365,12 @@ impl ConfigError {
     }
 }
 
+/// The top-level keys [`parse`] accepts; [`keys::all_keys`] lists what is in them.
+pub(crate) const SECTIONS: &[&str] = &[
+    "backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output",
+    "sink",
+];
+
 /// Parses a config from TOML text, reporting every problem at once.
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let table: toml::Table = match toml::from_str(text) {
@@ -371,10 +378,6 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Err(e) => return Err(ConfigError::Invalid(vec![ConfigProblem::new("(syntax)", e.to_string())])),
     };
     let mut problems = Vec::new();
-    const SECTIONS: &[&str] = &[
-        "backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler",
-        "output", "sink",
-    ];
     for key in table.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             // A quoted empty key (`"" = 1`) is still named, as TOML writes it.
@@ -616,6 +619,16 @@ mod tests {
         assert!(keys.contains(&"ring.slots"), "{keys:?}");
         assert_eq!(keys.iter().filter(|k| k.starts_with("chain")).count(), 1, "{keys:?}");
         assert!(!err.to_string().contains("one of one of"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_ingest_key_lists_the_keys_of_ingest() {
+        // [ingest] flattens the reassembly keys, so serde refuses without a list.
+        let err = parse("[ingest]\nbindd = \"0.0.0.0:5000\"\n").unwrap_err();
+        let p = err.problems().iter().find(|p| p.key == "ingest.bindd").expect("ingest.bindd named");
+        for key in ["`bind`", "`frame_timeout_ms`", "`reading_threads`"] {
+            assert!(p.message.contains(key), "{}", p.message);
+        }
     }
 
     #[test]

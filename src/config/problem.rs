@@ -45,6 +45,20 @@ fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
         let field = rest.split('`').next().unwrap_or_default().to_string();
         let expected = rest.split_once(", expected ").map(|(_, e)| e).unwrap_or("");
         let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+        // A table that flattens another ([ingest]) is refused without the
+        // list: name its keys from the config types instead.
+        let listed;
+        let expected = if expected.is_empty() {
+            listed = super::keys::all_keys()
+                .into_iter()
+                .filter(|k| k.table == prefix)
+                .map(|k| format!("`{}`", k.key))
+                .collect::<Vec<_>>()
+                .join(", ");
+            listed.as_str()
+        } else {
+            expected
+        };
         let msg = format!("unknown key; remove it or use one of {expected}");
         return (Some(field.clone()), ConfigProblem::new(join(&field), msg));
     }

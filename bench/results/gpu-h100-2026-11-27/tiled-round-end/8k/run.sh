@@ -1,3 +1,0 @@
-#!/bin/bash
-# 8 KiB frames, the build at the end of the round against the one it started from, alternating (same machine, right after ../run.sh).
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64; B=/tmp/fl/bin; R=$OUT/r70; mkdir -p $R; for r in 1 2; do for v in new start; do bin=$B/frameloop; [ $v = start ] && bin=$B/frameloop-base; timeout 60 $bin bench --backend cuda --compare --paths-only --frames 4000 --frame-bytes 8192 > $R/8k-$v-$r.txt 2>&1; echo "$v $r $(grep -E '^resident poll budget, fused chain|^resident poll budget, auto' $R/8k-$v-$r.txt | head -2 | awk '{print $1,$2,$3,$4,$5,"p50",$(NF-8),"gpu",$(NF-1)}' | tr '\n' ' ')"; done; done | tee $R/summary.txt
