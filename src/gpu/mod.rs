@@ -71,7 +71,14 @@ pub enum GpuError {
     /// NVRTC rejected a kernel source: the log names the file and line;
     /// fix the source (or the `FRAMELOOP_NVRTC_DEFINES` the reason names).
     #[error("NVRTC could not compile {file}: {reason}\n{log}")]
-    Compile { file: String, reason: String, log: String },
+    Compile {
+        /// The source file NVRTC compiled.
+        file: String,
+        /// Why it failed: the NVRTC status or the check that refused it.
+        reason: String,
+        /// NVRTC's program log (errors with file and line).
+        log: String,
+    },
     /// A chain names a kernel that no loaded module holds: list its source
     /// among the embedded (or the user's) sources.
     #[error("kernel {0} is in none of the loaded modules; is its source listed in the embedded sources?")]
@@ -79,17 +86,34 @@ pub enum GpuError {
     /// An operator failed on the GPU while the loop ran: see the stage and
     /// the frame's ring sequence, fix the operator or its input, restart.
     #[error("the resident loop faulted in stage {stage} (ring sequence {ring_seq}): {error}")]
-    StageFault { stage: String, ring_seq: u64, error: String },
+    StageFault {
+        /// The stage (operator or loop step) that was running.
+        stage: String,
+        /// The ring sequence of the frame it was working on.
+        ring_seq: u64,
+        /// What failed, as the driver reported it.
+        error: String,
+    },
     /// The loop did not stop at tear-down: the GPU may be wedged; restart
     /// the process (and check `nvidia-smi`).
     #[error(
         "the resident loop did not stop within {waited_ms} ms of tear-down (last stage {stage}); the GPU may be wedged: restart the process"
     )]
-    TearDownTimeout { waited_ms: u64, stage: String },
+    TearDownTimeout {
+        /// How long tear-down waited for the loop.
+        waited_ms: u64,
+        /// The last stage the loop was seen in.
+        stage: String,
+    },
     /// Memory the loop needs could not be made usable by the GPU: the
     /// message says which limit to raise or what to make smaller.
     #[error("{what} is not usable by the GPU: {why}")]
-    Memory { what: &'static str, why: String },
+    Memory {
+        /// The memory (e.g. `mapped host memory`).
+        what: &'static str,
+        /// Why, with the limit to raise or what to make smaller.
+        why: String,
+    },
     /// The loop's configuration cannot be set up as asked: the message
     /// names the setting to change.
     #[error("invalid loop setup: {0}")]
