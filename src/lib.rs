@@ -9,6 +9,7 @@ pub mod backend;
 pub mod capture;
 pub mod clock;
 pub mod config;
+pub mod cuda;
 pub mod fragment;
 pub mod gpu;
 pub mod host;

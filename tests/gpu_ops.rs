@@ -11,6 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod gpu_support;
+use gpu_support::Rng;
+
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result, sys};
 use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 
@@ -82,40 +85,6 @@ fn every_kernel_compiles_with_nvrtc() {
 }
 
 // ---------------------------------------------------------------- GPU side
-
-/// A small xorshift generator: fresh inputs every run, seed printed for replay.
-struct Rng(u64);
-
-impl Rng {
-    fn fresh(test: &str) -> Self {
-        let seed =
-            std::env::var("FRAMELOOP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-                    | 1
-            });
-        eprintln!("{test}: FRAMELOOP_TEST_SEED={seed}");
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// Uniform in [lo, hi).
-    fn float(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-    fn floats(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.float(lo, hi)).collect()
-    }
-}
 
 /// The device, the compiled kernels, and device memory freed on drop.
 struct Gpu {

@@ -100,7 +100,7 @@ fn calibrate_with(
         while word(1).load(Ordering::Acquire) != r {
             if std::time::Instant::now() > deadline {
                 failure = Some(match stream_done(stream) {
-                    Err(e) => e,
+                    Err(e) => e.into(),
                     _ => GpuError::Setup("the clock probe kernel did not answer within 2 s".into()),
                 });
                 break;

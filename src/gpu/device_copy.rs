@@ -5,97 +5,30 @@
 //! sequence words, so nothing here may wait for the whole device (no
 //! `cuCtxSynchronize`, no synchronous `cuMemcpy` on the legacy stream).
 //!
-//! Layering: `raw` turns the driver calls into `Result`s, [`CopyStream`]
-//! is the safe owner that bounds every copy to one device allocation.
+//! Layering: the CUDA layer's stream and copy calls ([`crate::cuda::stream`],
+//! [`crate::cuda::copy`]) below; [`CopyStream`] is the safe owner that
+//! bounds every copy to one device allocation.
 
 use super::{GpuError, MappedMemory};
+use crate::cuda::copy::{memcpy_dtoh_async, memcpy_htod_async};
+use crate::cuda::stream::{OwnedStream, synchronize_legacy_stream};
 use crate::ring::RingMemory;
 use crate::ring::memory::{CopyError, check_copy_bounds};
 use cudarc::driver::CudaContext;
-use cudarc::driver::sys;
 use std::sync::Arc;
 
 /// Page-locked staging bytes per stream (larger copies go in pieces).
 pub const STAGING_BYTES: usize = 1 << 20;
-
-/// The driver calls, each checked into a `Result`.
-mod raw {
-    use crate::gpu::{GpuError, check};
-    use cudarc::driver::sys;
-
-    /// Creates a stream that does not synchronise with the legacy stream.
-    pub(super) fn stream_create_non_blocking() -> Result<sys::CUstream, GpuError> {
-        let mut stream = std::ptr::null_mut();
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: valid out-pointer; callers bind a context first.
-        check("cuStreamCreate(NON_BLOCKING)", unsafe { sys::cuStreamCreate(&mut stream, flags) })?;
-        Ok(stream)
-    }
-
-    /// Destroys a stream (returns at once; queued work finishes first).
-    ///
-    /// # Safety
-    /// `stream` is live and not used after this call.
-    pub(super) unsafe fn stream_destroy(stream: sys::CUstream) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees a live stream that is not used again.
-        check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(stream) })
-    }
-
-    /// The legacy default stream (the null handle in the driver API).
-    pub(super) const LEGACY_STREAM: sys::CUstream = std::ptr::null_mut();
-
-    /// Waits for the work queued on `stream`, and for nothing else (for the
-    /// legacy stream: its own work, which waits for blocking streams only,
-    /// never for work on non-blocking streams such as the resident graph's).
-    ///
-    /// # Safety
-    /// `stream` is live.
-    pub(super) unsafe fn stream_synchronize(stream: sys::CUstream) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees a live stream.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream) })
-    }
-
-    /// Queues a copy of `len` bytes from host `src` to device `dst`.
-    ///
-    /// # Safety
-    /// `src` is page-locked memory valid for `len` bytes that stays unchanged
-    /// until the stream has been synchronised; `dst..dst+len` lies inside a
-    /// live allocation; `stream` is live.
-    pub(super) unsafe fn memcpy_htod_async(
-        dst: u64,
-        src: *const u8,
-        len: usize,
-        stream: sys::CUstream,
-    ) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees both ranges and the stream.
-        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream) })
-    }
-
-    /// Queues a copy of `len` bytes from device `src` to host `dst`.
-    ///
-    /// # Safety
-    /// `dst` is page-locked memory valid for writes of `len` bytes that
-    /// nothing reads until the stream has been synchronised;
-    /// `src..src+len` lies inside a live allocation; `stream` is live.
-    pub(super) unsafe fn memcpy_dtoh_async(
-        dst: *mut u8,
-        src: u64,
-        len: usize,
-        stream: sys::CUstream,
-    ) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees both ranges and the stream.
-        check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream) })
-    }
-}
 
 /// Ordered copies into and out of one device allocation, on a stream of
 /// their own. Freeing it frees page-locked memory, which synchronises the
 /// device: drop it only when no resident graph runs.
 pub struct CopyStream {
     ctx: Arc<CudaContext>,
-    /// Invariant: a live non-blocking stream of `ctx`; every copy queued on
-    /// it has finished whenever a method of `&mut self` returns.
-    stream: sys::CUstream,
+    /// Invariant: a non-blocking stream of `ctx`; every copy queued on it
+    /// has finished whenever a method of `&mut self` returns. Declared
+    /// before `staging`: destroyed first.
+    stream: OwnedStream,
     /// Page-locked staging. Invariant: at least [`STAGING_BYTES`] long and
     /// read or written by no queued copy whenever a method returns.
     staging: MappedMemory,
@@ -103,10 +36,6 @@ pub struct CopyStream {
     dptr: u64,
     len: usize,
 }
-
-// SAFETY: the stream handle may be used from any thread with the context
-// bound; `&mut self` on every method keeps its use exclusive.
-unsafe impl Send for CopyStream {}
 
 impl CopyStream {
     /// A stream for copies into the `len` bytes at `dptr`, a live
@@ -118,9 +47,8 @@ impl CopyStream {
     pub fn new(ctx: &Arc<CudaContext>, dptr: u64, len: usize) -> Result<Self, GpuError> {
         let staging = MappedMemory::alloc(ctx, STAGING_BYTES)?;
         ctx.bind_to_thread()?;
-        // SAFETY: the legacy stream always exists in a bound context.
-        unsafe { raw::stream_synchronize(raw::LEGACY_STREAM) }?;
-        let stream = raw::stream_create_non_blocking()?;
+        synchronize_legacy_stream()?;
+        let stream = OwnedStream::non_blocking(ctx)?;
         debug_assert!(staging.len() >= STAGING_BYTES);
         Ok(Self { ctx: Arc::clone(ctx), stream, staging, dptr, len })
     }
@@ -130,8 +58,7 @@ impl CopyStream {
     }
 
     fn synchronize(&mut self) -> Result<(), GpuError> {
-        // SAFETY: the stream is live (invariant).
-        unsafe { raw::stream_synchronize(self.stream) }
+        Ok(self.stream.synchronize()?)
     }
 
     /// Copies each `(offset, bytes)` into the allocation in order and
@@ -167,11 +94,11 @@ impl CopyStream {
                 // until the stream is synchronised (above, or by the caller);
                 // `offset + done + n <= self.len` (bounds checked by the caller).
                 unsafe {
-                    raw::memcpy_htod_async(
+                    memcpy_htod_async(
                         self.dptr + (offset + done) as u64,
                         staging.add(used),
                         n,
-                        self.stream,
+                        self.stream.raw(),
                     )
                 }?;
                 used += n;
@@ -192,25 +119,13 @@ impl CopyStream {
             // other copy uses the staging (invariant); `at + chunk.len()` lies
             // inside the allocation (bounds checked above).
             let queued =
-                unsafe { raw::memcpy_dtoh_async(staging, self.dptr + at as u64, chunk.len(), self.stream) };
+                unsafe { memcpy_dtoh_async(staging, self.dptr + at as u64, chunk.len(), self.stream.raw()) }
+                    .map_err(GpuError::from);
             let synced = self.synchronize();
             queued.and(synced).map_err(|e| Self::device_error("from", e))?;
             // SAFETY: the copy into the staging finished (stream synchronised).
             unsafe { std::ptr::copy_nonoverlapping(staging, chunk.as_mut_ptr(), chunk.len()) };
         }
         Ok(())
-    }
-}
-
-impl Drop for CopyStream {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_err() {
-            tracing::warn!("copy stream leaked: the CUDA context could not be bound");
-            return;
-        }
-        // SAFETY: the stream is live and this is its last use.
-        if let Err(e) = unsafe { raw::stream_destroy(self.stream) } {
-            tracing::warn!("destroying the ring's copy stream failed: {e}");
-        }
     }
 }

@@ -2,13 +2,12 @@
 //! `SYNC_MEMOPS` set, which the host reaches only through the copies of a
 //! [`CopyStream`], and which can be exported as a dma-buf for a NIC to write.
 
+use super::GpuError;
 use super::device_copy::CopyStream;
-use super::driver::DeviceBuffer;
-use super::{GpuError, check};
+use crate::cuda::{CudaError, DeviceBuffer};
 use crate::ring::{CopyError, DeviceCopies, RingMemory};
 use cudarc::driver::CudaContext;
-use cudarc::driver::sys;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Ring allocations in GPU memory are rounded up to this (the GPU's large
@@ -27,7 +26,6 @@ pub const GPU_PAGE: usize = 2 << 20;
 pub struct DeviceRingMemory {
     /// Copies into `buffer`; field order drops it first.
     copies: Mutex<CopyStream>,
-    ctx: Arc<CudaContext>,
     /// Invariant: its length is a multiple of [`GPU_PAGE`].
     buffer: DeviceBuffer,
 }
@@ -38,20 +36,11 @@ impl DeviceRingMemory {
     /// synchronise the device).
     pub fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
         let buffer = DeviceBuffer::new(ctx, len.max(1).next_multiple_of(GPU_PAGE), 0)?;
-        let one: u32 = 1;
-        // SAFETY: `dptr` is the start of a live allocation of the bound
-        // context (DeviceBuffer::new bound it); the value is a u32 flag.
-        check("cuPointerSetAttribute(SYNC_MEMOPS)", unsafe {
-            sys::cuPointerSetAttribute(
-                (&one as *const u32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
-                buffer.dptr(),
-            )
-        })?;
+        buffer.set_sync_memops()?;
         debug_assert!(buffer.len().is_multiple_of(GPU_PAGE));
         debug_assert!(buffer.dptr().is_multiple_of(256), "cuMemAlloc aligns to at least 256 bytes");
         let copies = Mutex::new(CopyStream::new(ctx, buffer.dptr(), buffer.len())?);
-        Ok(Self { copies, ctx: Arc::clone(ctx), buffer })
+        Ok(Self { copies, buffer })
     }
 
     fn copies(&self) -> MutexGuard<'_, CopyStream> {
@@ -73,27 +62,12 @@ impl DeviceRingMemory {
 
     /// Exports the whole allocation as a dma-buf file descriptor.
     pub fn export_dmabuf(&self) -> Result<OwnedFd, GpuError> {
-        self.ctx.bind_to_thread()?;
-        let mut fd: i32 = -1;
-        // SAFETY: `dptr..dptr+len` is one live allocation whose length is a
-        // multiple of the host page size; the handle is an int for DMA_BUF_FD.
-        check("cuMemGetHandleForAddressRange", unsafe {
-            sys::cuMemGetHandleForAddressRange(
-                (&mut fd as *mut i32).cast(),
-                self.dptr(),
-                self.len(),
-                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-                0,
-            )
-        })?;
-        if fd < 0 {
-            return Err(GpuError::Memory {
-                what: "dma-buf export",
-                why: format!("the driver returned fd {fd}"),
-            });
-        }
-        // SAFETY: the driver handed us a new descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        self.buffer.export_dmabuf().map_err(|e| match e {
+            CudaError::NoResult { what, .. } => {
+                GpuError::Memory { what: "dma-buf export", why: format!("the driver returned {what}") }
+            }
+            other => other.into(),
+        })
     }
 }
 

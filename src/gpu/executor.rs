@@ -247,7 +247,7 @@ impl ExecutorCore {
         let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
         exec.launch(&self.run_stream)?;
         if let Err(e) = driver::stream_done(&self.run_stream) {
-            return Err(self.fault(e));
+            return Err(self.fault(e.into()));
         }
         Ok(())
     }
@@ -277,7 +277,7 @@ impl ExecutorCore {
                 std::mem::size_of::<LoopParams>(),
             )
         };
-        self.params_dev.write(0, params)
+        Ok(self.params_dev.write(0, params)?)
     }
 
     fn new(
@@ -559,7 +559,7 @@ impl ExecutorCore {
             }
             LaunchStyle::GraphPerFrame => {
                 let exec = self.exec.as_ref().ok_or_else(|| GpuError::Setup("graph not built".into()))?;
-                exec.launch(&self.run_stream)
+                Ok(exec.launch(&self.run_stream)?)
             }
             LaunchStyle::StreamPerFrame => {
                 let s = Arc::clone(&self.run_stream);
@@ -571,7 +571,7 @@ impl ExecutorCore {
 
     /// Waits for the per-frame work queued so far, reporting a failure of it.
     pub fn sync(&self) -> Result<(), GpuError> {
-        driver::stream_sync(&self.run_stream)
+        Ok(driver::stream_sync(&self.run_stream)?)
     }
 
     pub fn is_launched(&mut self) -> bool {
@@ -625,7 +625,7 @@ impl ExecutorCore {
                 }
                 Err(e) => {
                     self.launched = false;
-                    self.finished = Some(Err(self.fault(e).to_string()));
+                    self.finished = Some(Err(self.fault(e.into()).to_string()));
                 }
             }
         }
@@ -686,7 +686,7 @@ impl ExecutorCore {
                 .saturating_add(self.opts.loop_cfg.data_not_ready_sleep_interval_us),
         ));
         let run_stream = Arc::clone(&self.run_stream);
-        let wait = wait_for_stream(grace, || driver::stream_done(&run_stream));
+        let wait = wait_for_stream(grace, || Ok(driver::stream_done(&run_stream)?));
         if wait.means_wedged() {
             self.wedged.store(true, Ordering::Relaxed);
         }

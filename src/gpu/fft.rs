@@ -8,7 +8,7 @@
 //! writes only the frame's bins and makes `FrameDesc::n_samples` their count.
 //!
 //! cuFFT is loaded (dlopen, through cudarc's dynamic loading) only when the
-//! first `compute` makes the plan, so a build without libcufft runs every
+//! first `compute` makes the plan (`cuda::fft::CufftPlan`), so a build without libcufft runs every
 //! chain without an fft. The plan and its work area live as long as the
 //! operator, which the executor keeps for the loop's lifetime.
 
@@ -16,13 +16,14 @@
 
 use std::sync::Arc;
 
-use cudarc::cufft::{result as cufft, sys as cufft_sys};
 use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::{FftOutput, FftSpec};
 
 use super::operators::{MAX_GRID, OP_THREADS};
+use crate::cuda::fft::CufftPlan;
+pub use crate::cuda::fft::cufft_present;
 
 /// Parameters of `fl_fft_window` and `fl_fft_spectrum`, passed by value
 /// (mirrors `FftParams` in kernels/fft.cu).
@@ -45,81 +46,9 @@ pub struct FftParams {
 // SAFETY: plain #[repr(C)] data with the layout of the CUDA struct.
 unsafe impl DeviceRepr for FftParams {}
 
-/// True when cuFFT can be loaded. Must be checked before any cuFFT call:
-/// cudarc panics when the library is missing.
-pub fn cufft_present() -> bool {
-    // SAFETY: only tries to dlopen the library; touches no CUDA state.
-    unsafe { cufft_sys::is_culib_present() }
-}
-
 /// What to install when cuFFT is missing.
 const CUFFT_MISSING: &str = "cuFFT (libcufft.so, from the CUDA toolkit or the nvidia-cufft wheel) is not on the \
      loader path; install it and add its lib directory to LD_LIBRARY_PATH, or remove the fft operator from the chain";
-
-/// A batched R2C cuFFT plan; destroyed (with its work area) on drop.
-struct CufftPlan {
-    /// Invariant: a live plan made by `cufftPlanMany`.
-    handle: cufft_sys::cufftHandle,
-}
-
-impl CufftPlan {
-    /// `batch` transforms of rows of `n` reals, packed (`idist = n`), into
-    /// rows of `n/2 + 1` complex values, packed. cuFFT must be present.
-    fn r2c(n: u32, batch: u32) -> Result<Self, String> {
-        let as_int =
-            |v: u32, what: &str| i32::try_from(v).map_err(|_| format!("{what} {v} is over cuFFT's limit"));
-        let (n, batch) = (as_int(n, "row length")?, as_int(batch, "batch")?);
-        let (mut dims, mut inembed, mut onembed) = ([n], [n], [n / 2 + 1]);
-        // SAFETY: the three arrays hold `rank` = 1 ints each and outlive the call;
-        // the caller checked that the library is present.
-        let handle = unsafe {
-            cufft::plan_many(
-                1,
-                dims.as_mut_ptr(),
-                inembed.as_mut_ptr(),
-                1,
-                n,
-                onembed.as_mut_ptr(),
-                1,
-                n / 2 + 1,
-                cufft_sys::cufftType::CUFFT_R2C,
-                batch,
-            )
-        }
-        .map_err(|e| format!("cufftPlanMany(R2C, n = {n}, batch = {batch}) failed: {e}"))?;
-        Ok(Self { handle })
-    }
-
-    /// Makes the plan's kernels run on `stream` (the capture stream).
-    fn bind(&self, stream: &CudaStream) -> Result<(), String> {
-        // SAFETY: the plan is live (field invariant) and the stream belongs to
-        // the context the plan was made in (the executor's one context).
-        unsafe { cufft::set_stream(self.handle, stream.cu_stream() as _) }
-            .map_err(|e| format!("cufftSetStream failed: {e}"))
-    }
-
-    /// Enqueues the transform of `input` into `output` on the bound stream.
-    ///
-    /// # Safety
-    /// `input` must hold the batch's `batch * n` floats and `output` its
-    /// `batch * (n/2 + 1)` complex values, both device memory that outlives
-    /// every run of the enqueued work.
-    unsafe fn exec(&self, input: u64, output: u64) -> Result<(), String> {
-        // SAFETY: the plan is live; the caller guarantees the two buffers.
-        unsafe { cufft::exec_r2c(self.handle, input as *mut f32, output as *mut cufft_sys::cufftComplex) }
-            .map_err(|e| format!("cufftExecR2C failed: {e}"))
-    }
-}
-
-impl Drop for CufftPlan {
-    fn drop(&mut self) {
-        // SAFETY: the plan is live and dropped once; nothing runs on it any
-        // more (the executor tears the loop down before its operators).
-        if let Err(e) = unsafe { cufft::destroy(self.handle) } {
-            tracing::warn!("cufftDestroy failed: {e}");
-        }
-    }
-}
 
 /// `fft`: port `in` (the chain's samples), `out` (the spectrum,
 /// `max_rows * (n/2 + 1)` floats), and three scratch ports of its own
@@ -179,11 +108,15 @@ impl FftOp {
                 .context()
                 .bind_to_thread()
                 .map_err(|e| self.problem(format!("binding the context: {e}")))?;
-            let plan = CufftPlan::r2c(self.params.n, self.params.max_rows).map_err(|e| self.problem(e))?;
+            let plan = CufftPlan::r2c(self.params.n, self.params.max_rows)
+                .map_err(|e| self.problem(e.to_string()))?;
             self.plan = Some(plan);
         }
         let plan = self.plan.as_ref().ok_or_else(|| self.problem("the cuFFT plan is missing"))?;
-        plan.bind(stream).map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e })?;
+        // SAFETY: the plan was made with the stream's context bound (above),
+        // the executor's one context, which all its streams share.
+        unsafe { plan.bind(stream) }
+            .map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e.to_string() })?;
         Ok(plan)
     }
 }
@@ -240,8 +173,10 @@ impl GpuResidentOperator for FftOp {
             // SAFETY: `windowed` holds the batch's max_rows * n floats and `bins` its
             // max_rows * (n/2+1) complex values (checked above); both are port buffers the
             // executor keeps for the loop's lifetime.
-            unsafe { plan.exec(windowed.dptr, bins.dptr) }
-                .map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e })?;
+            unsafe { plan.exec(windowed.dptr, bins.dptr) }.map_err(|e| FragmentError::Operator {
+                operator: self.name.clone(),
+                problem: e.to_string(),
+            })?;
         }
 
         let spectrum = ctx.kernel("fl_fft_spectrum")?;

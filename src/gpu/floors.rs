@@ -24,8 +24,9 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 use serde::Serialize;
 
-use super::driver::DeviceBuffer;
-use super::{GpuError, MappedMemory, check};
+use super::{GpuError, MappedMemory};
+use crate::cuda::DeviceBuffer;
+use crate::cuda::copy::{memcpy_dtod_async, memcpy_htod_async};
 use crate::ops::OpSpec;
 use crate::ring::RingMemory;
 
@@ -323,7 +324,7 @@ fn timed(
 /// live device allocation, and both stay so until the stream is synchronised.
 unsafe fn htod_async(dst: u64, src: *const u8, len: usize, stream: &CudaStream) -> Result<(), GpuError> {
     // SAFETY: the caller guarantees both ranges; the stream is live (borrowed).
-    check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.cu_stream()) })
+    Ok(unsafe { memcpy_htod_async(dst, src, len, stream.cu_stream()) }?)
 }
 
 /// Queues a device-to-device copy of `len` bytes.
@@ -333,7 +334,7 @@ unsafe fn htod_async(dst: u64, src: *const u8, len: usize, stream: &CudaStream) 
 /// is synchronised.
 unsafe fn dtod_async(dst: u64, src: u64, len: usize, stream: &CudaStream) -> Result<(), GpuError> {
     // SAFETY: the caller guarantees both ranges; the stream is live (borrowed).
-    check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream.cu_stream()) })
+    Ok(unsafe { memcpy_dtod_async(dst, src, len, stream.cu_stream()) }?)
 }
 
 #[cfg(test)]

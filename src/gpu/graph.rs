@@ -425,7 +425,7 @@ impl ExecutorCore {
         let end = self.rt.library.function("fl_end_marker")?;
         let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
         // SAFETY: one LoopParams argument, matching the kernel.
-        unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }
+        Ok(unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }?)
     }
 
     /// The output-publish node: `fl_output_publish` copies the chain's final
@@ -449,7 +449,7 @@ impl ExecutorCore {
         // whose __launch_bounds__ allow one block of OUTPUT_THREADS; every
         // address in `o` stays valid while the graph exists (CudaLoop keeps
         // the ring, the plan keeps the buffer).
-        unsafe { driver::launch_raw(stream, f, dims, &mut args) }
+        Ok(unsafe { driver::launch_raw(stream, f, dims, &mut args) }?)
     }
 
     fn enqueue_one_operator(

@@ -2,26 +2,26 @@
 //! into the device's address space. The frame ring, the result ring and the
 //! loop's control block live in it.
 
-use super::{GpuError, check};
+use super::GpuError;
+use crate::cuda::{CudaError, HostRegistration, PinnedHost};
 use crate::ring::{RingMemory, RingPages};
 use cudarc::driver::CudaContext;
-use cudarc::driver::sys;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 enum Backing {
-    /// `cuMemHostAlloc` memory, freed with `cuMemFreeHost`.
-    Allocated,
+    /// `cuMemHostAlloc` memory, freed with `cuMemFreeHost` when the owner drops.
+    Allocated { _pinned: PinnedHost },
     /// Ring pages registered with `cuMemHostRegister`; unregistered on drop,
     /// after which the pages themselves are unmapped.
-    Registered { pages: RingPages },
+    Registered { registration: HostRegistration, pages: RingPages },
+    /// Released in drop.
+    Released,
 }
 
 /// Page-locked host memory with a device address for the same bytes.
 pub struct MappedMemory {
-    ctx: Arc<CudaContext>,
     /// Invariant: valid for `len` bytes, zeroed at creation, page aligned, and
-    /// mapped at `dptr` in `ctx` until drop.
+    /// mapped at `dptr` until drop.
     host: *mut u8,
     dptr: u64,
     len: usize,
@@ -34,28 +34,21 @@ unsafe impl Send for MappedMemory {}
 // SAFETY: as above.
 unsafe impl Sync for MappedMemory {}
 
+/// Why page-locking `what` failed, with the limit to raise.
+fn lock_error(what: &'static str, e: CudaError) -> GpuError {
+    GpuError::Memory {
+        what,
+        why: format!("{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=) or use a smaller ring"),
+    }
+}
+
 impl MappedMemory {
     /// Allocates `len` zeroed bytes with `cuMemHostAlloc(DEVICEMAP | PORTABLE)`.
     pub fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
         let len = len.max(1).next_multiple_of(4096);
-        ctx.bind_to_thread()?;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: valid out-pointer; the context is current.
-        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut host, len, flags) }).map_err(|e| {
-            GpuError::Memory {
-                what: "mapped host memory",
-                why: format!(
-                    "{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=) or use a smaller ring"
-                ),
-            }
-        })?;
-        let mut mem =
-            Self { ctx: Arc::clone(ctx), host: host.cast(), dptr: 0, len, backing: Backing::Allocated };
-        // SAFETY: the allocation holds `len` bytes.
-        unsafe { std::ptr::write_bytes(mem.host, 0, len) };
-        mem.dptr = device_address(mem.host)?;
-        Ok(mem)
+        let pinned = PinnedHost::alloc(ctx, len).map_err(|e| lock_error("mapped host memory", e))?;
+        let (host, dptr) = (pinned.host_ptr(), pinned.device_address()?);
+        Ok(Self { host, dptr, len, backing: Backing::Allocated { _pinned: pinned } })
     }
 
     /// Maps `len` zeroed bytes for a ring ([`RingPages`]: faulted in, in
@@ -65,48 +58,40 @@ impl MappedMemory {
         let pages = RingPages::new(len, huge)
             .map_err(|e| GpuError::Memory { what: "anonymous mapping", why: e.to_string() })?;
         let (host, len) = (pages.as_ptr(), pages.len());
-        ctx.bind_to_thread()?;
-        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
-        // SAFETY: `host` is a live mapping of `len` bytes that stays alive (owned
-        // by the returned value) until it is unregistered in drop.
-        check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) }).map_err(
-            |e| GpuError::Memory {
-                what: "registered host memory",
-                why: format!(
-                    "{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=) or use a smaller ring"
-                ),
-            },
-        )?;
-        let mut mem =
-            Self { ctx: Arc::clone(ctx), host, dptr: 0, len, backing: Backing::Registered { pages } };
-        mem.dptr = device_address(mem.host)?;
-        Ok(mem)
+        // SAFETY: `host` is a live, page-aligned mapping of `len` bytes that
+        // stays alive (owned by the returned value) until it is unregistered
+        // in drop, or for the rest of the process when that fails.
+        let registration = unsafe { HostRegistration::register(ctx, host, len) }
+            .map_err(|e| lock_error("registered host memory", e))?;
+        let dptr = match registration.device_address() {
+            Ok(dptr) => dptr,
+            Err(e) => {
+                Self::release(registration, pages);
+                return Err(e.into());
+            }
+        };
+        Ok(Self { host, dptr, len, backing: Backing::Registered { registration, pages } })
     }
 
-    /// Keeps registered pages mapped for the rest of the process when they
-    /// could not be unregistered: the device may still address them.
-    fn leak_pages(&mut self) {
-        if let Backing::Registered { pages } = std::mem::replace(&mut self.backing, Backing::Allocated) {
+    /// Unregisters `pages` and unmaps them; keeps them mapped for the rest
+    /// of the process when they could not be unregistered: the device may
+    /// still address them.
+    fn release(registration: HostRegistration, pages: RingPages) {
+        if let Err(e) = registration.unregister() {
+            tracing::warn!("releasing mapped host memory failed: {e}");
             std::mem::forget(pages);
         }
     }
 
+    /// The bytes' host address.
     pub fn host_ptr(&self) -> *mut u8 {
         self.host
     }
 
+    /// The same bytes' device address.
     pub fn dptr(&self) -> u64 {
         self.dptr
     }
-}
-
-fn device_address(host: *mut u8) -> Result<u64, GpuError> {
-    let mut dptr = 0;
-    // SAFETY: `host` is page-locked, device-mapped memory of the current context.
-    check("cuMemHostGetDevicePointer", unsafe {
-        sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast(), 0)
-    })?;
-    Ok(dptr)
 }
 
 // SAFETY: page aligned (cuMemHostAlloc and mmap both return page-aligned
@@ -123,34 +108,25 @@ unsafe impl RingMemory for MappedMemory {
     }
     fn kind(&self) -> &'static str {
         match self.backing {
-            Backing::Allocated => "cuda-mapped",
-            Backing::Registered { .. } => "cuda-registered",
+            Backing::Allocated { .. } => "cuda-mapped",
+            Backing::Registered { .. } | Backing::Released => "cuda-registered",
         }
     }
     fn huge_page_bytes(&self) -> Option<usize> {
         match &self.backing {
-            Backing::Allocated => None,
-            Backing::Registered { pages } => pages.huge_page_bytes().ok(),
+            Backing::Allocated { .. } | Backing::Released => None,
+            Backing::Registered { pages, .. } => pages.huge_page_bytes().ok(),
         }
     }
 }
 
 impl Drop for MappedMemory {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_err() {
-            tracing::warn!("mapped memory leaked: context could not be bound");
-            self.leak_pages();
-            return;
+        if let Backing::Registered { registration, pages } =
+            std::mem::replace(&mut self.backing, Backing::Released)
+        {
+            Self::release(registration, pages);
         }
-        let r = match self.backing {
-            // SAFETY: allocated by cuMemHostAlloc, freed once.
-            Backing::Allocated => unsafe { sys::cuMemFreeHost(self.host.cast()) },
-            // SAFETY: registered in `register_ring_pages`; the pages are unmapped after this.
-            Backing::Registered { .. } => unsafe { sys::cuMemHostUnregister(self.host.cast()) },
-        };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            tracing::warn!("releasing mapped host memory failed: {r:?}");
-            self.leak_pages();
-        }
+        // An allocation frees itself (`PinnedHost`'s drop).
     }
 }

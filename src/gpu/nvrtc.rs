@@ -4,8 +4,9 @@
 
 use super::GpuError;
 use super::sources::all_headers;
-use cudarc::nvrtc::sys;
-use std::ffi::{CStr, CString, c_char};
+use crate::cuda::nvrtc::Program;
+pub use crate::cuda::nvrtc::version;
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 /// NVRTC options every source is compiled with (besides the architecture).
@@ -40,23 +41,6 @@ fn redefined_names(log: &str, defines: &[String]) -> Vec<String> {
             log.contains(&format!("incompatible redefinition of macro \"{name}\"")).then(|| name.to_string())
         })
         .collect()
-}
-
-fn nvrtc_check(call: &'static str, r: sys::nvrtcResult) -> Result<(), String> {
-    if r == sys::nvrtcResult::NVRTC_SUCCESS {
-        return Ok(());
-    }
-    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
-    Err(format!("{call}: {text}"))
-}
-
-/// NVRTC's (major, minor) version. Callers must have checked `nvrtc_present()`.
-pub fn version() -> Result<(i32, i32), String> {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: valid out-pointers; the library is present (caller's contract).
-    nvrtc_check("nvrtcVersion", unsafe { sys::nvrtcVersion(&mut major, &mut minor) })?;
-    Ok((major, minor))
 }
 
 /// Where compiled cubins are kept.
@@ -119,8 +103,11 @@ impl Compiler {
                 "NVRTC (libnvrtc.so.13) is not on the loader path".into(),
             )));
         }
-        let version =
-            version().map_err(|reason| GpuError::Compile { file: "-".into(), reason, log: String::new() })?;
+        let version = version().map_err(|e| GpuError::Compile {
+            file: "-".into(),
+            reason: e.to_string(),
+            log: String::new(),
+        })?;
         Ok(Self { arch: arch.to_string(), version, cache: cache.resolve() })
     }
 
@@ -181,19 +168,6 @@ fn store(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Owns an NVRTC program; destroyed on drop.
-struct Program(sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: created by nvrtcCreateProgram, destroyed once.
-        let r = unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
-        if r != sys::nvrtcResult::NVRTC_SUCCESS {
-            tracing::warn!("nvrtcDestroyProgram failed: {r:?}");
-        }
-    }
-}
-
 /// Compiles one source to a cubin for `arch` (e.g. `sm_90`; no cache). Works without a GPU.
 pub fn compile(file: &str, source: &str, arch: &str) -> Result<Vec<u8>, GpuError> {
     compile_to(file, source, arch, Output::Cubin)
@@ -216,37 +190,18 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     let c = |s: &str| CString::new(s).map_err(|_| err(format!("{s:?} contains a NUL byte"), String::new()));
     let src = c(source)?;
     let name = c(file)?;
-    let header_texts: Vec<CString> = all_headers().map(|(_, t)| c(t)).collect::<Result<_, _>>()?;
-    let header_names: Vec<CString> = all_headers().map(|(n, _)| c(n)).collect::<Result<_, _>>()?;
-    let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
-    let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
-    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: all strings are NUL-terminated and outlive the call; both header
-    // arrays have header_texts.len() entries.
-    nvrtc_check("nvrtcCreateProgram", unsafe {
-        sys::nvrtcCreateProgram(
-            &mut prog,
-            src.as_ptr(),
-            name.as_ptr(),
-            header_texts.len() as i32,
-            text_ptrs.as_ptr(),
-            name_ptrs.as_ptr(),
-        )
-    })
-    .map_err(|r| err(r, String::new()))?;
-    let prog = Program(prog);
+    let headers: Vec<(CString, CString)> =
+        all_headers().map(|(n, t)| Ok((c(n)?, c(t)?))).collect::<Result<_, GpuError>>()?;
+    let prog = Program::new(&src, &name, &headers).map_err(|e| err(e.to_string(), String::new()))?;
     let mut options: Vec<CString> = BASE_OPTIONS.iter().map(|o| c(o)).collect::<Result<_, _>>()?;
     options.push(c(&format!("--gpu-architecture={arch}"))?);
     let defines = extra_defines();
     for d in &defines {
         options.push(c(d)?);
     }
-    let option_ptrs: Vec<*const c_char> = options.iter().map(|s| s.as_ptr()).collect();
-    // SAFETY: live program; options are NUL-terminated strings that outlive the call.
-    let compiled =
-        unsafe { sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as i32, option_ptrs.as_ptr()) };
-    let log = program_log(&prog);
-    nvrtc_check("nvrtcCompileProgram", compiled).map_err(|r| err(r, log.clone()))?;
+    let compiled = prog.compile(&options);
+    let log = prog.log();
+    compiled.map_err(|e| err(e.to_string(), log.clone()))?;
     let redefined = redefined_names(&log, &defines);
     if !redefined.is_empty() {
         return Err(err(
@@ -261,43 +216,11 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     if !log.trim().is_empty() {
         tracing::debug!("NVRTC log for {file}: {log}");
     }
-    let mut size = 0usize;
-    let mut out;
-    if output == Output::Ptx {
-        // SAFETY: compiled program; valid out-pointer.
-        nvrtc_check("nvrtcGetPTXSize", unsafe { sys::nvrtcGetPTXSize(prog.0, &mut size) })
-            .map_err(|r| err(r, log.clone()))?;
-        out = vec![0u8; size];
-        // SAFETY: the buffer holds `size` bytes as reported above.
-        nvrtc_check("nvrtcGetPTX", unsafe { sys::nvrtcGetPTX(prog.0, out.as_mut_ptr().cast()) })
-            .map_err(|r| err(r, log))?;
-    } else {
-        // SAFETY: compiled program; valid out-pointer.
-        nvrtc_check("nvrtcGetCUBINSize", unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) })
-            .map_err(|r| err(r, log.clone()))?;
-        out = vec![0u8; size];
-        // SAFETY: the buffer holds `size` bytes as reported above.
-        nvrtc_check("nvrtcGetCUBIN", unsafe { sys::nvrtcGetCUBIN(prog.0, out.as_mut_ptr().cast()) })
-            .map_err(|r| err(r, log))?;
-    }
-    Ok(out)
-}
-
-fn program_log(prog: &Program) -> String {
-    let mut size = 0usize;
-    // SAFETY: live program; valid out-pointer.
-    if unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) } != sys::nvrtcResult::NVRTC_SUCCESS
-        || size == 0
-    {
-        return String::new();
-    }
-    let mut buf = vec![0u8; size];
-    // SAFETY: the buffer holds `size` bytes.
-    if unsafe { sys::nvrtcGetProgramLog(prog.0, buf.as_mut_ptr().cast()) } != sys::nvrtcResult::NVRTC_SUCCESS
-    {
-        return String::new();
-    }
-    String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+    let out = match output {
+        Output::Ptx => prog.ptx(),
+        Output::Cubin => prog.cubin(),
+    };
+    out.map_err(|e| err(e.to_string(), log))
 }
 
 #[cfg(test)]

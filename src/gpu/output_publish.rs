@@ -4,10 +4,10 @@
 //! as the loop keeps it while the graph runs: its writer, its control block
 //! registered with the device, and the device's count of outputs written.
 
-use super::driver::DeviceBuffer;
-use super::{GpuError, check};
+use super::GpuError;
+use crate::cuda::{DeviceBuffer, HostRegistration};
 use crate::output::OutputWriter;
-use cudarc::driver::{CudaContext, sys};
+use cudarc::driver::CudaContext;
 use std::sync::Arc;
 
 /// Threads of the single block `fl_output_publish` runs (`FL_OUTPUT_THREADS`).
@@ -38,65 +38,11 @@ pub struct OutputPublish {
 
 const _: () = assert!(std::mem::size_of::<OutputPublish>() == 56);
 
-/// Host memory registered with `cuMemHostRegister(DEVICEMAP | PORTABLE)`,
-/// unregistered on drop.
-struct RegisteredHost {
-    ctx: Arc<CudaContext>,
-    /// Invariant: registered in `ctx` until drop, mapped by the owner of the
-    /// memory (the output ring) for at least as long.
-    host: *mut u8,
-    dptr: u64,
-}
-
-// SAFETY: the registration is a property of the process, not of a thread;
-// the pointer is only handed to the driver.
-unsafe impl Send for RegisteredHost {}
-
-impl RegisteredHost {
-    /// Registers `len` bytes at `host` and looks up their device address.
-    ///
-    /// # Safety
-    /// `host` is page aligned and `len` bytes from it stay mapped until the
-    /// returned value is dropped.
-    unsafe fn register(ctx: &Arc<CudaContext>, host: *mut u8, len: usize) -> Result<Self, GpuError> {
-        ctx.bind_to_thread()?;
-        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
-        // SAFETY: the caller keeps `len` bytes at `host` mapped until drop,
-        // where they are unregistered.
-        check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) }).map_err(
-            |e| GpuError::Memory {
-                what: "the output ring's control block",
-                why: format!("{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=)"),
-            },
-        )?;
-        let mut registered = Self { ctx: Arc::clone(ctx), host, dptr: 0 };
-        let mut dptr = 0;
-        // SAFETY: valid out-pointer; `host` was just registered with DEVICEMAP.
-        check("cuMemHostGetDevicePointer", unsafe {
-            sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast(), 0)
-        })?;
-        registered.dptr = dptr;
-        Ok(registered)
-    }
-}
-
-impl Drop for RegisteredHost {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: `host` was registered in this context and is unregistered once.
-            let done = unsafe { sys::cuMemHostUnregister(self.host.cast()) };
-            if done != sys::CUresult::CUDA_SUCCESS {
-                tracing::warn!("cuMemHostUnregister of the output control block failed ({done:?})");
-            }
-        }
-    }
-}
-
 /// An output ring in device memory as the CUDA loop keeps it while its
 /// graph writes the ring. Drop it only once the graph is gone.
 pub(super) struct DeviceOutput {
     /// Declared first: unregistered before the ring it points into can go.
-    _control: RegisteredHost,
+    _control: HostRegistration,
     /// The device's count of outputs written (zeroed at creation).
     _written: DeviceBuffer,
     /// The ring's single producer: the graph writes for it.
@@ -122,14 +68,19 @@ impl DeviceOutput {
         // SAFETY: a memfd mapping is page aligned and mapped whole pages; the
         // ring (kept by `_writer`, dropped after `_control`) keeps it mapped.
         let control =
-            unsafe { RegisteredHost::register(ctx, layout.control_host_ptr, len.next_multiple_of(4096)) }?;
+            unsafe { HostRegistration::register(ctx, layout.control_host_ptr, len.next_multiple_of(4096)) }
+                .map_err(|e| GpuError::Memory {
+                what: "the output ring's control block",
+                why: format!("{e}; raise the locked-memory limit (ulimit -l / LimitMEMLOCK=)"),
+            })?;
+        let control_dptr = control.device_address()?;
         let written = DeviceBuffer::new(ctx, std::mem::size_of::<u64>(), 0)?;
         let publish = OutputPublish {
             slots: layout.slots_dptr,
-            ctl: control.dptr,
+            ctl: control_dptr,
             samples: 0,
             written: written.dptr(),
-            heads: control.dptr + u64::from(layout.heads_offset),
+            heads: control_dptr + u64::from(layout.heads_offset),
             slot_count: layout.slot_count,
             slot_stride: layout.slot_stride,
             sample_capacity: layout.sample_capacity,

@@ -225,7 +225,7 @@ impl ParamBanks {
         // bytes and only this method (under the executor's lock) writes it.
         let staging = unsafe { std::slice::from_raw_parts_mut(self.staging.host_ptr(), bytes.len()) };
         staging.copy_from_slice(bytes);
-        self.banks.write(bank as usize * self.bank_bytes, staging)
+        Ok(self.banks.write(bank as usize * self.bank_bytes, staging)?)
     }
 }
 

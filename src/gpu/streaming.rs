@@ -135,7 +135,7 @@ impl StreamBuffers {
         // signature; the state is STATE_BYTES >= sizeof(FlStreamState) of device memory,
         // zeroed but for the host's end_guard, and the staging buffer `words` 16-byte
         // words, both kept as long as the graph.
-        unsafe { body.add_kernel(deps, f, dims, &mut args) }
+        Ok(unsafe { body.add_kernel(deps, f, dims, &mut args) }?)
     }
 
     /// Adds the `fl_stream_tail` node to the frame's body, after `deps`;
@@ -160,7 +160,7 @@ impl StreamBuffers {
         // SAFETY: (FrameDesc*, const FlStreamState*, uint4*, uint32_t) is fl_stream_tail's
         // signature; it writes at most `words` words of the staging buffer and one word of
         // the FrameDesc, all kept as long as the graph.
-        unsafe { body.add_kernel(deps, f, dims, &mut args) }
+        Ok(unsafe { body.add_kernel(deps, f, dims, &mut args) }?)
     }
 }
 

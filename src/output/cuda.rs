@@ -1,24 +1,23 @@
 //! The output ring's data region in CUDA device memory: the producer's
-//! `cuMemAlloc` allocation exported with `cuIpcGetMemHandle`, and the
-//! consumer's mapping of it with `cuIpcOpenMemHandle`.
+//! `cuMemAlloc` allocation exported as a CUDA IPC handle, and the
+//! consumer's mapping of it (both from the CUDA layer, [`crate::cuda`]).
 
 use super::OutputError;
 use super::layout::MemoryKind;
 use super::memory::{OutputMemory, SharedRegion};
-use crate::gpu::driver::{DeviceBuffer, open_context};
-use crate::gpu::{check, probe};
-use cudarc::driver::{CudaContext, sys};
+use crate::cuda::{CudaError, DeviceBuffer, ipc, open_context, probe};
+use cudarc::driver::CudaContext;
 use std::sync::Arc;
 
-fn cuda_error(e: impl std::fmt::Display) -> OutputError {
-    OutputError::Cuda(e.to_string())
+fn cuda_error(e: impl Into<CudaError>) -> OutputError {
+    OutputError::Cuda(e.into())
 }
 
 /// Byte the device data region is filled with at creation: `0xffffffff` is a
 /// NaN, so samples a writer never wrote cannot pass for data.
 const POISON: u8 = 0xff;
 
-/// Device memory for an output ring, filled with [`POISON`], shareable with
+/// Device memory for an output ring, filled with `POISON`, shareable with
 /// other processes.
 pub struct DeviceOutputMemory {
     buffer: DeviceBuffer,
@@ -31,12 +30,8 @@ impl DeviceOutputMemory {
     /// exports them as a CUDA IPC handle.
     pub fn new(ctx: &Arc<CudaContext>, ordinal: i32, len: usize) -> Result<Self, OutputError> {
         let buffer = DeviceBuffer::new(ctx, len, POISON).map_err(cuda_error)?;
-        let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
-        // SAFETY: valid out-pointer; `buffer` is a live cuMemAlloc allocation
-        // of the current context (`DeviceBuffer::new` bound it).
-        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut raw, buffer.dptr()) })
-            .map_err(cuda_error)?;
-        let handle = raw.reserved.map(|c| c as u8);
+        // `DeviceBuffer::new` left the context bound.
+        let handle = ipc::export_handle(&buffer).map_err(cuda_error)?;
         Ok(Self { buffer, ordinal, handle })
     }
 }
@@ -63,9 +58,7 @@ unsafe impl OutputMemory for DeviceOutputMemory {
 
 /// Another process's output ring opened from its CUDA IPC handle; closed on drop.
 pub struct IpcMapping {
-    ctx: Arc<CudaContext>,
-    /// Invariant: a live `cuIpcOpenMemHandle` mapping in `ctx`.
-    dptr: u64,
+    mapping: ipc::IpcMapping,
 }
 
 impl IpcMapping {
@@ -75,43 +68,40 @@ impl IpcMapping {
             .map_err(|_| OutputError::Handshake(format!("the hello names CUDA device {ordinal}")))?;
         probe(index).map_err(cuda_error)?;
         let ctx = open_context(index).map_err(cuda_error)?;
-        ctx.bind_to_thread().map_err(cuda_error)?;
-        let raw = sys::CUipcMemHandle_st { reserved: handle.map(|b| b as std::ffi::c_char) };
-        let mut dptr = 0;
-        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
-        // SAFETY: valid out-pointer; the context is current; the handle bytes
-        // came from the appliance's cuIpcGetMemHandle.
-        check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(&mut dptr, raw, flags) })
-            .map_err(cuda_error)?;
-        Ok(Self { ctx, dptr })
+        let mapping = ipc::IpcMapping::open(&ctx, handle).map_err(cuda_error)?;
+        Ok(Self { mapping })
     }
 
     /// Copies `out.len()` bytes at `offset` of the mapped region to the host
     /// (a synchronous copy; the caller keeps `offset + out.len()` inside the region).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutputError> {
-        self.ctx.bind_to_thread().map_err(cuda_error)?;
-        // SAFETY: `out` is valid for `out.len()` bytes; the caller keeps the
-        // range inside the mapping; the context is current.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.dptr + offset as u64, out.len())
-        })
-        .map_err(cuda_error)
+        self.mapping.read(offset, out).map_err(cuda_error)
     }
 
     /// Device address of the mapped data region.
     pub fn dptr(&self) -> u64 {
-        self.dptr
+        self.mapping.dptr()
     }
 }
 
-impl Drop for IpcMapping {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: `dptr` is a live mapping of this context, closed once.
-            let closed = unsafe { sys::cuIpcCloseMemHandle(self.dptr) };
-            if closed != sys::CUresult::CUDA_SUCCESS {
-                tracing::warn!("cuIpcCloseMemHandle failed ({closed:?})");
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_open_keeps_the_cuda_error_as_its_source() {
+        let err = IpcMapping::open(&[0; 64], -1).err().expect("a negative ordinal is refused");
+        assert!(matches!(err, OutputError::Handshake(_)), "{err}");
+        let err = IpcMapping::open(&[0; 64], 0).err().expect("an all-zero handle maps nothing");
+        assert!(err.source().is_some_and(|s| s.is::<CudaError>()), "{err}");
+        let OutputError::Cuda(cuda) = &err else { panic!("not a CUDA error: {err}") };
+        if probe(0).is_ok() {
+            assert!(matches!(cuda, CudaError::Driver { call: "cuIpcOpenMemHandle", .. }), "{cuda}");
+            assert!(cuda.driver_code().is_some(), "{cuda}");
+        } else {
+            assert!(matches!(cuda, CudaError::Unavailable(_)), "{cuda}");
+            assert!(err.to_string().contains("no usable GPU"), "{err}");
         }
     }
 }

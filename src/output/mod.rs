@@ -65,12 +65,14 @@ pub enum OutputError {
     Handshake(String),
     #[error("the appliance refused this consumer: {0}")]
     Refused(String),
+    /// A CUDA call for a ring in device memory failed; the source keeps
+    /// the driver's status (`CudaError::Driver { source: DriverError(code), .. }`).
     #[error(
         "the output ring is in CUDA device memory and a CUDA call for it failed: {0}; the appliance \
          allocates and exports it (check GPU memory and the device), a consumer opens it (run it on the \
          same machine, as another process, with the appliance's GPU visible)"
     )]
-    Cuda(String),
+    Cuda(#[source] crate::cuda::CudaError),
 }
 
 /// An output ring's writer and its attach server, started together.

@@ -4,8 +4,9 @@
 //! point checks for the driver library first (cudarc panics without it).
 
 use super::plan::RingRegion;
+use crate::cuda::device::{device, device_attribute};
+use crate::gpu::GpuError;
 use crate::gpu::device_memory::DeviceRingMemory;
-use crate::gpu::{GpuError, check};
 use cudarc::driver::sys;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -33,15 +34,9 @@ impl GpuRdmaSupport {
 /// Reads the GPUDirect RDMA attributes of GPU `ordinal`.
 pub fn gpu_rdma_support(ordinal: usize) -> Result<GpuRdmaSupport, GpuError> {
     crate::gpu::probe(ordinal)?;
-    let mut dev = 0;
-    // SAFETY: the driver is present and initialised (probe); valid out-pointer.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) })?;
-    let attr = |a: sys::CUdevice_attribute| -> Result<i32, GpuError> {
-        let mut v = 0;
-        // SAFETY: valid out-pointer and device handle.
-        check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) })?;
-        Ok(v)
-    };
+    // The driver is present and initialised (probe).
+    let dev = device(ordinal)?;
+    let attr = |a| device_attribute(dev, a);
     use sys::CUdevice_attribute::*;
     Ok(GpuRdmaSupport {
         gpu_direct_rdma: attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)? != 0,
