@@ -543,7 +543,7 @@ macro_rules! streamed_compare {
 
 /// The recorded runs `loop.fused_chain = "auto"` chooses from for large
 /// frames read in place from the mapped slot, ascending by size (H100;
-/// docs/gpu.md has the table). Sizes where both chains ran agree on the
+/// docs/decisions.md, "Large frames"). Sizes where both chains ran agree on the
 /// faster path, so the choice is keyed by frame size alone.
 pub const MEASURED: &[Measured] = &[
     run(65_536, "default", 18.40, 16.58, large_fused!("sweep/default-65536.txt")),
