@@ -15,7 +15,7 @@ Categories, by the first rule that matches a sample's call chain:
   copy into slot    leaf memmove/memcpy (receive buffer -> ring slot), plus the
                     `lock` counter increment that follows it in add_to_frame: the
                     locked instruction waits for the copy's stores to drain, so perf
-                    charges most of the copy to it (see docs/ingest-performance.md)
+                    charges most of the copy to it (see docs/ingest.md)
   bookkeeping       other reassembly code (parse, checks, bitmap, counters)
   publication       publish_* and the ring writer
   other             everything else, by leaf

@@ -76,13 +76,13 @@ pub fn all_keys() -> Vec<ConfigKey> {
         keys.insert(ConfigKey { table: table.to_owned(), key: key.to_owned(), op: op.map(str::to_owned) });
     };
     for top in SECTIONS {
-        if !SECTION_TABLES.iter().any(|(table, _)| table == top) && !ARRAY_OR_TABLE.contains(top) {
+        if !is_wired(top) && !ARRAY_OR_TABLE.contains(top) {
             add("", top, None);
         }
     }
     for (table, fields) in SECTION_TABLES {
         for field in fields() {
-            if !SECTION_TABLES.iter().any(|(t, _)| *t == format!("{table}.{field}")) {
+            if !is_wired(&format!("{}.{field}", table.trim_end_matches("[]"))) {
                 add(table, &field, None);
             }
         }
@@ -108,7 +108,9 @@ type Fields = fn() -> Vec<String>;
 
 /// Which type parses which table: what `config::parse` and the sections'
 /// own parsers do, one entry per table (`sink.nats` is the `nats` field of
-/// `[sink]`). A table named here is not listed as a key of its parent.
+/// `[sink]`; an array of tables is named with `[]`, `"actuate[]"` for
+/// `[[actuate]]`). A table named here is not listed as a key of its parent.
+/// A new table of the config needs its line here.
 const SECTION_TABLES: &[(&str, Fields)] = &[
     ("ring", field_names::<RingConfig>),
     ("loop", field_names::<LoopConfig>),
@@ -122,6 +124,11 @@ const SECTION_TABLES: &[(&str, Fields)] = &[
     ("sink", field_names::<crate::sink::SinkConfig>),
     ("sink.nats", field_names::<crate::sink::nats::NatsSinkConfig>),
 ];
+
+/// Whether `table` (a dotted path, without `[]`) has an entry in [`SECTION_TABLES`].
+fn is_wired(table: &str) -> bool {
+    SECTION_TABLES.iter().any(|(t, _)| t.trim_end_matches("[]") == table)
+}
 
 /// The key no config type has, offered to make a type list its fields.
 const PROBE: &str = "\u{1}frameloop-key-probe";
@@ -290,7 +297,7 @@ mod tests {
     #[test]
     fn every_table_of_the_parser_is_wired_to_its_type() {
         for top in SECTIONS {
-            let wired = SECTION_TABLES.iter().any(|(t, _)| t == top) || ARRAY_OR_TABLE.contains(top);
+            let wired = is_wired(top) || ARRAY_OR_TABLE.contains(top);
             // Only `backend` is a plain value at the top level.
             assert!(
                 wired || *top == "backend",
@@ -299,9 +306,12 @@ mod tests {
         }
         for (table, fields) in SECTION_TABLES {
             assert!(!fields().is_empty(), "no keys read for [{table}]");
-            if let Some((parent, field)) = table.rsplit_once('.') {
-                let parent_fields =
-                    SECTION_TABLES.iter().find(|(t, _)| *t == parent).expect("parent wired").1();
+            if let Some((parent, field)) = table.trim_end_matches("[]").rsplit_once('.') {
+                let parent_fields = SECTION_TABLES
+                    .iter()
+                    .find(|(t, _)| t.trim_end_matches("[]") == parent)
+                    .expect("parent wired")
+                    .1();
                 assert!(parent_fields.iter().any(|f| f == field), "[{table}] is not a field of [{parent}]");
             }
         }

@@ -50,7 +50,7 @@ pub struct LoopConfig {
     /// delays detection, so there it only holds the puller back. 0 pulls up
     /// to the end. Measured over loopback at a 25 Gb/s pace before the
     /// puller, 65536 moved 768 KiB frames' wire-to-result p50 by -2.4, -1.3
-    /// and +3.1 µs in three runs (docs/gpu.md).
+    /// and +3.1 µs in three runs (docs/decisions.md).
     pub pull_end_guard_bytes: u32,
     /// Host backend: the nice value of the thread that runs the chain
     /// (0..=19). Above 0, the UDP receiver (nice 0) takes the CPU from it as

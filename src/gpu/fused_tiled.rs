@@ -35,7 +35,7 @@ pub const MIN_TILE_SAMPLES: usize = 2 * REDUCE_THREADS as usize;
 /// re-read bytes cross PCIe again (on an H100, 132 blocks read a 768 KiB
 /// frame in 19.8 µs, 27.9 µs when each re-reads a 1538-byte halo on either
 /// side, 32 such blocks in 21.5 µs, and 16 to 132 blocks without halos all
-/// at the same rate; bench/results/gpu-h100-2026-11-25/large-fused/zc_read2.txt).
+/// at the same rate; results archive: bench/results/gpu-h100-2026-11-25/large-fused/zc_read2.txt).
 /// At 16 the halos add about 1/8 of the frame, and a 1024-wide 12-bit image
 /// of 768 KiB gets 32 blocks.
 pub const HALO_TILE_RATIO: u64 = 16;
@@ -211,7 +211,7 @@ pub fn plan_for(chain: &FusedChain, shared_limit: usize, source: FrameSource) ->
 /// The data-ready poll budget of a loop whose tiled kernel claims its own
 /// frames (ns): its blocks wait on the device while block 0 polls, and
 /// waits much longer than this made the GPU slower at everything. On an H200
-/// (bench/results/gpu-h200-2026-11-26/claiming-budget/), 2 MiB frames read
+/// (results archive: bench/results/gpu-h200-2026-11-26/claiming-budget/), 2 MiB frames read
 /// in place took 190-198 µs p50 from publish to result with a budget of
 /// 1,000 µs and 156-158 with 100 µs, against 93-100 with 20 µs and 106 for
 /// the handler and IF body; their GPU time itself rose from 86-93 to
@@ -510,7 +510,10 @@ pub struct Measured {
     /// One kernel per operator ("resident poll, graph IF body", or its
     /// streamed mode).
     pub graph_us: f64,
-    /// Where the run is recorded, from the repository's root.
+    /// The run's file, from the repository's root, as recorded in the
+    /// results archive (tag `results-archive-2026-12`); the tree keeps its
+    /// output as the section headed `==> NAME <==` of `runs.txt` in the
+    /// same folder or one above it (the tests check the figures there).
     pub source: &'static str,
 }
 
@@ -540,7 +543,7 @@ macro_rules! streamed_compare {
 
 /// The recorded runs `loop.fused_chain = "auto"` chooses from for large
 /// frames read in place from the mapped slot, ascending by size (H100;
-/// docs/gpu.md has the table). Sizes where both chains ran agree on the
+/// docs/decisions.md, "Large frames"). Sizes where both chains ran agree on the
 /// faster path, so the choice is keyed by frame size alone.
 pub const MEASURED: &[Measured] = &[
     run(65_536, "default", 18.40, 16.58, large_fused!("sweep/default-65536.txt")),
@@ -719,16 +722,30 @@ mod tests {
         assert_eq!(choose_large(1 << 20, &[]).0, LargePath::Tiled);
     }
 
-    /// The recorded table: ascending sizes, each run's file committed, and
-    /// the choices it gives at the sizes users have.
+    /// The recorded output of the run `source` names: its section (headed
+    /// `==> NAME <==`) of the `runs.txt` in the nearest folder above it
+    /// that has one; `None` when there is none.
+    fn recorded_run(root: &std::path::Path, source: &str) -> Option<String> {
+        source.match_indices('/').rev().find_map(|(i, _)| {
+            let runs = std::fs::read_to_string(root.join(&source[..i]).join("runs.txt")).ok()?;
+            let header = format!("==> {} <==\n", &source[i + 1..]);
+            let start = runs.find(&header)? + header.len();
+            let end = runs[start..].find("\n==> ").map_or(runs.len(), |e| start + e);
+            Some(runs[start..end].to_owned())
+        })
+    }
+
+    /// The recorded table: ascending sizes, each run's output committed,
+    /// and the choices it gives at the sizes users have.
     #[test]
     fn auto_chooses_from_the_recorded_runs() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         for table in [MEASURED, STREAMED] {
             assert!(table.windows(2).all(|w| w[0].frame_bytes < w[1].frame_bytes));
             for m in table {
-                let text = std::fs::read_to_string(root.join(m.source))
-                    .unwrap_or_else(|e| panic!("{}: {e}", m.source));
+                let text = recorded_run(root, m.source).unwrap_or_else(|| {
+                    panic!("{}: no section of that name in the runs.txt beside it", m.source)
+                });
                 assert!(text.contains(&format!("| {} B frames |", m.frame_bytes)), "{}", m.source);
                 assert!(text.contains(&format!("{:.2}", m.tiled_us)), "{}: tiled {}", m.source, m.tiled_us);
                 assert!(text.contains(&format!("{:.2}", m.graph_us)), "{}: graph {}", m.source, m.graph_us);

@@ -466,7 +466,7 @@ impl Default for ChainLayout {
 pub enum PayloadPath {
     /// The unpack kernel reads the slot over the bus (16-byte loads, all in
     /// flight at once). Measured faster for 8 KiB frames on an H200
-    /// (bench/results/gpu-latency-h200.txt), so the default.
+    /// (results archive: bench/results/gpu-latency-h200.txt), so the default.
     #[default]
     ZeroCopy,
     /// A [`StagePayloadOp`] copies the slot into device memory first.

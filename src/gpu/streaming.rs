@@ -46,7 +46,7 @@ pub const TAIL_BLOCKS: u32 = 64;
 /// at least this often while the loop waits for a frame.
 pub const STREAM_POLL_BUDGET_NS: u64 = 20_000;
 /// `loop.stream_to_gpu = "auto"` streams slots of at least this many bytes
-/// (docs/gpu.md, "Sub-frame streaming": the smallest measured size where
+/// (docs/gpu.md, "When to stream": the smallest measured size where
 /// streaming lowered both p50 and p99.9).
 pub const AUTO_MIN_SLOT_BYTES: usize = 768 * 1024;
 /// Bytes of `FlStreamState` (kernels/stream.cuh), rounded up.

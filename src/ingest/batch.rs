@@ -62,7 +62,7 @@ fn segment_step(len: usize, segment: Option<usize>) -> usize {
 /// host the reading thread of `ingest.assembly_thread` (1 MiB batches)
 /// spent 10-14 % less CPU per Gbit at 1,472 B with it, 5 % at 8,972 B; the
 /// one-thread receiver (4 MiB, huge pages) 3 %, within the noise
-/// (`bench/results/gpu-h200-2026-11-29/ingest-split/huge-buffers/`).
+/// (results archive: `bench/results/gpu-h200-2026-11-29/ingest-split/huge-buffers/`).
 fn receive_memory(len: usize) -> OwnedPages {
     OwnedPages::new(len, len >= HUGE_PAGE_BYTES)
         .unwrap_or_else(|e| panic!("cannot map {len} bytes of receive buffers: {e}"))

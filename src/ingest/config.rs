@@ -99,7 +99,7 @@ pub enum ReceiveIntoSlots {
 /// Smallest datagram payload `receive_into_slots = "auto"` places straight
 /// into slots. On an H100 host with 1,472-byte datagrams the receiving
 /// thread spent 0.062 CPU-s per Gbit placing them against 0.037 copying
-/// (`bench/results/ingest-compare-h100-2026-11-25/`); at 8,972 bytes placing
+/// (results archive: `bench/results/ingest-compare-h100-2026-11-25/`); at 8,972 bytes placing
 /// held 29.4 Gb/s without loss against 20.0 copying.
 pub const ONE_COPY_MIN_PAYLOAD: usize = 4096;
 

@@ -138,7 +138,7 @@ impl Frame {
 /// cache, and a short copy into it otherwise waits for each line in turn:
 /// at 1,472-byte datagrams into a 16 MiB ring the copy took 123-134 ns per
 /// datagram without the hint and 46-63 with it (`bench/ingest_profile.sh`,
-/// see docs/ingest.md).
+/// see docs/decisions.md, "Ingest").
 const PREFETCH_AHEAD_BYTES: usize = 4096;
 
 /// The slot bytes to prefetch after copying a payload to `range`: the
