@@ -81,8 +81,9 @@ pub enum AppError {
     Service(#[from] crate::service::ServiceError),
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
-    #[error("cannot write --pid-file {}: {source}; check the path", path.display())]
-    PidFile { path: PathBuf, source: std::io::Error },
+    /// `--pid-file` cannot be written, or another appliance holds it.
+    #[error(transparent)]
+    PidFile(#[from] crate::service::PidFileError),
     /// Placing `[[loop]]` tables on the box's GPUs (the message names the fix).
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
@@ -420,10 +421,8 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
     let mut app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
-    if let Some(path) = &args.pid_file {
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|source| AppError::PidFile { path: path.clone(), source })?;
-    }
+    // Locked while the appliance runs, removed when it ends (see service::pid_file).
+    let pid_file = args.pid_file.as_deref().map(crate::service::PidFile::create).transpose()?;
 
     let board = MetricsBoard::new();
     board.publish(app.metrics_snapshot());
@@ -502,9 +501,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     if let Some(s) = server {
         s.stop();
     }
-    if let Some(path) = &args.pid_file {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(pid_file);
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
     if !report.hung.is_empty() {
