@@ -14,7 +14,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 /// Whether a plain bind (without `SO_REUSEPORT`) to `addr` would succeed
 /// now: `Err(AddrInUse)` when any socket holds the port.
@@ -94,14 +94,10 @@ pub(super) fn strangers(addr: SocketAddr, ours: &[u64]) -> io::Result<Option<Vec
     Ok(read_any.then_some(found))
 }
 
-/// The inodes of `sockets`.
-pub(super) fn inodes<'a>(sockets: impl IntoIterator<Item = &'a (impl AsFd + 'a)>) -> io::Result<Vec<u64>> {
-    sockets.into_iter().map(|s| inode(s.as_fd())).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn the_kernel_tables_parse_into_addresses_and_inodes() {
@@ -144,7 +140,7 @@ mod tests {
     fn a_socket_of_another_owner_on_the_port_is_found_and_ours_are_not() {
         let ours = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = ours.local_addr().unwrap();
-        let mine = inodes([&ours]).unwrap();
+        let mine = vec![inode(ours.as_fd()).unwrap()];
         let Some(found) = strangers(addr, &mine).unwrap() else {
             eprintln!("skipped: no /proc/net/udp here");
             return;

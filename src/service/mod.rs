@@ -15,7 +15,9 @@ pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
-pub use metrics_http::{FrameRingPages, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use metrics_http::{
+    FrameRingPages, LogMetrics, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency,
+};
 pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;
 pub use pid_file::{PidFile, PidFileError};
