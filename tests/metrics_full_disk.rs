@@ -53,7 +53,7 @@ impl SmallDisk {
         let chunk = vec![0u8; 4096];
         loop {
             let stat = nix::sys::statvfs::statvfs(self.path()).unwrap();
-            let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+            let free = stat.blocks_available() * stat.fragment_size();
             if free <= leave || f.write_all(&chunk).is_err() {
                 break;
             }

@@ -235,7 +235,7 @@ impl<S: Storage> RecordFile<S> {
 /// [`LOW_SPACE_BYTES`] free for an unprivileged writer.
 fn warn_if_low_on_space(path: &Path, key: &str) {
     let Ok(fs) = nix::sys::statvfs::statvfs(path) else { return };
-    let free = (fs.blocks_available() as u64).saturating_mul(fs.fragment_size() as u64);
+    let free = fs.blocks_available().saturating_mul(fs.fragment_size());
     if free < LOW_SPACE_BYTES {
         tracing::warn!(
             "{key} {}: only {} KiB free on its filesystem; once it is full the log loses what does not \
