@@ -633,7 +633,14 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
         print!("{}", report.render());
     }
     let down = report.down();
-    if down.is_empty() { Ok(()) } else { Err(AppError::LoopsDown { loops: down.join(", ") }) }
+    if !down.is_empty() {
+        return Err(AppError::LoopsDown { loops: down.join(", ") });
+    }
+    let lost: u64 = report.loops.iter().filter_map(|l| l.report.as_ref()).map(Report::log_records_lost).sum();
+    if lost > 0 && cfg.metrics.fail_on_log_loss {
+        return Err(AppError::LogsLost { lost });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
