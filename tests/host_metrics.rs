@@ -4,15 +4,13 @@
 //! segment's tag and the recorded counts.
 
 use frameloop::metrics::{
-    IntervalLogWriter, ResultSink, ResultThread, Segment, create_interval_log,
-    interval_log::LOG_FORMAT_VERSION,
+    ResultSink, ResultThread, Segment, create_interval_log, interval_log::LOG_FORMAT_VERSION,
 };
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, SLOT_COMPLETE, SLOT_INCOMPLETE, result_ring_bytes};
 use frameloop::ring::{HostMemory, ResultReader, ResultRecord, ResultRing};
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,20 +35,6 @@ fn result(frame: u64, sent: u64, step: u64) -> ResultRecord {
         done_ns: sent + 4 * step,
         skipped_before: u64::from(frame.is_multiple_of(10)),
         ..Default::default()
-    }
-}
-
-/// A writer into a buffer the test can read while the sink owns the writer.
-#[derive(Clone, Default)]
-struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -155,8 +139,9 @@ fn sink_counts_lost_results_and_converts_the_gpu_clock() {
 fn interval_log_reads_back_with_every_tag_and_the_counts_per_interval() {
     let ring = result_ring(256);
     let mut producer = ring.writer().unwrap();
-    let buffer = SharedBuffer::default();
-    let writer = IntervalLogWriter::new(Box::new(buffer.clone()) as Box<dyn Write + Send>, T0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("latency.hlog");
+    let writer = create_interval_log(&path, T0).unwrap();
     let mut sink =
         ResultSink::new(ResultReader::new(Arc::clone(&ring)), 0).with_interval_log(writer, SECOND, T0);
     // Interval 0: 10 results; interval 1: none; interval 2 (closed by finish): 5.
@@ -165,16 +150,16 @@ fn interval_log_reads_back_with_every_tag_and_the_counts_per_interval() {
     }
     sink.poll(T0 + SECOND / 2);
     sink.tick(T0 + SECOND / 2);
-    let header_only = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let header_only = std::fs::read_to_string(&path).unwrap();
     assert!(!header_only.contains("Tag="), "no interval written before it ends: {header_only}");
     sink.tick(T0 + 2 * SECOND + 1);
     for frame in 11..=15 {
         producer.push(&result(frame, T0 + 2 * SECOND + frame * 1000, 3_000));
     }
-    sink.finish(T0 + 2 * SECOND + SECOND / 4).unwrap();
+    sink.finish(T0 + 2 * SECOND + SECOND / 4);
     assert!(!sink.logging());
 
-    let bytes = buffer.0.lock().unwrap().clone();
+    let bytes = std::fs::read(&path).unwrap();
     let text = String::from_utf8(bytes.clone()).unwrap();
     assert!(text.lines().any(|l| l == format!("#{LOG_FORMAT_VERSION}")), "{text}");
     assert!(text.contains(

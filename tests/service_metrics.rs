@@ -37,6 +37,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
             },
         ],
         loops: Vec::new(),
+        logs: Vec::new(),
         outputs: None,
         nats_sink: None,
     }

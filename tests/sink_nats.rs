@@ -73,6 +73,7 @@ fn config(port: u16, buffer: usize) -> NatsSinkConfig {
         buffer,
         detections: false,
         ack_timeout_ms: 500,
+        retry_max_ms: 1000,
     }
 }
 

@@ -11,11 +11,14 @@
 //! way: a landing plan of the shape the input picks (receive buffers and
 //! datagrams per buffer), each datagram's payload written at the next
 //! target its size fits as the kernel would, whatever its header says,
-//! the landed ones handed over buffer by buffer and the rest copied.
+//! the landed ones handed over buffer by buffer and the rest copied; and
+//! each of those datagrams, as a receive buffer of its own, is laid out
+//! (`landing::message_layout`) so that exactly one datagram is handed
+//! over, whatever its length (zero-length and one-byte ones included).
 //! Seeds: `fuzz/seeds/native_reassembly`.
 #![no_main]
 
-use frameloop::ingest::landing::LandingShape;
+use frameloop::ingest::landing::{LandingShape, MessageLayout, message_layout};
 use frameloop::ingest::{FrameAssembler, Reassembler, ReassemblyConfig};
 use frameloop::ring::layout::ring_bytes;
 use frameloop::ring::{FrameRing, HostMemory, OverrunPolicy};
@@ -49,7 +52,9 @@ fuzz_target!(|data: &[u8]| {
         // Arrivals move on by the datagram's first byte (ms), so timeouts
         // happen; its last byte says how far behind the receiver handles it.
         rx += datagram.first().copied().unwrap_or(0) as u64 / 32 * MS;
-        let lag = datagram.last().copied().unwrap_or(0) as u64;
+        // An empty datagram has no last byte: it is held back and handed
+        // over the one-copy way (0x30), so that it can sit inside a run.
+        let lag = datagram.last().copied().unwrap_or(0x30) as u64;
         now = now.max(rx + lag % 8 * MS);
         if datagram.len() >= native::HEADER_LEN {
             let (head, payload) = datagram.split_at(native::HEADER_LEN);
@@ -116,6 +121,20 @@ fuzz_target!(|data: &[u8]| {
 fn land(reassembler: &mut Reassembler, datagrams: &[&[u8]], shape: LandingShape, rx: u64, now: u64) {
     let plan = reassembler.plan_landing(shape, 1);
     let planned = plan.groups().checked_sub(1).map_or(0, |last| plan.group(last).end);
+    // Each datagram as the receive buffer of its own that the kernel would
+    // fill over the next target: its layout hands over exactly the one
+    // datagram it is, landed, in the tail or gathered (an empty one too).
+    for (k, d) in datagrams.iter().enumerate() {
+        let predicted = (k < planned).then(|| plan.target(k).datagram_bytes());
+        let mut head = [0u8; native::HEADER_LEN];
+        let n = d.len().min(native::HEADER_LEN);
+        head[..n].copy_from_slice(&d[..n]);
+        let handed = match message_layout(d.len(), None, predicted.into_iter(), |_| head) {
+            MessageLayout::Aligned { landed, tail, .. } => landed + usize::from(tail > 0),
+            MessageLayout::Gather => 1,
+        };
+        assert_eq!(handed, 1, "a receive buffer of {} bytes not handed over as one datagram", d.len());
+    }
     let mut landed = 0;
     while landed < datagrams.len().min(planned) {
         let d = datagrams[landed];

@@ -16,8 +16,8 @@ use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
 use crate::ingest::{IngestCounters, IngestSnapshot};
 use crate::metrics::{
-    FrameLog, FrameWait, LoopHook, ResultCallback, ResultProgress, ResultSink, ResultSpin, ResultThread,
-    Summary, create_interval_log,
+    FrameLog, FrameWait, HistogramLogReport, LogCounters, LoopHook, ResultCallback, ResultProgress,
+    ResultSink, ResultSpin, ResultThread, Summary, create_interval_log,
 };
 use crate::rdma::Transport;
 use crate::reload::{ReloadOutcome, Reloader};
@@ -147,6 +147,8 @@ pub struct Appliance {
     nats_sink: Option<crate::sink::nats::SinkSender>,
     /// The frame log's writer (`metrics.frame_log`), finished at stop.
     frame_log: Option<FrameLog>,
+    /// The histogram log (`metrics.histogram_log`) and its counts.
+    histogram_log: Option<(PathBuf, Arc<LogCounters>)>,
     started: Instant,
     /// The running config and the way to change the chain live.
     reloader: Reloader,
@@ -245,9 +247,11 @@ impl Appliance {
         if let Some(cb) = on_result {
             sink = sink.with_callback(cb);
         }
+        let mut histogram_log = None;
         if let Some(path) = opts.histogram_log.as_ref().or(cfg.metrics.histogram_log.as_ref()) {
             let now = crate::clock::realtime_ns();
             let writer = create_interval_log(path, now)?;
+            histogram_log = Some((path.clone(), writer.counters()));
             sink = sink.with_interval_log(writer, cfg.metrics.interval_ns(), now);
         }
         let frame_log = match &cfg.metrics.frame_log {
@@ -341,6 +345,7 @@ impl Appliance {
             outputs,
             nats_sink,
             frame_log,
+            histogram_log,
             started: Instant::now(),
             reloader,
         })
@@ -496,7 +501,19 @@ impl Appliance {
             loops: Vec::new(),
             outputs: self.output_metrics(),
             nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
+            logs: self.log_metrics(),
         }
+    }
+
+    /// The frame log's and the histogram log's counts, as now.
+    fn log_metrics(&self) -> Vec<crate::service::LogMetrics> {
+        let frame_log = self.frame_log.as_ref().map(|l| ("frame_log", l.counters()));
+        let histogram_log = self.histogram_log.as_ref().map(|(_, c)| ("histogram_log", Arc::clone(c)));
+        frame_log
+            .into_iter()
+            .chain(histogram_log)
+            .map(|(log, c)| crate::service::LogMetrics::of(log, &c))
+            .collect()
     }
 
     /// The output ring and its consumers, when `[output]` is enabled.
@@ -674,18 +691,21 @@ impl Appliance {
             log.finish(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100)))
         });
         if let Some(log) = &frame_log {
-            match (&log.error, log.dropped) {
-                (Some(e), _) => tracing::error!(
-                    "frame log {}: writing stopped after {} lines: {e} ({} lines dropped)",
+            if log.lost > 0 || log.error.is_some() {
+                tracing::warn!(
+                    "frame log {}: {} lines written, {} lost ({})",
                     log.path.display(),
                     log.written,
+                    log.lost,
+                    log.error.as_deref().unwrap_or("no error")
+                );
+            }
+            if log.dropped > 0 {
+                tracing::warn!(
+                    "frame log {}: {} lines dropped (the disk fell behind the frames)",
+                    log.path.display(),
                     log.dropped
-                ),
-                (None, 0) => {}
-                (None, dropped) => tracing::warn!(
-                    "frame log {}: {dropped} lines dropped (the disk fell behind the frames)",
-                    log.path.display()
-                ),
+                );
             }
         }
         match rx {
@@ -721,6 +741,7 @@ impl Appliance {
             outputs,
             nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
             frame_log,
+            histogram_log: self.histogram_log.as_ref().map(|(path, c)| HistogramLogReport::of(path, c)),
             latency,
             hung,
             shutdown_timeout_ms: self.shutdown_timeout.as_millis().try_into().unwrap_or(u64::MAX),

@@ -571,6 +571,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     if let Some(p) = &base_log {
         tracing::info!("histogram logs per loop: {}", per_loop_path(p, "<loop>").display());
     }
+    let pid_file = args.pid_file.as_deref().map(crate::service::PidFile::create).transpose()?;
 
     let board = MetricsBoard::new();
     board.publish(set.metrics_snapshot());
@@ -624,6 +625,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     if let Some(s) = server {
         s.stop();
     }
+    drop(pid_file);
     tracing::info!("summary\n{}", report.render());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
@@ -631,7 +633,14 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
         print!("{}", report.render());
     }
     let down = report.down();
-    if down.is_empty() { Ok(()) } else { Err(AppError::LoopsDown { loops: down.join(", ") }) }
+    if !down.is_empty() {
+        return Err(AppError::LoopsDown { loops: down.join(", ") });
+    }
+    let lost: u64 = report.loops.iter().filter_map(|l| l.report.as_ref()).map(Report::log_records_lost).sum();
+    if lost > 0 && cfg.metrics.fail_on_log_loss {
+        return Err(AppError::LogsLost { lost });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -81,8 +81,9 @@ pub enum AppError {
     Service(#[from] crate::service::ServiceError),
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
-    #[error("cannot write --pid-file {}: {source}; check the path", path.display())]
-    PidFile { path: PathBuf, source: std::io::Error },
+    /// `--pid-file` cannot be written, or another appliance holds it.
+    #[error(transparent)]
+    PidFile(#[from] crate::service::PidFileError),
     /// Placing `[[loop]]` tables on the box's GPUs (the message names the fix).
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
@@ -136,6 +137,14 @@ pub enum AppError {
         stages.join("; ")
     )]
     StopTimedOut { stages: Vec<String>, timeout_ms: u64 },
+    /// The frame log or the histogram log lost records and
+    /// `metrics.fail_on_log_loss` asks for a failure (exit status 5).
+    #[error(
+        "{lost} log records (frame-log lines, histogram-log intervals) could not be written (see the report); \
+         metrics.fail_on_log_loss = true makes that a failure: free space on the logs' filesystem, or set \
+         it to false to let a full disk only degrade the run"
+    )]
+    LogsLost { lost: u64 },
     #[error(
         "{loops} went down while the others kept running; the service exits non-zero so that it can be \
          restarted (see the log above for the cause)"
@@ -146,11 +155,13 @@ pub enum AppError {
 impl AppError {
     /// Exit status of `frameloop`: 3 when a pipeline thread died or a loop
     /// went down (the service must be restarted), 4 when the stop had to
-    /// leave a hung thread or a wedged device behind, 1 for every other error.
+    /// leave a hung thread or a wedged device behind, 5 when a log lost
+    /// records and `metrics.fail_on_log_loss` is set, 1 for every other error.
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::ThreadDied { .. } | AppError::LoopsDown { .. } => 3,
             AppError::StopTimedOut { .. } => 4,
+            AppError::LogsLost { .. } => 5,
             _ => 1,
         }
     }
@@ -420,10 +431,8 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let notifier = Notifier::from_env().map(Arc::new);
     let opts = StartOptions { histogram_log: args.histogram_log.clone(), ..Default::default() };
     let mut app = Appliance::start_recording(&cfg, opts, args.record.as_deref())?;
-    if let Some(path) = &args.pid_file {
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|source| AppError::PidFile { path: path.clone(), source })?;
-    }
+    // Locked while the appliance runs, removed when it ends (see service::pid_file).
+    let pid_file = args.pid_file.as_deref().map(crate::service::PidFile::create).transpose()?;
 
     let board = MetricsBoard::new();
     board.publish(app.metrics_snapshot());
@@ -502,13 +511,15 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     if let Some(s) = server {
         s.stop();
     }
-    if let Some(path) = &args.pid_file {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(pid_file);
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
     if !report.hung.is_empty() {
         return Err(AppError::StopTimedOut { stages: report.hung, timeout_ms: report.shutdown_timeout_ms });
+    }
+    let lost = report.log_records_lost();
+    if lost > 0 && cfg.metrics.fail_on_log_loss {
+        return Err(AppError::LogsLost { lost });
     }
     Ok(())
 }

@@ -37,6 +37,10 @@ pub struct Report {
     /// What the frame log holds, when `metrics.frame_log` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frame_log: Option<crate::metrics::FrameLogReport>,
+    /// What the histogram log holds, when `metrics.histogram_log` (or
+    /// `--histogram-log`) is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram_log: Option<crate::metrics::HistogramLogReport>,
     pub latency: Summary,
     /// What did not stop within `service.shutdown_timeout_ms` and was left
     /// behind (a hung thread, a wedged device); empty after a clean stop.
@@ -44,6 +48,15 @@ pub struct Report {
     pub hung: Vec<String>,
     /// The bound the stop ran under (`service.shutdown_timeout_ms`).
     pub shutdown_timeout_ms: u64,
+}
+
+impl Report {
+    /// Records the frame log and the histogram log could not write (lines
+    /// and intervals lost, a full disk); 0 without either log.
+    pub fn log_records_lost(&self) -> u64 {
+        self.frame_log.as_ref().map_or(0, |f| f.lost)
+            + self.histogram_log.as_ref().map_or(0, |h| h.intervals_lost)
+    }
 }
 
 /// The frame ring's memory: what kind, how large, and how much of it the
@@ -115,10 +128,12 @@ impl Report {
         if let Some(sink) = &self.nats_sink {
             summary.add_counters("nats sink", sink.counters());
         }
-        let frame_log = match &self.frame_log {
+        let lost_because =
+            |e: &Option<String>| e.as_ref().map_or(String::new(), |e| format!(" (last error: {e})"));
+        let mut frame_log = match &self.frame_log {
             None => String::new(),
             Some(f) => format!(
-                "frame log: {} lines written to {}{}{}\n",
+                "frame log: {} lines written to {}{}{}{}\n",
                 f.written,
                 f.path.display(),
                 if f.dropped > 0 {
@@ -126,9 +141,23 @@ impl Report {
                 } else {
                     String::new()
                 },
-                f.error.as_ref().map_or(String::new(), |e| format!(": stopped early: {e}"))
+                if f.lost > 0 { format!(", {} lost (not written)", f.lost) } else { String::new() },
+                lost_because(&f.error)
             ),
         };
+        if let Some(h) = &self.histogram_log {
+            frame_log.push_str(&format!(
+                "histogram log: {} intervals written to {}{}{}\n",
+                h.intervals_written,
+                h.path.display(),
+                if h.intervals_lost > 0 {
+                    format!(", {} lost (not written)", h.intervals_lost)
+                } else {
+                    String::new()
+                },
+                lost_because(&h.error)
+            ));
+        }
         let recording = match &self.recording {
             None => String::new(),
             Some(r) => format!(

@@ -39,7 +39,12 @@ pub struct UdpConfig {
     pub batch: usize,
     /// Ask the kernel for UDP GRO (coalesced receive), falling back if refused.
     pub gro: bool,
-    /// Set `SO_REUSEPORT` so several receivers can share the port.
+    /// Share the port with other processes (`SO_REUSEPORT` between
+    /// processes): every process that sets it may bind the port, and the
+    /// kernel spreads the datagrams over them, one flow to one socket. Off
+    /// (the default), a second process on the port fails at start-up
+    /// naming `ingest.bind` (see `ingest/port_owner.rs`); this process's
+    /// own reading threads share it whatever this says.
     pub reuse_port: bool,
     /// One-copy receive: point the kernel at the ring slot where each
     /// expected datagram's payload belongs, so it is copied once (by the
@@ -125,7 +130,7 @@ impl Default for UdpConfig {
             realtime_priority: 0,
             batch: 64,
             gro: true,
-            reuse_port: true,
+            reuse_port: false,
             receive_into_slots: ReceiveIntoSlots::Auto,
             assembly_thread: false,
             reading_threads: 1,

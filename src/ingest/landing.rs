@@ -242,13 +242,18 @@ pub enum MessageLayout {
 /// `predicted` datagram bytes each, `head(j)` being target `j`'s header as
 /// received. A datagram lines up with its target when it has the target's
 /// size (or, the buffer's last, is shorter but holds a header) and a plain
-/// 48-byte header.
+/// 48-byte header. An empty buffer (a zero-length datagram) lines up with
+/// nothing: it is gathered, so that the receiver hands it over as the one
+/// (empty) datagram it is and it is counted like any other.
 pub fn message_layout(
     len: usize,
     gro_segment: Option<usize>,
     predicted: impl Iterator<Item = usize>,
     head: impl Fn(usize) -> [u8; HEADER_LEN],
 ) -> MessageLayout {
+    if len == 0 {
+        return MessageLayout::Gather;
+    }
     let segment = gro_segment.filter(|&g| g > 0 && g < len).unwrap_or(len.max(1));
     let count = len.div_ceil(segment);
     let (mut landed, mut last_payload, mut used) = (0, 0, 0);
@@ -318,6 +323,47 @@ mod tests {
         assert_eq!(message_layout(20, None, [d; 7].into_iter(), plain()), MessageLayout::Gather);
         // A short predicted datagram followed by more in the same buffer.
         assert_eq!(message_layout(3 * d, Some(d), [d, 548, d].into_iter(), plain()), MessageLayout::Gather);
+        // An empty datagram, and a one-byte one, over targets: gathered, so
+        // that each is handed over and counted.
+        assert_eq!(message_layout(0, None, [d; 7].into_iter(), plain()), MessageLayout::Gather);
+        assert_eq!(message_layout(0, Some(d), std::iter::empty(), plain()), MessageLayout::Gather);
+        assert_eq!(message_layout(1, None, [d; 7].into_iter(), plain()), MessageLayout::Gather);
+        // A GRO buffer whose last datagram is one byte, past the targets.
+        assert_eq!(
+            message_layout(2 * d + 1, Some(d), [d; 2].into_iter(), plain()),
+            MessageLayout::Aligned { landed: 2, last_payload: 1000, tail: 1 }
+        );
+    }
+
+    /// The datagrams the receiver hands over for a buffer of `len` bytes laid
+    /// out as `layout`: the landed ones and those of the tail, or, gathered,
+    /// every datagram of the buffer.
+    fn handed_over(layout: MessageLayout, len: usize, gro_segment: Option<usize>) -> usize {
+        use crate::ingest::batch::datagram_count;
+        match layout {
+            MessageLayout::Aligned { landed, tail, .. } => {
+                landed + if tail > 0 { datagram_count(tail, gro_segment) } else { 0 }
+            }
+            MessageLayout::Gather => datagram_count(len, gro_segment),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a receive buffer holds (empty, one byte, GRO buffers of
+        /// any segment size, over any targets), its layout accounts for
+        /// exactly the datagrams the buffer holds: none is lost between the
+        /// landed ones and the tail.
+        #[test]
+        fn a_layout_accounts_for_every_datagram_of_its_buffer(
+            len in proptest::prop_oneof![0usize..3, 0usize..8000],
+            gro_segment in proptest::option::of(0usize..3000),
+            predicted in proptest::collection::vec(0usize..3000, 0..8),
+            header_len in proptest::prop_oneof![proptest::strategy::Just(HEADER_LEN as u16), 0u16..100],
+        ) {
+            let layout = message_layout(len, gro_segment, predicted.into_iter(), head(header_len));
+            let holds = crate::ingest::batch::datagram_count(len, gro_segment);
+            proptest::prop_assert_eq!(handed_over(layout, len, gro_segment), holds, "{:?}", layout);
+        }
     }
 
     fn plan(targets: &[(u64, usize, usize)]) -> LandingPlan {

@@ -9,7 +9,8 @@
 //! - `handoff`: the pool of receive batches a reading thread fills and an
 //!   assembly thread empties (`ingest.assembly_thread`); `assembly_thread`:
 //!   the loops of those threads; `steering`: one port's datagrams spread
-//!   over several sockets (`ingest.reading_threads`).
+//!   over several sockets (`ingest.reading_threads`); `port_owner`: the
+//!   port kept to this process unless `ingest.reuse_port` shares it.
 //! - [`landing`]: one-copy receive, the payload places the reassembler
 //!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
@@ -37,6 +38,7 @@ mod handoff;
 mod history;
 pub mod hsb;
 pub mod landing;
+mod port_owner;
 pub mod reassembly;
 pub mod route;
 mod steering;

@@ -1296,7 +1296,10 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
         #[test]
-        fn any_order_loss_and_duplicates((frames, fates, order, max_in_flight) in scenario()) {
+        fn any_order_loss_and_duplicates(
+            (frames, fates, order, max_in_flight) in scenario(),
+            runts in prop::collection::vec((any::<prop::sample::Index>(), 0usize..2, any::<bool>()), 0..24),
+        ) {
             const SLOTS: usize = 8;
             let r = ring(SLOTS, 3000);
             let mut rd = r.reader().unwrap();
@@ -1331,8 +1334,27 @@ mod tests {
                 }
             }
             schedule.sort_unstable();
-            for (t, &(_, k)) in schedule.iter().enumerate() {
-                re.on_datagram(&sent[k].datagram, t as u64 + 1);
+            // Empty and one-byte datagrams interleaved with the stream, alone
+            // or two in a run handed over at once (as in one receive batch).
+            let mut at_place: Vec<Vec<(usize, bool)>> = vec![Vec::new(); schedule.len() + 1];
+            for (place, len, in_run) in &runts {
+                at_place[place.index(schedule.len() + 1)].push((*len, *in_run));
+            }
+            let mut runts_sent = 0u64;
+            for (t, runts_here) in at_place.iter().enumerate() {
+                for &(len, in_run) in runts_here {
+                    let runt = &[0x5au8][..len];
+                    if in_run {
+                        re.on_datagrams_at([runt, runt].into_iter(), t as u64 + 1, t as u64 + 1);
+                        runts_sent += 2;
+                    } else {
+                        re.on_datagram(runt, t as u64 + 1);
+                        runts_sent += 1;
+                    }
+                }
+                if let Some(&(_, k)) = schedule.get(t) {
+                    re.on_datagram(&sent[k].datagram, t as u64 + 1);
+                }
             }
             re.flush(u64::MAX);
             let published = drain(&mut rd);
@@ -1369,7 +1391,8 @@ mod tests {
                 let complete = published.iter().filter(|(h, _)| h.flags == SLOT_COMPLETE).count();
                 prop_assert_eq!(complete, lost.iter().filter(|l| l.is_empty()).count());
             }
-            prop_assert_eq!(s.datagrams, schedule.len() as u64);
+            prop_assert_eq!(s.datagrams, schedule.len() as u64 + runts_sent);
+            prop_assert_eq!(s.short_header, runts_sent);
             prop_assert_eq!(s.datagrams_accounted(), s.datagrams);
             prop_assert_eq!(s.frames_started, published.len() as u64);
             prop_assert_eq!(s.frames_complete + s.frames_incomplete, s.frames_started);

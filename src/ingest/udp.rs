@@ -35,6 +35,7 @@ use super::config::UdpConfig;
 use super::counters::IngestCounters;
 use super::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use super::landing::{Landed, LandingShape, MessageLayout};
+use super::port_owner;
 use super::reassembly::Reassembler;
 use super::steering;
 use super::tap::DatagramTap;
@@ -43,7 +44,7 @@ use crate::wire::native::HEADER_LEN;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -63,6 +64,13 @@ pub enum IngestError {
         "cannot bind UDP {addr}: {source}; choose a free port in ingest.bind, stop the other listener, or set ingest.reuse_port = true on both"
     )]
     Bind { addr: SocketAddr, source: io::Error },
+    #[error(
+        "UDP {addr} (ingest.bind) is already bound by another process ({source}), perhaps another frameloop: \
+         stop it or choose another port in ingest.bind. To share one port between processes on purpose \
+         (the kernel then spreads the datagrams over them, each seeing only its share), set \
+         ingest.reuse_port = true in every one of them"
+    )]
+    PortTaken { addr: SocketAddr, source: io::Error },
     #[error("cannot set up the UDP socket ({what}): {source}")]
     Socket { what: &'static str, source: io::Error },
     #[error("waiting for UDP readiness failed: {0}")]
@@ -216,8 +224,22 @@ fn open_socket(cfg: &UdpConfig, addr: SocketAddr, reuse_port: bool) -> Result<Op
             }
         };
     socket.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
-    socket.bind(&addr.into()).map_err(|source| IngestError::Bind { addr, source })?;
+    socket.bind(&addr.into()).map_err(|source| bind_error(addr, source))?;
     Ok(OpenedSocket { socket, recv_buffer_bytes, gro_active })
+}
+
+/// The error of a bind to `addr` that failed with `source`.
+fn bind_error(addr: SocketAddr, source: io::Error) -> IngestError {
+    if source.kind() == io::ErrorKind::AddrInUse {
+        IngestError::PortTaken { addr, source }
+    } else {
+        IngestError::Bind { addr, source }
+    }
+}
+
+/// The error of a socket set-up step `what`.
+fn setup_error(what: &'static str) -> impl Fn(io::Error) -> IngestError {
+    move |source| IngestError::Socket { what, source }
 }
 
 /// Registers a bound socket for readiness, waits lasting `timeout` at most.
@@ -361,7 +383,14 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         let allow = AllowList::new(&cfg.allow)
             .map_err(|bad| IngestError::BadAllow { entry: bad.entry, reason: bad.reason })?;
         let readers = if cfg.assembly_thread { cfg.reading_threads.max(1) } else { 1 };
+        // A group of this process's own reading threads needs SO_REUSEPORT,
+        // which would let another process join it: guarded (port_owner).
+        let guard_group = readers > 1 && !cfg.reuse_port;
+        if guard_group && addr.port() != 0 {
+            port_owner::probe_free(addr).map_err(|source| bind_error(addr, source))?;
+        }
         let opened = open_socket(cfg, addr, cfg.reuse_port || readers > 1)?;
+        let mut inodes = vec![port_owner::inode(opened.socket.as_fd()).map_err(setup_error("fstat"))?];
         let setup = |what| move |source| IngestError::Socket { what, source };
         let local_addr =
             opened.socket.local_addr().map_err(setup("getsockname"))?.as_socket().ok_or(
@@ -373,7 +402,23 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         // The group's other sockets join it on the port the first got.
         let mut more_readers = Vec::with_capacity(readers - 1);
         for _ in 1..readers {
-            more_readers.push(watch(open_socket(cfg, local_addr, true)?.socket, timeout)?);
+            let socket = open_socket(cfg, local_addr, true)?.socket;
+            inodes.push(port_owner::inode(socket.as_fd()).map_err(setup_error("fstat"))?);
+            more_readers.push(watch(socket, timeout)?);
+        }
+        if guard_group {
+            match port_owner::strangers(local_addr, &inodes) {
+                Ok(Some(others)) if !others.is_empty() => {
+                    return Err(IngestError::PortTaken {
+                        addr: local_addr,
+                        source: io::ErrorKind::AddrInUse.into(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!("cannot list the UDP sockets to check ingest.bind is ours alone: {e}")
+                }
+            }
         }
         if readers > 1 {
             steering::spread_at_random(first.socket.as_raw_fd(), readers).map_err(IngestError::Steering)?;

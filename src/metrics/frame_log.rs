@@ -7,15 +7,17 @@
 //! happened at that moment (a periodic chore, a stretch of late receives).
 //! The result thread hands each line over through a bounded queue and
 //! never blocks: when the writer falls behind, lines are dropped and
-//! counted, and the stop reports both counts.
+//! counted; a line the disk has no room for is lost and counted (the file
+//! never ends in part of one, see [`super::record_file`]); the stop reports
+//! all three counts.
 
 use super::MetricsError;
+use super::record_file::{LogCounters, RecordFile};
 use super::segment::to_host_clock;
 use crate::ring::ResultRecord;
 use crate::ring::layout::RESULT_GPU_CLOCK;
 use serde::Serialize;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,11 +94,14 @@ impl FrameLogFeed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FrameLogReport {
     pub path: PathBuf,
-    /// Lines written.
+    /// Lines in the file, whole (a partial line is never left or counted).
     pub written: u64,
-    /// Lines dropped because the writer fell behind (or stopped at an error).
+    /// Lines dropped because the writer fell behind the frames.
     pub dropped: u64,
-    /// The write error that stopped the log, if one did.
+    /// Lines that could not be written (a full disk, an I/O error).
+    pub lost: u64,
+    /// The last write error, if writing ever failed (or the writer did not
+    /// finish in time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -105,46 +110,50 @@ pub struct FrameLogReport {
 pub struct FrameLog {
     path: PathBuf,
     stop: Arc<AtomicBool>,
-    written: Arc<AtomicU64>,
+    counters: Arc<LogCounters>,
     dropped: Arc<AtomicU64>,
-    /// The writer's end: the error that stopped it, if any, once flushed.
-    done: Receiver<Option<io::Error>>,
+    /// Told when the writer has written what was queued.
+    done: Receiver<()>,
 }
 
 impl FrameLog {
     /// Creates (truncates) `path`, writes the header and starts the writer;
-    /// returns the log and the feed for the result sink.
+    /// returns the log and the feed for the result sink. Fails only when the
+    /// file cannot be created: a disk already full is warned about and its
+    /// lines counted lost ([`RecordFile`]).
     pub fn create(path: &Path) -> Result<(FrameLog, FrameLogFeed), MetricsError> {
         let open_error = |source| MetricsError::OpenFrameLog { path: path.to_path_buf(), source };
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(open_error)?);
-        writeln!(out, "{FRAME_LOG_HEADER}").map_err(open_error)?;
+        let file =
+            RecordFile::create(path, "metrics.frame_log", format!("{FRAME_LOG_HEADER}\n").into_bytes())
+                .map_err(open_error)?;
         let (queue, lines) = sync_channel(QUEUE_LINES);
         let (end, done) = channel();
         let log = FrameLog {
             path: path.to_path_buf(),
             stop: Arc::new(AtomicBool::new(false)),
-            written: Arc::new(AtomicU64::new(0)),
+            counters: file.counters(),
             dropped: Arc::new(AtomicU64::new(0)),
             done,
         };
-        let counts = Counts {
-            stop: Arc::clone(&log.stop),
-            written: Arc::clone(&log.written),
-            dropped: Arc::clone(&log.dropped),
-        };
+        let stop = Arc::clone(&log.stop);
         std::thread::Builder::new()
             .name("frameloop-frames".into())
             .spawn(move || {
-                let error = write_lines(&lines, &mut out, &counts);
+                write_lines(&lines, file, &stop);
                 // Closed before the end is told: a line pushed after
                 // `finish` returned is counted dropped, never left queued.
                 drop(lines);
                 // The log may have been dropped (nobody waits): nothing to tell.
-                let _ = end.send(error);
+                let _ = end.send(());
             })
             .map_err(|e| MetricsError::Spawn(e.to_string()))?;
         let feed = FrameLogFeed { queue, dropped: Arc::clone(&log.dropped) };
         Ok((log, feed))
+    }
+
+    /// The log's counts, live (for the metrics endpoint).
+    pub fn counters(&self) -> Arc<LogCounters> {
+        Arc::clone(&self.counters)
     }
 
     /// Stops the writer once it has written what is queued and says what
@@ -153,7 +162,7 @@ impl FrameLog {
     pub fn finish(self, wait: Duration) -> FrameLogReport {
         self.stop.store(true, Ordering::Release);
         let error = match self.done.recv_timeout(wait) {
-            Ok(error) => error.map(|e| e.to_string()),
+            Ok(()) => self.counters.last_error(),
             Err(_) => Some(format!(
                 "the writer did not finish within {} ms; the file may end early",
                 wait.as_millis()
@@ -161,8 +170,9 @@ impl FrameLog {
         };
         FrameLogReport {
             path: self.path.clone(),
-            written: self.written.load(Ordering::Relaxed),
+            written: self.counters.written.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
+            lost: self.counters.lost.load(Ordering::Relaxed),
             error,
         }
     }
@@ -170,30 +180,22 @@ impl FrameLog {
 
 impl Drop for FrameLog {
     /// A log dropped without [`FrameLog::finish`] still ends its writer,
-    /// which flushes what it wrote; nothing waits for it.
+    /// which writes what is queued; nothing waits for it.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
     }
 }
 
-/// The writer's view of the log's flag and counts.
-struct Counts {
-    stop: Arc<AtomicBool>,
-    written: Arc<AtomicU64>,
-    dropped: Arc<AtomicU64>,
-}
+/// Bytes of lines the writer gathers before writing them in one go.
+const WRITE_BYTES: usize = 256 * 1024;
 
 /// The writer: lines as they come until stopped and the queue is empty,
-/// each counted as written or (after a write error) dropped; returns the
-/// error that stopped the writing, if any.
-fn write_lines(
-    lines: &Receiver<FrameLogLine>,
-    out: &mut BufWriter<File>,
-    counts: &Counts,
-) -> Option<io::Error> {
-    let mut error = None;
+/// written a batch at a time (what is queued, up to [`WRITE_BYTES`]), each
+/// line counted written or lost by the file.
+fn write_lines(lines: &Receiver<FrameLogLine>, mut file: RecordFile, stop: &AtomicBool) {
+    let (mut bytes, mut ends) = (Vec::with_capacity(WRITE_BYTES + 256), Vec::new());
     loop {
-        let next = if counts.stop.load(Ordering::Acquire) {
+        let first = if stop.load(Ordering::Acquire) {
             lines.try_recv().ok()
         } else {
             match lines.recv_timeout(Duration::from_millis(50)) {
@@ -202,25 +204,18 @@ fn write_lines(
                 Err(RecvTimeoutError::Disconnected) => None,
             }
         };
-        let Some(line) = next else { break };
-        if error.is_some() {
-            counts.dropped.fetch_add(1, Ordering::Relaxed);
-            continue;
+        let Some(first) = first else { break };
+        bytes.clear();
+        ends.clear();
+        let mut next = Some(first);
+        while let Some(line) = next {
+            // Writing into a vector cannot fail.
+            let _ = line.write_csv(&mut bytes);
+            ends.push(bytes.len());
+            next = if bytes.len() < WRITE_BYTES { lines.try_recv().ok() } else { None };
         }
-        match line.write_csv(out) {
-            Ok(()) => counts.written.fetch_add(1, Ordering::Relaxed),
-            Err(e) => {
-                error = Some(e);
-                counts.dropped.fetch_add(1, Ordering::Relaxed)
-            }
-        };
+        file.append(&bytes, &ends);
     }
-    if error.is_none()
-        && let Err(e) = out.flush()
-    {
-        error = Some(e);
-    }
-    error
 }
 
 #[cfg(test)]
@@ -269,7 +264,7 @@ mod tests {
             feed.push(FrameLogLine::new(&record(seq, false), 10_000 + seq, 0));
         }
         let report = log.finish(Duration::from_secs(10));
-        assert_eq!((report.written + report.dropped, report.error), (1000, None));
+        assert_eq!((report.written + report.dropped, report.lost, report.error), (1000, 0, None));
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], FRAME_LOG_HEADER);

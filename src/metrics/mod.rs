@@ -7,6 +7,7 @@ pub mod delivery;
 pub mod frame_log;
 pub mod histograms;
 pub mod interval_log;
+pub mod record_file;
 pub mod segment;
 pub mod sink;
 pub mod summary;
@@ -15,7 +16,8 @@ pub mod thread;
 pub use delivery::{OutputMetrics, SinkMetrics};
 pub use frame_log::{FrameLog, FrameLogFeed, FrameLogLine, FrameLogReport};
 pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
-pub use interval_log::{IntervalLogWriter, create_interval_log};
+pub use interval_log::{HistogramLogReport, IntervalLogFile, IntervalLogWriter, create_interval_log};
+pub use record_file::{LogCounters, RecordFile};
 pub use segment::{Segment, SegmentSpan, segment_spans};
 pub use sink::{ResultCallback, ResultSink};
 pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
@@ -37,8 +39,6 @@ pub enum MetricsError {
         "cannot create the frame log {path} (metrics.frame_log or --frame-log): {source}; check that the directory exists and is writable"
     )]
     OpenFrameLog { path: PathBuf, source: std::io::Error },
-    #[error("writing the histogram log failed: {0}; check free disk space (the log stopped at the error)")]
-    IntervalLog(std::io::Error),
     #[error("cannot start the result thread ({0}); check the process thread limit (ulimit -u)")]
     Spawn(String),
     #[error(
@@ -58,11 +58,16 @@ pub struct MetricsConfig {
     /// Where to write one CSV line per frame with its timestamps (the
     /// frame log); none when absent.
     pub frame_log: Option<PathBuf>,
+    /// Make `frameloop run` exit with status 5 (after the whole report)
+    /// when the frame log or the histogram log lost records (a full disk).
+    /// Off, a log that cannot be written degrades the run (warned, counted)
+    /// but does not fail it.
+    pub fail_on_log_loss: bool,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        Self { histogram_log: None, interval_s: 1, frame_log: None }
+        Self { histogram_log: None, interval_s: 1, frame_log: None, fail_on_log_loss: false }
     }
 }
 
@@ -118,6 +123,7 @@ mod tests {
             histogram_log: Some("/no/such/dir/x.hlog".into()),
             interval_s: 0,
             frame_log: Some("".into()),
+            fail_on_log_loss: true,
         };
         let mut problems = Vec::new();
         bad.validate(&mut problems);

@@ -5,17 +5,16 @@
 
 use super::frame_log::{FrameLogFeed, FrameLogLine};
 use super::histograms::LatencyHistograms;
-use super::interval_log::IntervalLogWriter;
+use super::interval_log::IntervalLogFile;
 use super::summary::Summary;
 use crate::ring::{ResultReader, ResultRecord};
-use std::io::{self, Write};
 
 /// Called with every result as it is recorded (tests and the CLI check results with it).
 pub type ResultCallback = Box<dyn FnMut(&ResultRecord) + Send>;
 
 /// An interval log and the histograms of the interval being filled.
 struct IntervalLog {
-    writer: IntervalLogWriter<Box<dyn Write + Send>>,
+    writer: IntervalLogFile,
     /// Reset after each interval is written.
     current: LatencyHistograms,
     interval_ns: u64,
@@ -35,8 +34,6 @@ pub struct ResultSink {
     clock_measured_at_ns: u64,
     totals: LatencyHistograms,
     log: Option<IntervalLog>,
-    /// The first interval-log write error; logging stops after it.
-    log_error: Option<io::Error>,
     on_result: Option<ResultCallback>,
     frame_log: Option<FrameLogFeed>,
     /// Reused drain buffer, so draining does not allocate once warm.
@@ -58,7 +55,6 @@ impl ResultSink {
             clock_measured_at_ns: 0,
             totals: LatencyHistograms::new(),
             log: None,
-            log_error: None,
             on_result: None,
             frame_log: None,
             batch: Vec::with_capacity(1024),
@@ -81,12 +77,7 @@ impl ResultSink {
 
     /// Writes an interval of every segment to `writer` each `interval_ns`,
     /// the first interval starting at `start_ns`.
-    pub fn with_interval_log(
-        mut self,
-        writer: IntervalLogWriter<Box<dyn Write + Send>>,
-        interval_ns: u64,
-        start_ns: u64,
-    ) -> Self {
+    pub fn with_interval_log(mut self, writer: IntervalLogFile, interval_ns: u64, start_ns: u64) -> Self {
         self.log = Some(IntervalLog {
             writer,
             current: LatencyHistograms::new(),
@@ -175,42 +166,30 @@ impl ResultSink {
     }
 
     /// Writes every interval that has ended by `now_ns` (an interval with no
-    /// results is written empty, so the log has no gaps).
+    /// results is written empty, so the log has no gaps; one that cannot be
+    /// written is counted lost by the log).
     pub fn tick(&mut self, now_ns: u64) {
         let Some(log) = &mut self.log else { return };
         while now_ns >= log.interval_start_ns + log.interval_ns {
             let end = log.interval_start_ns + log.interval_ns;
-            if let Err(e) = log.writer.write_interval(&log.current, log.interval_start_ns, end) {
-                self.log_error = Some(e);
-                self.log = None;
-                return;
-            }
+            log.writer.write_interval(&log.current, log.interval_start_ns, end);
             log.current.reset();
             log.interval_start_ns = end;
         }
     }
 
-    /// Drains what is left, writes the last (partial) interval and flushes the log.
-    pub fn finish(&mut self, now_ns: u64) -> io::Result<()> {
+    /// Drains what is left and writes the last (partial) interval.
+    pub fn finish(&mut self, now_ns: u64) {
         self.poll(now_ns);
         self.tick(now_ns);
-        if let Some(mut log) = self.log.take() {
-            if log.current.counters().processed > 0 || now_ns > log.interval_start_ns {
-                log.writer.write_interval(
-                    &log.current,
-                    log.interval_start_ns,
-                    now_ns.max(log.interval_start_ns),
-                )?;
-            }
-            log.writer.flush()?;
-        }
-        match self.log_error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(mut log) = self.log.take()
+            && (log.current.counters().processed > 0 || now_ns > log.interval_start_ns)
+        {
+            log.writer.write_interval(&log.current, log.interval_start_ns, now_ns.max(log.interval_start_ns));
         }
     }
 
-    /// True while an interval log is being written without error.
+    /// True while an interval log is being written.
     pub fn logging(&self) -> bool {
         self.log.is_some()
     }

@@ -210,8 +210,9 @@ impl ResultThread {
             .unwrap_or_else(|| lock(&self.sink).summary())
     }
 
-    /// Stops the thread, drains the last results, closes the interval log
-    /// and returns the final summary.
+    /// Stops the thread, drains the last results, writes the interval log's
+    /// last interval and returns the final summary (a log that could not be
+    /// written costs only its lost intervals, counted by the log).
     pub fn stop(mut self) -> Result<Summary, MetricsError> {
         self.stop.store(true, Ordering::Release);
         let panicked = match self.handle.take() {
@@ -223,11 +224,10 @@ impl ResultThread {
             None => false,
         };
         let mut sink = lock(&self.sink);
-        let log = sink.finish(clock::realtime_ns());
+        sink.finish(clock::realtime_ns());
         if panicked {
             return Err(MetricsError::Panicked);
         }
-        log.map_err(MetricsError::IntervalLog)?;
         Ok(sink.summary())
     }
 }

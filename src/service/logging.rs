@@ -2,7 +2,9 @@
 //! the process's stderr is connected to the journal (systemd sets
 //! `JOURNAL_STREAM`), to the terminal otherwise. `FRAMELOOP_LOG` (or
 //! `RUST_LOG`) filters events in both cases; the default level is `info`.
+//! Lines are coloured only when stderr is a terminal and `NO_COLOR` is not set.
 
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -49,6 +51,13 @@ pub fn stderr_is_journal(journal_stream: Option<&str>, stderr: Option<(u64, u64)
     matches!((d.parse::<u64>(), i.parse::<u64>()), (Ok(d), Ok(i)) if d == dev && i == ino)
 }
 
+/// Whether terminal lines carry ANSI colours: only when stderr is a
+/// terminal (a file or pipe gets plain text), and never when `NO_COLOR` is
+/// set to anything but the empty string (<https://no-color.org>).
+pub fn colour_wanted(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Installs the process-wide subscriber: journal when stderr is the journal
 /// (falling back to plain lines on stderr if the journal socket cannot be
 /// opened), the terminal otherwise. Call once, first thing in `main`.
@@ -83,7 +92,13 @@ pub fn init_logging() -> LogTarget {
             }
         }
     }
-    match tracing_subscriber::fmt().with_env_filter(filter()).with_writer(std::io::stderr).try_init() {
+    let ansi = colour_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
+    match tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .try_init()
+    {
         Ok(()) => LogTarget::Terminal,
         Err(_) => LogTarget::AlreadyInitialised,
     }
@@ -102,6 +117,15 @@ mod tests {
         assert!(!stderr_is_journal(Some("1:x"), me));
         assert!(!stderr_is_journal(None, me));
         assert!(!stderr_is_journal(Some("64769:123456"), None));
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some(OsStr::new(""))), "an empty NO_COLOR does not count");
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(false, None), "a file or pipe gets plain lines");
     }
 
     #[test]

@@ -46,6 +46,32 @@ pub struct FrameRingPages {
 
 /// Everything the endpoint shows, as plain numbers and labelled series. The
 /// pipeline fills one and publishes it on a [`MetricsBoard`].
+/// One log file's counts (`metrics.frame_log`, `metrics.histogram_log`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogMetrics {
+    /// `frame_log` or `histogram_log`.
+    pub log: String,
+    /// Records (lines, intervals) in the file.
+    pub written: u64,
+    /// Records that could not be written (a full disk).
+    pub lost: u64,
+    /// The last write failed.
+    pub failing: bool,
+}
+
+impl LogMetrics {
+    /// The counts of log `log` now.
+    pub fn of(log: &str, c: &crate::metrics::LogCounters) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        Self {
+            log: log.to_string(),
+            written: c.written.load(Relaxed),
+            lost: c.lost.load(Relaxed),
+            failing: c.failing.load(Relaxed),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricsSnapshot {
     /// Resident loop backend: "host" or "cuda" (empty before start-up).
@@ -88,6 +114,8 @@ pub struct MetricsSnapshot {
     pub param_generation: u32,
     /// Config reloads by outcome, for example ("applied_params", n).
     pub reloads: Vec<(String, u64)>,
+    /// The frame log and the histogram log (`[metrics]`), when written.
+    pub logs: Vec<LogMetrics>,
 }
 
 /// How long a scrape waits for the pipeline to publish current values
@@ -279,6 +307,32 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         "Operator parameter generation the loop runs (0: the start-up config; one more per applied reload).",
     );
     sample(&mut out, "frameloop_param_generation", &[], snap.param_generation);
+    if !snap.logs.is_empty() {
+        family(
+            &mut out,
+            "frameloop_log_records_total",
+            "counter",
+            "Records of the frame log (lines) and the histogram log (intervals), written or lost (a full disk).",
+        );
+        for l in &snap.logs {
+            sample(
+                &mut out,
+                "frameloop_log_records_total",
+                &[("log", &l.log), ("state", "written")],
+                l.written,
+            );
+            sample(&mut out, "frameloop_log_records_total", &[("log", &l.log), ("state", "lost")], l.lost);
+        }
+        family(
+            &mut out,
+            "frameloop_log_failing",
+            "gauge",
+            "1 while the log's last write failed (a full disk).",
+        );
+        for l in &snap.logs {
+            sample(&mut out, "frameloop_log_failing", &[("log", &l.log)], u64::from(l.failing));
+        }
+    }
     family(&mut out, "frameloop_reloads_total", "counter", "Config reloads by outcome.");
     for (outcome, n) in &snap.reloads {
         sample(&mut out, "frameloop_reloads_total", &[("outcome", outcome)], n);
@@ -577,6 +631,7 @@ mod tests {
             loops: Vec::new(),
             outputs: None,
             nats_sink: None,
+            logs: vec![LogMetrics { log: "frame_log".into(), written: 6532, lost: 3443, failing: true }],
         }
     }
 
@@ -590,6 +645,11 @@ mod tests {
         assert!(text.contains("frameloop_drops_total{reason=\"odd \\\"reason\\\"\\\\\\n\"} 1\n"), "{text}");
         assert!(text.contains("frameloop_loop_launched{backend=\"host\"} 1\n"));
         assert!(text.contains("frameloop_param_generation 3\n"), "{text}");
+        assert!(
+            text.contains("frameloop_log_records_total{log=\"frame_log\",state=\"lost\"} 3443\n"),
+            "{text}"
+        );
+        assert!(text.contains("frameloop_log_failing{log=\"frame_log\"} 1\n"), "{text}");
         assert!(text.contains("frameloop_reloads_total{outcome=\"refused_restart\"} 1\n"), "{text}");
         assert!(
             text.contains("frameloop_latency_seconds{segment=\"end_to_end\",quantile=\"0.99\"} 0.000025\n")

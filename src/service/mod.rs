@@ -1,6 +1,6 @@
 //! frameloop as a systemd service: readiness and watchdog notification,
-//! the `[service]` config section, thread placement, logging to the journal
-//! and the Prometheus metrics endpoint.
+//! the `[service]` config section, thread placement, logging to the journal,
+//! the pid file and the Prometheus metrics endpoint.
 
 pub mod bounded;
 pub mod config;
@@ -8,15 +8,19 @@ pub mod logging;
 pub mod metrics_http;
 pub mod metrics_loops;
 pub mod notify;
+pub mod pid_file;
 pub mod thread_failure;
 pub mod thread_stall;
 pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
-pub use metrics_http::{FrameRingPages, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
+pub use metrics_http::{
+    FrameRingPages, LogMetrics, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency,
+};
 pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;
+pub use pid_file::{PidFile, PidFileError};
 pub use watchdog::{ProgressSource, WatchdogPinger, backlog};
 
 use thiserror::Error;

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 /// Results published per round before their acknowledgements are awaited.
 const PUBLISH_WINDOW: usize = 512;
-/// Longest wait between two attempts while the broker does not answer.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First wait before a failed window is published again; it doubles up to
+/// `sink.nats.retry_max_ms`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// How long a dropped sink keeps publishing what it holds before counting
 /// the rest as dropped: well inside the appliance's stop budget
 /// (`service.shutdown_timeout_ms`, 5 s by default), so that a broker that is
@@ -45,6 +46,13 @@ pub struct NatsSinkConfig {
     pub detections: bool,
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
+    /// Longest wait between two attempts to reach the broker: between two
+    /// reconnects of the client (it waits 0, 2, 4, 8 ... ms, doubling up to
+    /// this) and between two publishes of a window whose acknowledgement
+    /// failed (50 ms doubling up to this). After an outage publishing
+    /// resumes within about twice this once the broker answers again.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: u64,
 }
 
 fn default_subject_prefix() -> String {
@@ -58,6 +66,9 @@ fn default_buffer() -> usize {
 }
 fn default_ack_timeout_ms() -> u64 {
     2_000
+}
+fn default_retry_max_ms() -> u64 {
+    1_000
 }
 
 /// A subject token: non-empty, no dots, wildcards or whitespace.
@@ -102,6 +113,7 @@ impl NatsSinkConfig {
         }
         check_range(problems, "sink.nats.buffer", self.buffer, 1, 100_000_000);
         check_range(problems, "sink.nats.ack_timeout_ms", self.ack_timeout_ms, 10, 600_000);
+        check_range(problems, "sink.nats.retry_max_ms", self.retry_max_ms, 10, 60_000);
     }
 
     /// `box_id`, or the hostname when it is absent.
@@ -261,6 +273,7 @@ impl NatsSink {
             stream: cfg.stream.clone(),
             detections: cfg.detections,
             ack_timeout: Duration::from_millis(cfg.ack_timeout_ms),
+            retry_max: Duration::from_millis(cfg.retry_max_ms),
         };
         let thread = std::thread::Builder::new()
             .name("nats-sink".into())
@@ -363,6 +376,21 @@ struct Worker {
     stream: String,
     detections: bool,
     ack_timeout: Duration,
+    /// `sink.nats.retry_max_ms`.
+    retry_max: Duration,
+}
+
+/// The client's wait before reconnect attempt `attempts`: none for the
+/// first, then 2^(attempts - 1) ms, at most `max` (the client's own rule,
+/// which stops at 4 s, with the cap of `sink.nats.retry_max_ms`).
+fn reconnect_delay(max: Duration) -> impl Fn(usize) -> Duration + Send + Sync + 'static {
+    move |attempts| {
+        if attempts <= 1 {
+            return Duration::ZERO;
+        }
+        let exp = u32::try_from(attempts - 1).unwrap_or(u32::MAX);
+        Duration::from_millis(2u64.saturating_pow(exp)).min(max)
+    }
 }
 
 impl Worker {
@@ -372,6 +400,7 @@ impl Worker {
         let options = async_nats::ConnectOptions::new()
             .retry_on_initial_connect()
             .max_reconnects(None)
+            .reconnect_delay_callback(reconnect_delay(self.retry_max))
             .event_callback(move |event| {
                 let shared = Arc::clone(&shared);
                 let connected_once = Arc::clone(&connected_once);
@@ -395,7 +424,7 @@ impl Worker {
         };
         let mut js = jetstream::new(client);
         js.set_timeout(self.ack_timeout);
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = FIRST_BACKOFF;
         // Create the stream (subjects `<prefix>.>`) when missing, retrying until it answers.
         loop {
             if self.shared.stopping.load(Ordering::Acquire) {
@@ -414,11 +443,11 @@ impl Worker {
                         self.stream
                     );
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    backoff = (backoff * 2).min(self.retry_max);
                 }
             }
         }
-        backoff = Duration::from_millis(50);
+        backoff = FIRST_BACKOFF;
         let mut window = Vec::with_capacity(PUBLISH_WINDOW);
         loop {
             window.clear();
@@ -443,9 +472,9 @@ impl Worker {
                     return;
                 }
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff = (backoff * 2).min(self.retry_max);
             } else {
-                backoff = Duration::from_millis(50);
+                backoff = FIRST_BACKOFF;
             }
         }
     }
@@ -515,6 +544,7 @@ mod tests {
         assert_eq!(nats.stream, "FRAMELOOP");
         assert_eq!(nats.buffer, 100_000);
         assert!(!nats.detections);
+        assert_eq!(nats.retry_max_ms, 1000);
         assert_eq!(nats.resolved_box_id(), "edge-7");
         assert!(parse("").unwrap().sink.nats.is_none());
     }
@@ -522,7 +552,7 @@ mod tests {
     #[test]
     fn bad_values_name_their_keys() {
         let text = "[sink.nats]\nurl = \"http://x\"\nsubject_prefix = \"a..b\"\nbox_id = \"my box\"\n\
-                    stream = \"A.B\"\nbuffer = 0\nack_timeout_ms = 1\n";
+                    stream = \"A.B\"\nbuffer = 0\nack_timeout_ms = 1\nretry_max_ms = 0\n";
         let Err(ConfigError::Invalid(problems)) = parse(text) else { panic!("invalid config accepted") };
         let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
         for key in [
@@ -532,9 +562,18 @@ mod tests {
             "sink.nats.stream",
             "sink.nats.buffer",
             "sink.nats.ack_timeout_ms",
+            "sink.nats.retry_max_ms",
         ] {
             assert!(keys.contains(&key), "{key} missing from {keys:?}");
         }
+    }
+
+    #[test]
+    fn reconnects_wait_no_longer_than_the_retry_cap() {
+        let delay = reconnect_delay(Duration::from_millis(300));
+        let waits: Vec<u128> = (1..=12).map(|a| delay(a).as_millis()).collect();
+        assert_eq!(waits, [0, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(delay(usize::MAX), Duration::from_millis(300));
     }
 
     #[test]
@@ -548,6 +587,7 @@ mod tests {
             buffer: 3,
             detections: false,
             ack_timeout_ms: 100,
+            retry_max_ms: 1000,
         };
         let (sink, sender) = NatsSink::start(&cfg).unwrap();
         for seq in 1..=5 {
