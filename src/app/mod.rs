@@ -5,6 +5,8 @@ mod appliance;
 mod backend_factory;
 mod captures;
 mod chores;
+mod feed;
+mod gpu_claim;
 mod loopback;
 mod loops;
 mod numa;
@@ -12,7 +14,9 @@ mod receivers;
 mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, ApplianceBuilder, StartOptions};
+pub use appliance::{Appliance, ApplianceBuilder, ReloadVerdict, StartOptions};
+pub use feed::FrameFeed;
+pub use gpu_claim::GpuClaim;
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use loopback::{SendCommand, bench, send};
@@ -50,6 +54,14 @@ pub enum AppError {
     NoGpu(#[source] crate::gpu::GpuUnavailable),
     #[error("handler.source: {0}")]
     HandlerSource(#[source] crate::gpu::user_source::UserCodeError),
+    #[error(
+        "GPU {gpu} already runs the resident loop of another appliance in this process, and a second \
+         loop would wait for it for ever: stop that appliance first, start this one on another GPU, or \
+         run both loops from one config with [[loop]] tables"
+    )]
+    GpuTaken { gpu: usize },
+    #[error("outputs need the output ring: set output.enabled = true (and output.socket to a writable path)")]
+    NoOutputs,
     #[error("cannot open the GPU: {0}")]
     GpuOpen(#[source] crate::gpu::GpuError),
     #[error("cannot build the GPU loop: {0}")]
