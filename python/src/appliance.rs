@@ -214,10 +214,8 @@ impl Appliance {
         let results = Arc::new(ResultQueue::default());
         results.lock().capacity = results_buffer.max(1);
         let sink = Arc::clone(&results);
-        let opts = StartOptions {
-            on_result: Some(Box::new(move |r: &Record| sink.push(r))),
-            ..Default::default()
-        };
+        let opts =
+            StartOptions { on_result: Some(Box::new(move |r: &Record| sink.push(r))), ..Default::default() };
         let cfg = source.config;
         let started = py.detach(|| Running::start_on_gpu(&cfg, opts, record.as_deref(), gpu));
         let app = started.map_err(|e| app_error(&e))?;
@@ -306,7 +304,8 @@ impl Appliance {
             if let Some(stage) = self.with_running(|app| Ok(app.stopped_stage()))? {
                 return Ok(Some(stage));
             }
-            let step = deadline.map_or(WAIT_STEP, |d| d.saturating_duration_since(Instant::now()).min(WAIT_STEP));
+            let step =
+                deadline.map_or(WAIT_STEP, |d| d.saturating_duration_since(Instant::now()).min(WAIT_STEP));
             if step.is_zero() {
                 return Ok(None);
             }
@@ -347,7 +346,11 @@ impl Appliance {
         if let Some(frames) = frames {
             let period = match rate {
                 Some(r) if r > 0.0 && r.is_finite() => Some(Duration::from_secs_f64(1.0 / r)),
-                Some(r) => return Err(PyValueError::new_err(format!("rate {r} is not a positive number of frames per second"))),
+                Some(r) => {
+                    return Err(PyValueError::new_err(format!(
+                        "rate {r} is not a positive number of frames per second"
+                    )));
+                }
                 None => None,
             };
             let mut feed = FrameFeed::connect(self.target(), packet_bytes).map_err(|e| app_error(&e))?;

@@ -23,7 +23,11 @@ pub struct Source {
 
 /// Reads `config` (None: the defaults, a dict, or a path), checks it and
 /// applies `backend` ("auto", "host", "cuda") over its own.
-pub fn read(config: Option<&Bound<'_, PyAny>>, backend: Option<&str>, base_dir: Option<PathBuf>) -> PyResult<Source> {
+pub fn read(
+    config: Option<&Bound<'_, PyAny>>,
+    backend: Option<&str>,
+    base_dir: Option<PathBuf>,
+) -> PyResult<Source> {
     let backend = backend.map(parse_backend).transpose()?;
     let base = match base_dir {
         Some(d) => d,
@@ -177,7 +181,11 @@ fn join(prefix: &str, key: &str) -> String {
 /// A dict as a TOML table: `None` values are left out (the key's default),
 /// values TOML cannot hold are problems under their key (and left out, so
 /// that the parser still checks the rest).
-fn to_table(dict: &Bound<'_, PyDict>, prefix: &str, problems: &mut Vec<ConfigProblem>) -> PyResult<toml::Table> {
+fn to_table(
+    dict: &Bound<'_, PyDict>,
+    prefix: &str,
+    problems: &mut Vec<ConfigProblem>,
+) -> PyResult<toml::Table> {
     let mut table = toml::Table::new();
     for (k, v) in dict.iter() {
         let Ok(key) = k.extract::<String>() else {
@@ -195,7 +203,11 @@ fn to_table(dict: &Bound<'_, PyDict>, prefix: &str, problems: &mut Vec<ConfigPro
     Ok(table)
 }
 
-fn to_value(v: &Bound<'_, PyAny>, key: &str, problems: &mut Vec<ConfigProblem>) -> PyResult<Option<toml::Value>> {
+fn to_value(
+    v: &Bound<'_, PyAny>,
+    key: &str,
+    problems: &mut Vec<ConfigProblem>,
+) -> PyResult<Option<toml::Value>> {
     if v.is_none() {
         return Ok(None);
     }
@@ -243,7 +255,10 @@ fn to_value(v: &Bound<'_, PyAny>, key: &str, problems: &mut Vec<ConfigProblem>) 
 
 /// The running config as Python objects (the TOML file's keys).
 pub fn to_python<'py>(py: Python<'py>, config: &Config) -> PyResult<Bound<'py, PyAny>> {
-    crate::json_to_python(py, &serde_json::to_value(config).map_err(|e| PyValueError::new_err(e.to_string()))?)
+    crate::json_to_python(
+        py,
+        &serde_json::to_value(config).map_err(|e| PyValueError::new_err(e.to_string()))?,
+    )
 }
 
 /// The chain entry `op` names: an index, `"chain[i]"`, an operator's name
@@ -253,11 +268,16 @@ pub fn find_op(chain: &[OpSpec], op: &Bound<'_, PyAny>) -> PyResult<usize> {
         return if i < chain.len() {
             Ok(i)
         } else {
-            Err(PyValueError::new_err(format!("the chain has {} entries; chain[{i}] is none of them", chain.len())))
+            Err(PyValueError::new_err(format!(
+                "the chain has {} entries; chain[{i}] is none of them",
+                chain.len()
+            )))
         };
     }
     let name: String = op.extract()?;
-    if let Some(i) = name.strip_prefix("chain[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok()) {
+    if let Some(i) =
+        name.strip_prefix("chain[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok())
+    {
         return find_op(chain, &i.into_pyobject(op.py())?.into_any());
     }
     let matches: Vec<usize> = chain
@@ -312,7 +332,11 @@ pub fn with_params(config: &Config, index: usize, values: &Bound<'_, PyDict>) ->
     }
     let mut new = config.clone();
     let mut problems = Vec::new();
-    let spec: Option<OpSpec> = frameloop::config::section::<Option<OpSpec>>(&prefix, Some(&toml::Value::Table(entry)), &mut problems);
+    let spec: Option<OpSpec> = frameloop::config::section::<Option<OpSpec>>(
+        &prefix,
+        Some(&toml::Value::Table(entry)),
+        &mut problems,
+    );
     match spec {
         Some(spec) if problems.is_empty() => new.chain[index] = spec,
         _ => return Err(config_error(problems)),

@@ -70,7 +70,12 @@ impl Consumer {
         spin_us: Option<f64>,
         owner: Option<Py<crate::appliance::Appliance>>,
     ) -> PyResult<Self> {
-        Ok(Self { shared: Arc::new(Attached(Mutex::new(consumer))), socket: label, spin: spin_of(spin_us)?, owner })
+        Ok(Self {
+            shared: Arc::new(Attached(Mutex::new(consumer))),
+            socket: label,
+            spin: spin_of(spin_us)?,
+            owner,
+        })
     }
 
     /// The next output if one is published, polling until `until`:

@@ -109,8 +109,11 @@ impl Histogram {
     fn merge(&self, other: &Histogram) -> PyResult<Histogram> {
         let mut h = self.h.clone();
         h.add(&other.h).map_err(|e| PyValueError::new_err(format!("cannot merge the histograms: {e:?}")))?;
-        let segment =
-            if self.segment == other.segment { self.segment.clone() } else { format!("{}+{}", self.segment, other.segment) };
+        let segment = if self.segment == other.segment {
+            self.segment.clone()
+        } else {
+            format!("{}+{}", self.segment, other.segment)
+        };
         Ok(Histogram { segment, h })
     }
 

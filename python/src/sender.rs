@@ -80,10 +80,10 @@ fn run_stoppable<T: Send + 'static>(
 ) -> PyResult<T> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let handle = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || job(&flag))
-        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("cannot start the {name} thread: {e}")))?;
+    let handle =
+        std::thread::Builder::new().name(name.to_string()).spawn(move || job(&flag)).map_err(|e| {
+            pyo3::exceptions::PyRuntimeError::new_err(format!("cannot start the {name} thread: {e}"))
+        })?;
     let mut interrupt = None;
     while !handle.is_finished() {
         py.detach(|| std::thread::sleep(WAIT_STEP.min(Duration::from_millis(5))));
@@ -109,8 +109,13 @@ pub fn run<'py>(
     args: SendArgs,
     interrupted: impl FnOnce(Python<'_>, PyErr) -> PyErr,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let stats = run_stoppable(py, "frameloop-send", move |stop| frameloop::sender::run_sender(&args, stop, |_| {}), interrupted)?
-        .map_err(|e| app_error(&AppError::Sender(e)))?;
+    let stats = run_stoppable(
+        py,
+        "frameloop-send",
+        move |stop| frameloop::sender::run_sender(&args, stop, |_| {}),
+        interrupted,
+    )?
+    .map_err(|e| app_error(&AppError::Sender(e)))?;
     let value = serde_json::to_value(stats).map_err(|e| PyValueError::new_err(e.to_string()))?;
     crate::json_to_python(py, &value)
 }
@@ -123,7 +128,11 @@ fn destination(to: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
     let text: String = to.extract()?;
     use std::net::ToSocketAddrs;
     text.to_socket_addrs()
-        .map_err(|e| PyValueError::new_err(format!("cannot resolve {text:?}: {e}; give HOST:PORT, e.g. \"127.0.0.1:5000\"")))?
+        .map_err(|e| {
+            PyValueError::new_err(format!(
+                "cannot resolve {text:?}: {e}; give HOST:PORT, e.g. \"127.0.0.1:5000\""
+            ))
+        })?
         .next()
         .ok_or_else(|| PyValueError::new_err(format!("{text:?} resolves to no address")))
 }
@@ -158,10 +167,14 @@ impl Sender {
         pacing: &str,
     ) -> PyResult<Self> {
         if count.is_none() && duration.is_none() {
-            return Err(PyValueError::new_err("give count= or duration=: a sender without either would never end"));
+            return Err(PyValueError::new_err(
+                "give count= or duration=: a sender without either would never end",
+            ));
         }
         let to = destination(to)?.to_string();
-        Ok(Self { args: send_args(to, rate, frame_bytes, packet_bytes, count, duration, streams, pattern, pacing)? })
+        Ok(Self {
+            args: send_args(to, rate, frame_bytes, packet_bytes, count, duration, streams, pattern, pacing)?,
+        })
     }
 
     /// Sends every frame (the GIL released) and returns the sender's stats
@@ -180,7 +193,12 @@ impl Sender {
     fn __repr__(&self) -> String {
         format!(
             "Sender(to={:?}, rate={}, frame_bytes={}, packet_bytes={}, count={:?}, duration={:?})",
-            self.args.to, self.args.rate, self.args.frame_bytes, self.args.packet_bytes, self.args.count, self.args.duration
+            self.args.to,
+            self.args.rate,
+            self.args.frame_bytes,
+            self.args.packet_bytes,
+            self.args.count,
+            self.args.duration
         )
     }
 }
@@ -209,7 +227,8 @@ pub fn replay<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut args = ReplayArgs::new(path);
     args.to = to.map(destination).transpose()?;
-    (args.speed, args.max_rate, args.ports, args.streams, args.max_gap_ms) = (speed, max_rate, ports, streams, max_gap_ms);
+    (args.speed, args.max_rate, args.ports, args.streams, args.max_gap_ms) =
+        (speed, max_rate, ports, streams, max_gap_ms);
     let setup = match args.to {
         Some(_) => None,
         None => {

@@ -153,6 +153,8 @@ pub struct Appliance {
     /// This appliance's GPU, claimed in this process while its loop runs
     /// (CUDA backend, launched at start).
     gpu_claim: Option<super::GpuClaim>,
+    /// The receiver's UDP port, claimed in this process (not for a shared port's loop).
+    port_claim: Option<super::PortClaim>,
 }
 
 /// What [`Appliance::reload_explained`] did, and why where it changed nothing.
@@ -210,6 +212,12 @@ impl Appliance {
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
         let gpu_claim =
             if pick.name == "cuda" && !opts.defer_launch { Some(super::GpuClaim::take(gpu)?) } else { None };
+        // A port another appliance of this process holds is refused here,
+        // before anything starts. (Port 0 is a fresh port every time.)
+        let port_claim = match cfg.ingest.bind.parse::<SocketAddr>() {
+            Ok(addr) if !opts.shared_port && addr.port() != 0 => Some(super::PortClaim::take(addr)?),
+            _ => None,
+        };
         pick.check_handler(cfg)?;
         operators.check(&cfg.chain, pick.name, cfg.loop_.fused_chain)?;
         // Built (and its ports checked) before any memory is allocated; the
@@ -333,6 +341,13 @@ impl Appliance {
             ),
         };
 
+        // A fresh port (bind port 0) is claimed once known, so that another
+        // appliance of this process naming it is refused too.
+        let port_claim = match port_claim {
+            None if rx_thread.is_some() => super::PortClaim::take(local_addr).ok(),
+            held => held,
+        };
+
         Ok(Self {
             pick,
             local_addr,
@@ -358,6 +373,7 @@ impl Appliance {
             started: Instant::now(),
             reloader,
             gpu_claim,
+            port_claim,
         })
     }
 
@@ -543,11 +559,12 @@ impl Appliance {
                 "the {} backend cannot run the new chain (its errors are in the log)",
                 self.pick.name
             )),
-            ReloadOutcome::RefusedRestart if reasons.is_empty() => reasons
-                .push(format!("the {} backend applies chain changes only on restart", self.pick.name)),
-            ReloadOutcome::AppliedParams { .. } | ReloadOutcome::AppliedShape { .. } | ReloadOutcome::Unchanged => {
-                reasons.clear()
+            ReloadOutcome::RefusedRestart if reasons.is_empty() => {
+                reasons.push(format!("the {} backend applies chain changes only on restart", self.pick.name))
             }
+            ReloadOutcome::AppliedParams { .. }
+            | ReloadOutcome::AppliedShape { .. }
+            | ReloadOutcome::Unchanged => reasons.clear(),
             _ => {}
         }
         ReloadVerdict { outcome, reasons }
@@ -664,6 +681,8 @@ impl Appliance {
                 let joined = join_by(h, loop_deadline);
                 if joined.is_none() {
                     hung.push("receiver thread (did not return)".to_string());
+                    // It may still hold the port.
+                    std::mem::forget(self.port_claim.take());
                 }
                 joined
             }

@@ -49,8 +49,10 @@ impl FrameFeed {
         let Some(buffer) = self.buffer.as_mut() else { unreachable!("made above") };
         buffer.payload_mut().copy_from_slice(payload);
         buffer.write_headers(stream, seq, realtime_ns());
-        let sent =
-            self.tx.send_frame(buffer, None, monotonic_ns(), &self.stop, &mut self.errors).map_err(AppError::Sender)?;
+        let sent = self
+            .tx
+            .send_frame(buffer, None, monotonic_ns(), &self.stop, &mut self.errors)
+            .map_err(AppError::Sender)?;
         self.frames += 1;
         Ok(sent)
     }

@@ -168,10 +168,9 @@ impl Consumer {
             let super::memory::SharedRegion::HostFd(fd) = region else {
                 return Err(OutputError::Handshake("a host region without a descriptor".into()));
             };
-            let fd = fd.try_clone_to_owned().map_err(|source| OutputError::Memory {
-                what: "duplicate the ring's descriptor",
-                source,
-            })?;
+            let fd = fd
+                .try_clone_to_owned()
+                .map_err(|source| OutputError::Memory { what: "duplicate the ring's descriptor", source })?;
             let bytes = bytes.ok_or(OutputError::BadGeometry {
                 slots: geometry.slot_count,
                 sample_capacity: geometry.sample_capacity,
@@ -496,11 +495,7 @@ impl OutputFrame<'_> {
             DataView::LocalDevice { dptr, device_ordinal, .. } => (*dptr, device_ordinal),
         };
         let offset = (self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET) as u64;
-        Some(DeviceSamples {
-            dptr: base + offset,
-            len: self.len(),
-            device_ordinal: *device_ordinal,
-        })
+        Some(DeviceSamples { dptr: base + offset, len: self.len(), device_ordinal: *device_ordinal })
     }
 
     /// A copy of the samples, from either kind of ring (a device-to-host copy
