@@ -246,3 +246,64 @@ def test_the_sender_and_a_capture_replayed_into_an_appliance(tmp_path):
         assert [results.next(timeout=5).frame_seq for _ in range(20)] == list(range(20))
     offline = frameloop.replay(str(capture), config=host_config(tmp_path, "x"))
     assert offline["frames"] == 20
+
+
+GAIN_KERNEL = """#include "frameloop.cuh"
+struct Gain { float gain; float offset; };
+extern "C" __global__ void gain(const fl_frame* frame, const float* in, float* out, const void* params,
+                                fl_user_result* user) {
+  const Gain* p = FL_PARAMS(Gain, params);
+  const uint32_t i = fl_thread_index();
+  if (i < frame->out_count) out[i] = i < frame->in_count ? in[i] * p->gain + p->offset : 0.0f;
+}
+"""
+
+
+def kernel_config(tmp_path, code):
+    config = host_config(tmp_path, "kernel")
+    config["backend"] = "cuda"
+    config["chain"] = [
+        {"op": "unpack", "format": "u16"},
+        {"op": "kernel", "code": code, "entry": "gain", "params": {"gain": 2.0, "offset": -1.0},
+         "param_types": ["gain: f32", "offset: f32"]},
+    ]
+    return config
+
+
+def nvrtc_missing(error):
+    if "NVRTC (libnvrtc.so.13) cannot be loaded" not in str(error):
+        return False
+    if os.environ.get("FRAMELOOP_REQUIRE_NVRTC") == "1":
+        pytest.fail(f"NVRTC is required (FRAMELOOP_REQUIRE_NVRTC=1) but {error}")
+    return True
+
+
+def test_a_user_kernel_given_as_a_string_is_compiled_and_its_errors_carry_the_line(tmp_path):
+    broken = GAIN_KERNEL.replace("in[i] * p->gain", "in[i] * p->gainz")
+    with pytest.raises(frameloop.CompileError) as raised:
+        frameloop.Appliance(kernel_config(tmp_path, broken))
+    if nvrtc_missing(raised.value):
+        pytest.skip("NVRTC is not installed (source scripts/env.sh after scripts/setup.sh)")
+    assert raised.value.keys == ["chain[1].code"], raised.value.problems
+    assert raised.value.line == 7, raised.value.lines
+    key, file, line, message = raised.value.lines[0]
+    assert (key, file, line) == ("chain[1].code", "code:gain", 7) and "gainz" in message
+    assert isinstance(raised.value, frameloop.ConfigError)
+    wrong_entry = kernel_config(tmp_path, GAIN_KERNEL)
+    wrong_entry["chain"][1]["entry"] = "gane"
+    with pytest.raises(frameloop.CompileError) as raised:
+        frameloop.Appliance(wrong_entry)
+    assert raised.value.keys == ["chain[1].entry"] and "gain" in str(raised.value)
+
+
+def test_a_user_kernel_that_compiles_gets_past_the_check_to_the_gpu(tmp_path):
+    try:
+        app = frameloop.Appliance(kernel_config(tmp_path, GAIN_KERNEL))
+    except frameloop.CompileError as e:
+        if nvrtc_missing(e):
+            pytest.skip("NVRTC is not installed")
+        raise
+    except frameloop.ApplianceError as e:
+        assert "GPU" in str(e) or "backend cuda" in str(e), e  # no GPU on this machine
+        return
+    app.stop()  # a GPU machine: it ran
