@@ -58,7 +58,10 @@ pub fn read(
                 ))
             })?;
             let cfg = frameloop::config::load(&path).map_err(|e| match e {
-                frameloop::config::ConfigError::Invalid(p) => config_error(p),
+                frameloop::config::ConfigError::Invalid(p) => {
+                    let pairs: Vec<(String, String)> = p.into_iter().map(|p| (p.key, p.message)).collect();
+                    with_problems(format!("{}: {}", path.display(), render(&pairs)), pairs)
+                }
                 read => with_problems(read.to_string(), Vec::new()),
             })?;
             (cfg, path)
