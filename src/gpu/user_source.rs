@@ -435,4 +435,29 @@ mod tests {
         let ptx = ".visible .entry gain(\n\t.param .u64 a\n)\n.visible .entry _Z4beamPKf(\n.func f(";
         assert_eq!(ptx_entries(ptx), ["gain", "_Z4beamPKf"]);
     }
+
+    #[test]
+    fn a_kernel_given_as_code_is_checked_under_its_code_key_with_the_line() {
+        let kernel = |body: &str| {
+            let code = format!(
+                "#include \"frameloop.cuh\"\nextern \"C\" __global__ void k(const fl_frame* frame, const float* in, \
+                 float* out, const void* params, fl_user_result* user) {{\n{body}\n}}\n"
+            );
+            let text = format!(
+                "backend = \"cuda\"\n[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"kernel\"\nentry = \"k\"\ncode = {}\n",
+                toml::Value::String(code)
+            );
+            let cfg = crate::config::parse(&text).unwrap();
+            check_user_code(&cfg, Path::new("/nowhere/frameloop.toml"))
+        };
+        if !nvrtc_present() {
+            eprintln!("NVRTC not present; skipping");
+            return;
+        }
+        assert!(kernel("if (threadIdx.x < frame->out_count) out[threadIdx.x] = in[threadIdx.x];").is_empty());
+        let broken = kernel("out[0] = in[0] +;");
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert_eq!(broken[0].key, "chain[1].code");
+        assert!(broken[0].message.starts_with("code:k(3): error:"), "{}", broken[0].message);
+    }
 }
