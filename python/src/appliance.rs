@@ -14,6 +14,7 @@ use frameloop::reload::ReloadOutcome;
 use frameloop::ring::ResultRecord as Record;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -115,13 +116,15 @@ pub struct Appliance {
 }
 
 impl Appliance {
-    fn lock_running(&self) -> MutexGuard<'_, Option<Running>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The appliance's lock, waited for with the GIL released (a call of
+    /// another thread may hold it while it waits with the GIL released).
+    fn lock_running(&self, py: Python<'_>) -> MutexGuard<'_, Option<Running>> {
+        self.running.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` on the running appliance, or raises if it was stopped.
-    fn with_running<T>(&self, f: impl FnOnce(&mut Running) -> PyResult<T>) -> PyResult<T> {
-        let mut guard = self.lock_running();
+    fn with_running<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Running) -> PyResult<T>) -> PyResult<T> {
+        let mut guard = self.lock_running(py);
         match guard.as_mut() {
             Some(app) => f(app),
             None => Err(ApplianceError::new_err("the appliance was stopped; start a new Appliance")),
@@ -145,7 +148,7 @@ impl Appliance {
     /// Stops the appliance if it runs (the GIL released meanwhile) and
     /// returns the report, the same as `frameloop run --json` prints.
     fn stop_now(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let taken = self.lock_running().take();
+        let taken = self.lock_running(py).take();
         if let Some(app) = taken {
             let stopped = py.detach(move || app.stop());
             self.results.close();
@@ -258,8 +261,8 @@ impl Appliance {
 
     /// True until `stop()` (or a stage stopped by itself: see `wait`).
     #[getter]
-    fn running(&self) -> bool {
-        self.lock_running().as_ref().is_some_and(|a| a.stopped_stage().is_none())
+    fn running(&self, py: Python<'_>) -> bool {
+        self.lock_running(py).as_ref().is_some_and(|a| a.stopped_stage().is_none())
     }
 
     /// `(host, port)` the receiver is bound to.
@@ -283,14 +286,14 @@ impl Appliance {
     /// The config the appliance runs now (after reloads), as a dict.
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let cfg = self.with_running(|app| Ok(app.running_config().clone()))?;
+        let cfg = self.with_running(py, |app| Ok(app.running_config().clone()))?;
         config::to_python(py, &cfg)
     }
 
     /// The operator parameter generation the loop runs (0: the start-up config).
     #[getter]
-    fn param_generation(&self) -> PyResult<u32> {
-        self.with_running(|app| Ok(app.param_generation()))
+    fn param_generation(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with_running(py, |app| Ok(app.param_generation()))
     }
 
     /// Blocks until `timeout` seconds passed (None: until Ctrl-C or a stage
@@ -301,7 +304,7 @@ impl Appliance {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<&'static str>> {
         let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
         loop {
-            if let Some(stage) = self.with_running(|app| Ok(app.stopped_stage()))? {
+            if let Some(stage) = self.with_running(py, |app| Ok(app.stopped_stage()))? {
                 return Ok(Some(stage));
             }
             let step =
@@ -381,7 +384,7 @@ impl Appliance {
             out.set_item("bytes", bytes)?;
             return Ok(out.into_any());
         }
-        let slot_bytes = self.with_running(|app| Ok(app.running_config().ring.slot_bytes))?;
+        let slot_bytes = self.with_running(py, |app| Ok(app.running_config().ring.slot_bytes))?;
         let args = crate::sender::send_args(
             self.target().to_string(),
             rate.unwrap_or(1000.0),
@@ -408,7 +411,7 @@ impl Appliance {
     #[pyo3(signature = (spin_us=Some(20.0)))]
     fn outputs(slf: &Bound<'_, Self>, spin_us: Option<f64>) -> PyResult<Consumer> {
         let me = slf.get();
-        let consumer = me.with_running(|app| app.attach_consumer().map_err(|e| app_error(&e)))?;
+        let consumer = me.with_running(slf.py(), |app| app.attach_consumer().map_err(|e| app_error(&e)))?;
         let label = PathBuf::from(format!("in-process:{}", me.local_addr));
         Consumer::local(consumer, label, spin_us, Some(slf.clone().unbind()))
     }
@@ -430,7 +433,7 @@ impl Appliance {
 
     /// The counters the Prometheus endpoint shows, as a dict.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let m = self.with_running(|app| Ok(app.metrics_snapshot()))?;
+        let m = self.with_running(py, |app| Ok(app.metrics_snapshot()))?;
         let d = PyDict::new(py);
         d.set_item("backend", &m.backend)?;
         d.set_item("loop_launched", m.loop_launched)?;
@@ -452,7 +455,7 @@ impl Appliance {
             out.set_item("timed_out", o.timed_out)?;
             d.set_item("outputs", out)?;
         }
-        let ingest = self.with_running(|app| Ok(app.ingest()))?;
+        let ingest = self.with_running(py, |app| Ok(app.ingest()))?;
         let value = serde_json::to_value(ingest).map_err(|e| PyValueError::new_err(e.to_string()))?;
         d.set_item("ingest", crate::json_to_python(py, &value)?)?;
         d.set_item("results_dropped", self.results.lock().dropped)?;
@@ -465,7 +468,7 @@ impl Appliance {
     /// `Histogram` objects with percentiles, the recorded values, merge and
     /// the standard V2 encoding.
     fn latency<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let h = self.with_running(|app| Ok(app.latency_histograms()))?;
+        let h = self.with_running(py, |app| Ok(app.latency_histograms()))?;
         let d = PyDict::new(py);
         for segment in Segment::ALL {
             d.set_item(segment.name(), Histogram::new(segment.name(), h.histogram(segment).clone()))?;
@@ -498,27 +501,27 @@ impl Appliance {
         op: &Bound<'py, PyAny>,
         values: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let running = self.with_running(|app| Ok(app.running_config().clone()))?;
+        let running = self.with_running(py, |app| Ok(app.running_config().clone()))?;
         let index = config::find_op(&running.chain, op)?;
         let empty = PyDict::new(py);
         let new = config::with_params(&running, index, values.unwrap_or(&empty))?;
         self.apply(py, new)
     }
 
-    fn __repr__(&self) -> String {
-        let state = if self.lock_running().is_some() { "running" } else { "stopped" };
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = if self.lock_running(py).is_some() { "running" } else { "stopped" };
         format!("Appliance(backend={:?}, address={}, {state})", self.backend_name, self.local_addr)
     }
 }
 
 impl Appliance {
     fn apply<'py>(&self, py: Python<'py>, new: frameloop::config::Config) -> PyResult<Bound<'py, PyDict>> {
-        let verdict = self.with_running(|app| Ok(py.detach(move || app.reload_explained(new))))?;
+        let verdict = self.with_running(py, |app| Ok(py.detach(move || app.reload_explained(new))))?;
         let d = PyDict::new(py);
         match verdict.outcome {
             ReloadOutcome::Unchanged => {
                 d.set_item("outcome", "unchanged")?;
-                d.set_item("generation", self.with_running(|app| Ok(app.param_generation()))?)?;
+                d.set_item("generation", self.with_running(py, |app| Ok(app.param_generation()))?)?;
             }
             ReloadOutcome::AppliedParams { generation } => {
                 d.set_item("outcome", "applied_params")?;
@@ -550,7 +553,7 @@ impl Appliance {
 impl Drop for Appliance {
     fn drop(&mut self) {
         // An appliance nobody stopped stops with its Python object.
-        if let Some(app) = self.lock_running().take() {
+        if let Some(app) = self.running.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
             let _ = app.stop();
         }
     }

@@ -99,7 +99,7 @@ def test_frames_sent_from_python_arrive_and_every_output_equals_the_cpu_chain(tm
     with frameloop.Appliance(config) as app:
         outputs = app.outputs()
         results = app.results()
-        sent = app.send(frames, rate=2000)
+        sent = app.send(frames, rate=500)
         assert sent["frames"] == len(frames)
         seen = []
         for i, frame in enumerate(frames):
@@ -127,7 +127,7 @@ def test_a_live_parameter_change_shows_from_one_frame_on_and_loses_none(tmp_path
     frames = random_frames(200, 11)
     with frameloop.Appliance(config) as app:
         outputs = app.outputs()
-        sending = threading.Thread(target=app.send, args=(frames,), kwargs={"rate": 1000})
+        sending = threading.Thread(target=app.send, args=(frames,), kwargs={"rate": 500})
         sending.start()
         got = []
         changed = None
@@ -209,7 +209,7 @@ def test_two_appliances_on_two_ports_in_one_process_and_a_clear_error_on_the_sam
 
 def test_metrics_and_latency_histograms(tmp_path):
     with frameloop.Appliance(host_config(tmp_path)) as app:
-        app.send(random_frames(50, 3), rate=2000)
+        app.send(random_frames(50, 3), rate=1000)
         results = app.results()
         for _ in range(50):
             assert results.next(timeout=5) is not None
