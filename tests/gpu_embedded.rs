@@ -23,29 +23,25 @@ const FRAMES: u64 = 500;
 const GAIN: f64 = 1.5;
 const OFFSET: f64 = -7.25;
 
-const GAIN_KERNEL: &str = r#"#include "frameloop.cuh"
-struct Gain { float gain; float offset; };
-extern "C" __global__ void gain(const fl_frame* frame, const float* in, float* out, const void* params,
-                                fl_user_result* user) {
-  const Gain* p = FL_PARAMS(Gain, params);
-  const uint32_t i = fl_thread_index();
-  if (i == 0) user->words[0] = frame->in_count;
-  if (i < frame->out_count) out[i] = i < frame->in_count ? in[i] * p->gain + p->offset : 0.0f;
-}
-"#;
+/// The fixture kernel's source, given as `code`: `y = x * gain + offset`,
+/// user word 0 = 1 when a frame has more than `limit` samples.
+const GAIN_KERNEL: &str = include_str!("fixtures/user_kernels/gain_offset.cu");
+/// Below `SAMPLES`: every frame sets user word 0.
+const LIMIT: i64 = 1000;
 
 fn config(socket: &std::path::Path) -> Config {
     let kernel = UserKernelSpec {
         source: Default::default(),
         code: Some(GAIN_KERNEL.into()),
-        entry: "gain".into(),
+        entry: "gain_offset".into(),
         params: [
             ("gain".to_owned(), ParamValue::Float(GAIN)),
             ("offset".to_owned(), ParamValue::Float(OFFSET)),
+            ("limit".to_owned(), ParamValue::Int(LIMIT)),
         ]
         .into_iter()
         .collect(),
-        param_types: vec!["gain: f32".into(), "offset: f32".into()],
+        param_types: vec!["gain: f32".into(), "offset: f32".into(), "limit: u32".into()],
         output: Default::default(),
         threads: None,
         blocks: None,
@@ -90,7 +86,7 @@ fn check_output(out: &frameloop::output::OutputFrame<'_>, frames: &[Vec<u8>]) {
     assert_eq!(device.len, SAMPLES, "frame {seq}: length");
     let got = device_samples(device.dptr, device.len);
     assert!(out.is_intact(), "frame {seq} overwritten while read");
-    assert_eq!(out.user_result()[0] as usize, SAMPLES, "frame {seq}: user word");
+    assert_eq!(out.user_result()[0], 1, "frame {seq}: user word (more than limit samples)");
     for (i, (g, pair)) in got.iter().zip(frames[seq].chunks_exact(2)).enumerate() {
         let x = f32::from(u16::from_le_bytes([pair[0], pair[1]]));
         let want = x * GAIN as f32 + OFFSET as f32;
