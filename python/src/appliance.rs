@@ -321,7 +321,8 @@ impl Appliance {
 
     /// Sends frames to this appliance. With `frames` (an iterable of NumPy
     /// arrays or bytes-like objects, each one frame's payload as the sensor
-    /// would send it): each as frame of `stream` with the next frame number,
+    /// would send it; a 2-D array is a frame per row, one 1-D array or bytes
+    /// object one frame): each as frame of `stream` with the next frame number,
     /// `packet_bytes` per datagram, `rate` frames per second (None: as fast
     /// as they come). Without `frames`: the sender's emulated frames
     /// (`pattern` "counter", "random" or "static") as `frameloop send` sends
@@ -359,6 +360,13 @@ impl Appliance {
             let mut feed = FrameFeed::connect(self.target(), packet_bytes).map_err(|e| app_error(&e))?;
             let start = Instant::now();
             let (mut sent, mut packets, mut bytes) = (0u64, 0u64, 0u64);
+            // One frame given alone (bytes, or a 1-D array) is one frame, not
+            // a frame per byte or sample.
+            let single = frames.is_instance_of::<PyBytes>()
+                || frames.is_instance_of::<pyo3::types::PyByteArray>()
+                || frames.getattr("ndim").ok().and_then(|n| n.extract::<usize>().ok()) == Some(1);
+            let frames =
+                if single { pyo3::types::PyList::new(py, [frames])?.into_any() } else { frames.clone() };
             for frame in frames.try_iter()? {
                 let payload = payload_of(&frame?)?;
                 if let Some(p) = period {
