@@ -381,6 +381,7 @@ fn user_chain_of(g: u32) -> Vec<OpSpec> {
     ];
     let kernel = UserKernelSpec {
         source,
+        code: None,
         entry: "gain_offset".into(),
         params: params.into_iter().collect(),
         param_types: vec!["gain: f32".into(), "offset: f32".into(), "limit: u32".into()],

@@ -46,9 +46,38 @@ pub struct Consumer {
     socket: PathBuf,
     /// How long a wait spins on the ring's head before sleeping between polls.
     spin: Duration,
+    /// The appliance of this process whose outputs these are
+    /// (`Appliance.outputs()`): Ctrl-C in a wait stops it.
+    owner: Option<Py<crate::appliance::Appliance>>,
+}
+
+fn spin_of(spin_us: Option<f64>) -> PyResult<Duration> {
+    match spin_us {
+        None => Ok(WAIT_FOREVER),
+        Some(us) if us >= 0.0 && us.is_finite() => Ok(Duration::from_secs_f64(us / 1e6).min(WAIT_FOREVER)),
+        Some(us) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "spin_us must be a finite number of microseconds >= 0 or None, not {us}"
+        ))),
+    }
 }
 
 impl Consumer {
+    /// A consumer of the output ring of `owner`, an appliance in this
+    /// process, read without its socket; `label` names it in `repr`.
+    pub fn local(
+        consumer: RingConsumer,
+        label: PathBuf,
+        spin_us: Option<f64>,
+        owner: Option<Py<crate::appliance::Appliance>>,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            shared: Arc::new(Attached(Mutex::new(consumer))),
+            socket: label,
+            spin: spin_of(spin_us)?,
+            owner,
+        })
+    }
+
     /// The next output if one is published, polling until `until`:
     /// spinning until `spin_until`, then sleeping 20 µs between polls.
     fn poll_until(&self, until: Instant, spin_until: Instant) -> Option<Frame> {
@@ -96,7 +125,12 @@ impl Consumer {
             if let Some(frame) = py.detach(|| self.poll_until(until, spin_until)) {
                 return Ok(Some(frame));
             }
-            py.check_signals()?;
+            if let Err(interrupt) = py.check_signals() {
+                return Err(match &self.owner {
+                    Some(app) => app.get().interrupted(py, interrupt),
+                    None => interrupt,
+                });
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) || self.shared.lock().appliance_gone() {
                 return Ok(None);
             }
@@ -115,18 +149,10 @@ impl Consumer {
     #[new]
     #[pyo3(signature = (socket_path, spin_us=Some(20.0)))]
     fn new(py: Python<'_>, socket_path: PathBuf, spin_us: Option<f64>) -> PyResult<Self> {
-        let spin = match spin_us {
-            None => WAIT_FOREVER,
-            Some(us) if us >= 0.0 && us.is_finite() => Duration::from_secs_f64(us / 1e6).min(WAIT_FOREVER),
-            Some(us) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "spin_us must be a finite number of microseconds >= 0 or None, not {us}"
-                )));
-            }
-        };
+        let spin = spin_of(spin_us)?;
         let attached = py.detach(|| RingConsumer::attach(&socket_path));
         let consumer = attached.map_err(|e| AttachError::new_err(crate::error_chain(&e)))?;
-        Ok(Self { shared: Arc::new(Attached(Mutex::new(consumer))), socket: socket_path, spin })
+        Ok(Self { shared: Arc::new(Attached(Mutex::new(consumer))), socket: socket_path, spin, owner: None })
     }
 
     /// The next output: waits up to `timeout` seconds (`None`: until one
@@ -141,7 +167,7 @@ impl Consumer {
         slf
     }
 
-    /// Waits for the next output; stops when the appliance goes away.
+    /// Waits for the next output; the iteration ends when the appliance stops.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
         self.wait(py, None)
     }

@@ -25,6 +25,20 @@ pub struct Stats {
     pub first_detect_index: i32,
 }
 
+impl Stats {
+    /// The stats of a result record.
+    pub fn of(r: &ResultRecord) -> Self {
+        Self {
+            sum: r.sum,
+            min: r.min,
+            max: r.max,
+            mean: r.mean,
+            detect_count: r.detect_count,
+            first_detect_index: r.first_detect_index,
+        }
+    }
+}
+
 #[pymethods]
 impl Stats {
     fn __repr__(&self) -> String {
@@ -51,7 +65,9 @@ enum Samples {
 #[pyclass(module = "frameloop", name = "Frame", frozen)]
 pub struct Frame {
     sequence: u64,
-    record: ResultRecord,
+    /// Boxed: the record is 64-byte aligned, which a Python object's
+    /// memory does not promise.
+    record: Box<ResultRecord>,
     user: [u32; USER_RESULT_WORDS],
     len: usize,
     /// The ring slot that holds it (`Consumer.slot_views()[slot]`).
@@ -72,7 +88,7 @@ impl Frame {
         debug_assert!(address.is_multiple_of(4), "samples are f32-aligned (slots are 256-byte aligned)");
         Some(Self {
             sequence: frame.sequence(),
-            record: *frame.record(),
+            record: Box::new(*frame.record()),
             user: *frame.user_result(),
             len: frame.len(),
             slot: frame.slot(),
@@ -189,15 +205,13 @@ impl Frame {
     }
     #[getter]
     fn stats(&self) -> Stats {
-        let r = &self.record;
-        Stats {
-            sum: r.sum,
-            min: r.min,
-            max: r.max,
-            mean: r.mean,
-            detect_count: r.detect_count,
-            first_detect_index: r.first_detect_index,
-        }
+        Stats::of(&self.record)
+    }
+
+    /// The parameter generation the frame ran with (0: the start-up config).
+    #[getter]
+    fn param_generation(&self) -> u32 {
+        self.record.param_generation
     }
     /// Index of the ring slot that holds this output (`Consumer.slot_views()`).
     #[getter]
@@ -238,7 +252,7 @@ impl Frame {
     fn copy(&self) -> PyResult<Frame> {
         Ok(Frame {
             sequence: self.sequence,
-            record: self.record,
+            record: self.record.clone(),
             user: self.user,
             len: self.len,
             slot: self.slot,

@@ -18,14 +18,17 @@ pub struct ReferenceChain {
 
 #[pymethods]
 impl ReferenceChain {
-    /// The `[[chain]]` of the config at `config_path`, for frames of at most
+    /// The `[[chain]]` of `config` (the path of a TOML file, or a dict
+    /// with its keys, as `Appliance` takes), for frames of at most
     /// `max_frame_bytes` bytes (default: the config's `ring.slot_bytes`).
     #[new]
-    #[pyo3(signature = (config_path, max_frame_bytes=None))]
-    fn new(config_path: PathBuf, max_frame_bytes: Option<usize>) -> PyResult<Self> {
-        let config = frameloop::config::load(&config_path).map_err(|e| {
-            PyValueError::new_err(format!("{}: {}", config_path.display(), crate::error_chain(&e)))
-        })?;
+    #[pyo3(signature = (config, max_frame_bytes=None))]
+    fn new(config: &Bound<'_, PyAny>, max_frame_bytes: Option<usize>) -> PyResult<Self> {
+        let config_path = match config.extract::<PathBuf>() {
+            Ok(p) => p,
+            Err(_) => PathBuf::from("(dict)"),
+        };
+        let config = crate::config::read(Some(config), None, None)?.config;
         let max = max_frame_bytes.unwrap_or(config.ring.slot_bytes);
         let chain = CpuChain::new(&config.chain, max).map_err(|problems| {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();

@@ -152,6 +152,20 @@ pub struct Appliance {
     started: Instant,
     /// The running config and the way to change the chain live.
     reloader: Reloader,
+    /// This appliance's GPU, claimed in this process while its loop runs
+    /// (CUDA backend, launched at start).
+    gpu_claim: Option<super::GpuClaim>,
+    /// The receiver's UDP port, claimed in this process (not for a shared port's loop).
+    port_claim: Option<super::PortClaim>,
+}
+
+/// What [`Appliance::reload_explained`] did, and why where it changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadVerdict {
+    pub outcome: ReloadOutcome,
+    /// Each problem (`key: message`) of a rejected config, or each key that
+    /// needs a restart; empty when the change was applied or nothing changed.
+    pub reasons: Vec<String>,
 }
 
 impl Appliance {
@@ -198,6 +212,14 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend_on(cfg.backend, gpu)?;
         tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
+        let gpu_claim =
+            if pick.name == "cuda" && !opts.defer_launch { Some(super::GpuClaim::take(gpu)?) } else { None };
+        // A port another appliance of this process holds is refused here,
+        // before anything starts. (Port 0 is a fresh port every time.)
+        let port_claim = match cfg.ingest.bind.parse::<SocketAddr>() {
+            Ok(addr) if !opts.shared_port && addr.port() != 0 => Some(super::PortClaim::take(addr)?),
+            _ => None,
+        };
         pick.check_handler(cfg)?;
         operators.check(&cfg.chain, pick.name, cfg.loop_.fused_chain)?;
         // Built (and its ports checked) before any memory is allocated; the
@@ -323,6 +345,13 @@ impl Appliance {
             ),
         };
 
+        // A fresh port (bind port 0) is claimed once known, so that another
+        // appliance of this process naming it is refused too.
+        let port_claim = match port_claim {
+            None if rx_thread.is_some() => super::PortClaim::take(local_addr).ok(),
+            held => held,
+        };
+
         Ok(Self {
             pick,
             local_addr,
@@ -348,6 +377,8 @@ impl Appliance {
             histogram_log,
             started: Instant::now(),
             reloader,
+            gpu_claim,
+            port_claim,
         })
     }
 
@@ -528,6 +559,53 @@ impl Appliance {
         self.reloader.apply(new)
     }
 
+    /// As [`Appliance::reload`], and says why a config that changed nothing
+    /// was refused: its problems, or the keys that need a restart.
+    pub fn reload_explained(&mut self, new: crate::config::Config) -> ReloadVerdict {
+        let mut reasons: Vec<String> = new.problems().iter().map(ToString::to_string).collect();
+        if reasons.is_empty() {
+            let change = crate::reload::classify(self.reloader.running(), &new);
+            reasons = change
+                .of(crate::reload::ChangeClass::Restart)
+                .map(|k| format!("{} changed ({} -> {}) and needs a restart", k.key, k.from, k.to))
+                .collect();
+        }
+        let outcome = self.reloader.apply(new);
+        match outcome {
+            ReloadOutcome::RejectedInvalid if reasons.is_empty() => reasons.push(format!(
+                "the {} backend cannot run the new chain (its errors are in the log)",
+                self.pick.name
+            )),
+            ReloadOutcome::RefusedRestart if reasons.is_empty() => {
+                reasons.push(format!("the {} backend applies chain changes only on restart", self.pick.name))
+            }
+            ReloadOutcome::AppliedParams { .. }
+            | ReloadOutcome::AppliedShape { .. }
+            | ReloadOutcome::Unchanged => reasons.clear(),
+            _ => {}
+        }
+        ReloadVerdict { outcome, reasons }
+    }
+
+    /// The config the appliance runs now: the start-up one, or the last one
+    /// a reload applied.
+    pub fn running_config(&self) -> &crate::config::Config {
+        self.reloader.running()
+    }
+
+    /// A reader of the output ring in this process, without the socket
+    /// ([`crate::output::Consumer::attach_local`]); refused without `[output]`.
+    pub fn attach_consumer(&self) -> Result<crate::output::Consumer, AppError> {
+        let server = self.outputs.as_ref().ok_or(AppError::NoOutputs)?;
+        Ok(crate::output::Consumer::attach_local(server)?)
+    }
+
+    /// A copy of every segment's latency histogram so far (nanoseconds), to
+    /// plot, merge or encode; [`Appliance::latency`] gives their percentiles.
+    pub fn latency_histograms(&self) -> crate::metrics::LatencyHistograms {
+        self.results.as_ref().map(ResultThread::histograms).unwrap_or_default()
+    }
+
     /// A reload whose config file could not be read or parsed: logged, counted, nothing changes.
     pub fn reload_failed(&mut self, error: &crate::config::ConfigError) -> ReloadOutcome {
         self.reloader.reject(error)
@@ -620,6 +698,8 @@ impl Appliance {
                 let joined = join_by(h, loop_deadline);
                 if joined.is_none() {
                     hung.push("receiver thread (did not return)".to_string());
+                    // It may still hold the port.
+                    std::mem::forget(self.port_claim.take());
                 }
                 joined
             }
@@ -671,8 +751,10 @@ impl Appliance {
             // Closes every consumer's connection and removes the socket.
             drop(output_server);
         } else {
-            // The device may still write the control block: leave it mapped.
+            // The device may still write the control block: leave it mapped,
+            // and the GPU claimed (its loop may still run).
             std::mem::forget(output_server);
+            std::mem::forget(self.gpu_claim.take());
         }
         // Results of the last frames: give the result thread a moment to see them.
         std::thread::sleep(Duration::from_millis(5));

@@ -5,6 +5,8 @@ mod appliance;
 mod backend_factory;
 mod captures;
 mod chores;
+mod claims;
+mod feed;
 mod loopback;
 mod loops;
 mod numa;
@@ -12,9 +14,11 @@ mod receivers;
 mod report;
 pub mod signals;
 
-pub use appliance::{Appliance, ApplianceBuilder, StartOptions};
+pub use appliance::{Appliance, ApplianceBuilder, ReloadVerdict, StartOptions};
 pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
+pub use claims::{GpuClaim, PortClaim};
+pub use feed::FrameFeed;
 pub use loopback::{SendCommand, bench, send};
 pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
 pub use report::{RecordingReport, Report, RingMemoryReport};
@@ -50,6 +54,21 @@ pub enum AppError {
     NoGpu(#[source] crate::gpu::GpuUnavailable),
     #[error("handler.source: {0}")]
     HandlerSource(#[source] crate::gpu::user_source::UserCodeError),
+    #[error(
+        "GPU {gpu} already runs the resident loop of another appliance in this process, and a second \
+         loop would wait for it for ever: stop that appliance first, start this one on another GPU, or \
+         run both loops from one config with [[loop]] tables"
+    )]
+    GpuTaken { gpu: usize },
+    #[error(
+        "ingest.bind: UDP port {addr} is the port of another appliance in this process; with \
+         ingest.reuse_port the kernel would split the datagrams between the two at random: give each \
+         appliance its own port, or run both loops from one config with [[loop]] tables (one receiver \
+         gives each loop the streams it lists)"
+    )]
+    PortTaken { addr: std::net::SocketAddr },
+    #[error("outputs need the output ring: set output.enabled = true (and output.socket to a writable path)")]
+    NoOutputs,
     #[error("cannot open the GPU: {0}")]
     GpuOpen(#[source] crate::gpu::GpuError),
     #[error("cannot build the GPU loop: {0}")]

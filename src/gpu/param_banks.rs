@@ -390,6 +390,7 @@ mod tests {
         use crate::ops::user_kernel::ParamValue;
         UserKernelSpec {
             source: "gain_offset.cu".into(),
+            code: None,
             entry: "gain_offset".into(),
             params: [
                 ("gain".to_owned(), ParamValue::Float(gain)),

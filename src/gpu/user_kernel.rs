@@ -31,7 +31,7 @@ use super::driver::DeviceBuffer;
 use super::nvrtc::{CacheDir, Compiler};
 use super::operators::NO_PARAM_STEP;
 use super::param_banks;
-use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, read_source};
+use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, kernel_text};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::OpSpec;
 use crate::ops::user_kernel::{OutputSize, UserKernelSpec};
@@ -52,7 +52,7 @@ pub fn with_sources_resolved(chain: &[OpSpec], config_file: &Path) -> Vec<OpSpec
     chain
         .iter()
         .map(|op| match op {
-            OpSpec::Kernel(k) => {
+            OpSpec::Kernel(k) if k.code.is_none() => {
                 let path = k.source_path(config_file);
                 let source = std::path::absolute(&path).unwrap_or(path);
                 OpSpec::Kernel(UserKernelSpec { source, ..k.clone() })
@@ -90,8 +90,7 @@ fn compile(
         ctx.compute_capability().map_err(|e| problem(format!("reading the GPU's architecture: {e}")))?;
     let compiler = Compiler::new(&format!("sm_{major}{minor}"), CacheDir::Default)
         .map_err(|e| problem(e.to_string()))?;
-    let file = spec.source.display().to_string();
-    let text = read_source(&spec.source).map_err(|e| problem(e.to_string()))?;
+    let (file, text) = kernel_text(spec, None).map_err(|e| problem(e.to_string()))?;
     let threads = spec.launch(1).threads;
     match entry_kernel_cubin(&compiler, &file, &text, &spec.entry, threads) {
         Ok(cubin) => Ok((cubin, true)),
@@ -236,7 +235,7 @@ impl UserKernelOp {
         if self.loaded.is_none() {
             let ctx = stream.context();
             let (cubin, wrapped) = compile(&self.spec, &self.name, ctx, true)?;
-            let file = self.spec.source.display().to_string();
+            let file = self.spec.source_name();
             let module = ctx
                 .load_module(Ptx::from_binary(cubin))
                 .map_err(|e| self.problem(format!("loading the compiled {file}: {e}")))?;

@@ -332,6 +332,20 @@ pub fn read_source(path: &Path) -> Result<String, UserCodeError> {
     std::fs::read_to_string(path).map_err(|source| UserCodeError::Read { path: file, source })
 }
 
+/// The source of user kernel `spec` and the name compiler messages give it:
+/// its `code`, or the file `source` names (relative to the directory of
+/// `config_file` when given, else as it stands).
+pub fn kernel_text(
+    spec: &crate::ops::user_kernel::UserKernelSpec,
+    config_file: Option<&Path>,
+) -> Result<(String, String), UserCodeError> {
+    if let Some(code) = &spec.code {
+        return Ok((spec.source_name(), code.clone()));
+    }
+    let path = config_file.map_or_else(|| spec.source.clone(), |f| spec.source_path(f));
+    Ok((path.display().to_string(), read_source(&path)?))
+}
+
 /// Compiles every user kernel of `cfg`'s chain (sources relative to the
 /// directory of `config_file`, the file `cfg` was loaded from) and returns
 /// every problem, keyed `chain[i].source` or `chain[i].entry`.
@@ -340,18 +354,20 @@ pub fn check_user_code(cfg: &Config, config_file: &Path) -> Vec<ConfigProblem> {
     for (i, op) in cfg.chain.iter().enumerate() {
         let OpSpec::Kernel(k) = op else { continue };
         // A bad entry name is already a problem of the chain itself.
-        if !is_c_identifier(&k.entry) {
+        // So is neither or both of source and code.
+        if !is_c_identifier(&k.entry) || k.code.is_some() != k.source.as_os_str().is_empty() {
             continue;
         }
-        let path = k.source_path(config_file);
-        let file = path.display().to_string();
-        let errors = match read_source(&path) {
-            Ok(text) => check_source(&file, &text, &k.entry, EntryKind::Kernel),
+        let errors = match kernel_text(k, Some(config_file)) {
+            Ok((file, text)) => check_source(&file, &text, &k.entry, EntryKind::Kernel),
             Err(e) => vec![e],
         };
-        problems.extend(
-            errors.iter().map(|e| ConfigProblem::new(format!("chain[{i}].{}", e.key()), e.to_string())),
-        );
+        // A source given as code has its problems under chain[i].code.
+        let source_key = if k.code.is_some() { "code" } else { "source" };
+        problems.extend(errors.iter().map(|e| {
+            let key = if e.key() == "source" { source_key } else { e.key() };
+            ConfigProblem::new(format!("chain[{i}].{key}"), e.to_string())
+        }));
     }
     if let Some(h) = &cfg.handler {
         problems.extend(check_handler(h, cfg.backend, config_file));
@@ -418,5 +434,30 @@ mod tests {
     fn finds_ptx_entries() {
         let ptx = ".visible .entry gain(\n\t.param .u64 a\n)\n.visible .entry _Z4beamPKf(\n.func f(";
         assert_eq!(ptx_entries(ptx), ["gain", "_Z4beamPKf"]);
+    }
+
+    #[test]
+    fn a_kernel_given_as_code_is_checked_under_its_code_key_with_the_line() {
+        let kernel = |body: &str| {
+            let code = format!(
+                "#include \"frameloop.cuh\"\nextern \"C\" __global__ void k(const fl_frame* frame, const float* in, \
+                 float* out, const void* params, fl_user_result* user) {{\n{body}\n}}\n"
+            );
+            let text = format!(
+                "backend = \"cuda\"\n[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"kernel\"\nentry = \"k\"\ncode = {}\n",
+                toml::Value::String(code)
+            );
+            let cfg = crate::config::parse(&text).unwrap();
+            check_user_code(&cfg, Path::new("/nowhere/frameloop.toml"))
+        };
+        if !nvrtc_present() {
+            eprintln!("NVRTC not present; skipping");
+            return;
+        }
+        assert!(kernel("if (threadIdx.x < frame->out_count) out[threadIdx.x] = in[threadIdx.x];").is_empty());
+        let broken = kernel("out[0] = in[0] +;");
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert_eq!(broken[0].key, "chain[1].code");
+        assert!(broken[0].message.starts_with("code:k(3): error:"), "{}", broken[0].message);
     }
 }

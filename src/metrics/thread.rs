@@ -210,6 +210,13 @@ impl ResultThread {
             .unwrap_or_else(|| lock(&self.sink).summary())
     }
 
+    /// A copy of the latency histograms of every result recorded so far
+    /// (to plot, merge or encode). Taken under the sink's lock: the result
+    /// thread waits for the copy (microseconds) if a result comes meanwhile.
+    pub fn histograms(&self) -> super::histograms::LatencyHistograms {
+        lock(&self.sink).histograms().clone()
+    }
+
     /// Stops the thread, drains the last results, writes the interval log's
     /// last interval and returns the final summary (a log that could not be
     /// written costs only its lost intervals, counted by the log).

@@ -26,8 +26,15 @@ pub const MAX_OUTPUT_SAMPLES: u32 = 1 << 26;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserKernelSpec {
-    /// The `.cu` file; a relative path is relative to the config file's directory.
+    /// The `.cu` file; a relative path is relative to the config file's
+    /// directory. Empty when the source is given as `code`.
+    #[serde(default, skip_serializing_if = "is_empty_path")]
     pub source: PathBuf,
+    /// The kernel's CUDA source itself, as a string, instead of a file
+    /// (`source`): compiled and checked the same way, its errors named
+    /// after [`UserKernelSpec::source_name`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// The `extern "C" __global__` function to launch.
     pub entry: String,
     /// Parameter values by name.
@@ -48,6 +55,13 @@ pub struct UserKernelSpec {
     #[serde(default)]
     pub shared_bytes: u32,
 }
+
+fn is_empty_path(p: &Path) -> bool {
+    p.as_os_str().is_empty()
+}
+
+/// Longest `code` a kernel entry may carry (bytes), as for a `.cu` file.
+pub const MAX_CODE_BYTES: usize = 4 << 20;
 
 /// A parameter's value as written in the config: TOML has integers and
 /// floats; anything else is kept as what it is (`NotANumber`, reported by
@@ -356,6 +370,15 @@ pub fn is_c_identifier(s: &str) -> bool {
 }
 
 impl UserKernelSpec {
+    /// What compiler messages call the source: the `source` path, or
+    /// `code:ENTRY` for a source given as `code`.
+    pub fn source_name(&self) -> String {
+        match &self.code {
+            Some(_) => format!("code:{}", self.entry),
+            None => self.source.display().to_string(),
+        }
+    }
+
     /// The source file, a relative `source` taken relative to the directory
     /// of `config_file` (the file the spec was loaded from).
     pub fn source_path(&self, config_file: &Path) -> PathBuf {
@@ -465,8 +488,23 @@ impl UserKernelSpec {
     /// Every problem of the entry (no file is read).
     pub fn problems(&self) -> Vec<KernelProblem> {
         let mut p = Vec::new();
-        if self.source.as_os_str().is_empty() {
-            p.push(KernelProblem::new("source", "is empty; give the path of the kernel's .cu file"));
+        match (&self.code, self.source.as_os_str().is_empty()) {
+            (None, true) => p.push(KernelProblem::new(
+                "source",
+                "is empty; give the path of the kernel's .cu file, or its CUDA source as code = \"...\"",
+            )),
+            (Some(_), false) => p.push(KernelProblem::new(
+                "code",
+                "is given with source; give the kernel's CUDA source either as a file (source) or as a string (code)",
+            )),
+            (Some(code), true) if code.trim().is_empty() => {
+                p.push(KernelProblem::new("code", "is empty; write the kernel's CUDA source in it"))
+            }
+            (Some(code), true) if code.len() > MAX_CODE_BYTES => p.push(KernelProblem::new(
+                "code",
+                format!("is {} bytes; at most {MAX_CODE_BYTES} are allowed", code.len()),
+            )),
+            _ => {}
         }
         if !is_c_identifier(&self.entry) {
             p.push(KernelProblem::new(
@@ -641,6 +679,20 @@ mod tests {
         assert!(toml::from_str::<UserKernelSpec>("source='a'\nentry='k'\noutput='half'").is_err());
         assert!(toml::from_str::<UserKernelSpec>("source='a'\nentry='k'\noutput={count=3}").is_err());
         assert_eq!(spec("source='a'\nentry='k'\noutput='same'").output, OutputSize::Same);
+    }
+
+    #[test]
+    fn code_replaces_source_and_exactly_one_of_them_is_given() {
+        let s = spec("code = 'extern \"C\" __global__ void k() {}'\nentry = 'k'");
+        assert!(s.problems().is_empty(), "{:?}", s.problems());
+        assert_eq!(s.source_name(), "code:k");
+        assert_eq!(spec("source='a.cu'\nentry='k'").source_name(), "a.cu");
+        assert_eq!(keys(&spec("source='a.cu'\ncode='x'\nentry='k'")), ["code"]);
+        assert_eq!(keys(&spec("code='  '\nentry='k'")), ["code"]);
+        assert_eq!(keys(&spec("entry='k'")), ["source"]);
+        let round = toml::to_string(&s).unwrap();
+        assert!(!round.contains("source"), "an absent source is not written: {round}");
+        assert_eq!(toml::from_str::<UserKernelSpec>(&round).unwrap(), s);
     }
 
     #[test]

@@ -56,6 +56,14 @@ enum DataView {
         mapping: IpcMapping,
         device_ordinal: i32,
     },
+    /// The device memory of a ring this process serves itself, addressed
+    /// directly (a CUDA IPC handle cannot be opened by the process that
+    /// exported it); `ring` keeps it allocated.
+    LocalDevice {
+        _ring: std::sync::Arc<super::OutputRing>,
+        dptr: u64,
+        device_ordinal: i32,
+    },
 }
 
 /// A process attached to an appliance's output ring.
@@ -146,6 +154,54 @@ impl Consumer {
         Ok(consumer)
     }
 
+    /// Attaches to the output ring `server` serves in this process (an
+    /// appliance started in this process) without its socket: the same
+    /// reader as [`Consumer::attach`], over the same memory, with no
+    /// connection to make. A ring in device memory is addressed directly in
+    /// the appliance's CUDA context; [`OutputFrame::copy_samples`] is then
+    /// refused (copy on the device). Only outputs published after the
+    /// attach are read.
+    pub fn attach_local(server: &super::OutputServer) -> Result<Self, OutputError> {
+        let ring = std::sync::Arc::clone(server.ring());
+        let geometry = ring.geometry();
+        let share = |region: super::memory::SharedRegion<'_>, bytes: Option<usize>| {
+            let super::memory::SharedRegion::HostFd(fd) = region else {
+                return Err(OutputError::Handshake("a host region without a descriptor".into()));
+            };
+            let fd = fd
+                .try_clone_to_owned()
+                .map_err(|source| OutputError::Memory { what: "duplicate the ring's descriptor", source })?;
+            let bytes = bytes.ok_or(OutputError::BadGeometry {
+                slots: geometry.slot_count,
+                sample_capacity: geometry.sample_capacity,
+            })?;
+            SharedHostMemory::open(fd, bytes)
+        };
+        let control = share(ring.control().share(), geometry.control_bytes())?;
+        check_control(&control, &geometry)?;
+        let data = match ring.data().device_ptr() {
+            Some((dptr, device_ordinal)) => {
+                DataView::LocalDevice { _ring: std::sync::Arc::clone(&ring), dptr, device_ordinal }
+            }
+            None => DataView::Host(share(ring.data().share(), geometry.data_bytes())?),
+        };
+        let (stream, index) = server.attach_local()?;
+        let mut consumer = Self {
+            stream,
+            control,
+            data,
+            geometry,
+            index,
+            next_seq: 0,
+            read: 0,
+            lost: 0,
+            spin: DEFAULT_SPIN,
+        };
+        let word = consumer.consumer_word();
+        consumer.next_seq = word.last_read_seq.load(Ordering::Acquire) + 1;
+        Ok(consumer)
+    }
+
     pub fn geometry(&self) -> OutputGeometry {
         self.geometry
     }
@@ -154,7 +210,7 @@ impl Consumer {
     pub fn memory_kind(&self) -> MemoryKind {
         match self.data {
             DataView::Host(_) => MemoryKind::HostMemfd,
-            DataView::Device { .. } => MemoryKind::CudaDevice,
+            DataView::Device { .. } | DataView::LocalDevice { .. } => MemoryKind::CudaDevice,
         }
     }
 
@@ -202,6 +258,11 @@ impl Consumer {
             DataView::Host(mem) => SlotSamples::Host { address: mem.as_ptr() as u64 + offset as u64, len },
             DataView::Device { mapping, device_ordinal } => SlotSamples::Device(DeviceSamples {
                 dptr: mapping.dptr() + offset as u64,
+                len,
+                device_ordinal: *device_ordinal,
+            }),
+            DataView::LocalDevice { dptr, device_ordinal, .. } => SlotSamples::Device(DeviceSamples {
+                dptr: dptr + offset as u64,
                 len,
                 device_ordinal: *device_ordinal,
             }),
@@ -321,7 +382,7 @@ impl Consumer {
         match &self.data {
             // SAFETY: `slot_offset < data_bytes`, the mapped length (checked at open).
             DataView::Host(mem) => Some(unsafe { mem.as_ptr().add(self.geometry.slot_offset(seq)) }),
-            DataView::Device { .. } => None,
+            DataView::Device { .. } | DataView::LocalDevice { .. } => None,
         }
     }
 }
@@ -428,20 +489,28 @@ impl OutputFrame<'_> {
 
     /// The samples of a device-memory ring, `None` for a host ring.
     pub fn device_samples(&self) -> Option<DeviceSamples> {
-        let DataView::Device { mapping, device_ordinal } = &self.consumer.data else { return None };
+        let (base, device_ordinal) = match &self.consumer.data {
+            DataView::Host(_) => return None,
+            DataView::Device { mapping, device_ordinal } => (mapping.dptr(), device_ordinal),
+            DataView::LocalDevice { dptr, device_ordinal, .. } => (*dptr, device_ordinal),
+        };
         let offset = (self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET) as u64;
-        Some(DeviceSamples {
-            dptr: mapping.dptr() + offset,
-            len: self.len(),
-            device_ordinal: *device_ordinal,
-        })
+        Some(DeviceSamples { dptr: base + offset, len: self.len(), device_ordinal: *device_ordinal })
     }
 
     /// A copy of the samples, from either kind of ring (a device-to-host copy
     /// for a device-memory ring). Check [`OutputFrame::is_intact`] after it.
     pub fn copy_samples(&self) -> Result<Vec<f32>, OutputError> {
-        let DataView::Device { mapping, .. } = &self.consumer.data else {
-            return Ok(self.samples().unwrap_or_default().to_vec());
+        let mapping = match &self.consumer.data {
+            DataView::Host(_) => return Ok(self.samples().unwrap_or_default().to_vec()),
+            DataView::Device { mapping, .. } => mapping,
+            DataView::LocalDevice { .. } => {
+                return Err(OutputError::Cuda(
+                    "this consumer reads the device ring of an appliance in its own process; copy the \
+                     samples on the device (device_samples())"
+                        .into(),
+                ));
+            }
         };
         let mut bytes = vec![0u8; self.len() * 4];
         let offset = self.consumer.geometry.slot_offset(self.seq) + SLOT_SAMPLES_OFFSET;

@@ -255,3 +255,32 @@ fn a_consumer_starts_at_the_output_it_was_admitted_at_even_when_more_arrive_whil
         }
     }
 }
+
+#[test]
+fn a_consumer_in_the_serving_process_reads_without_the_socket_and_detaches_on_drop() {
+    let (_dir, server, mut writer, mut remote) = attached(4, 8);
+    publish(&mut writer, 1);
+    let mut local = Consumer::attach_local(&server).unwrap();
+    assert_eq!(local.memory_kind(), MemoryKind::HostMemfd);
+    assert!(local.next().is_none(), "only outputs published after the attach");
+    for seq in 2..=4 {
+        publish(&mut writer, seq);
+    }
+    for seq in 2..=4 {
+        let frame = local.next().unwrap();
+        assert_eq!(check(&frame), Some(seq));
+    }
+    assert_eq!((local.read(), local.lost()), (3, 0));
+    assert_eq!(server.snapshot().consumers.len(), 2, "the socket's consumer and the local one");
+    assert!(!local.appliance_gone());
+    drop(local);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.snapshot().consumers.len() != 1 {
+        assert!(std::time::Instant::now() < deadline, "the local consumer's line was never released");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(remote.next().map(|f| f.sequence()), Some(1));
+    let local = Consumer::attach_local(&server).unwrap();
+    drop(server);
+    assert!(local.appliance_gone(), "the server stopping closes the local consumer's connection");
+}

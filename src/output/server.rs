@@ -16,8 +16,8 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,9 @@ struct Counters {
 pub struct OutputServer {
     ring: Arc<OutputRing>,
     counters: Arc<Counters>,
+    /// Connections of consumers in this process ([`OutputServer::attach_local`]),
+    /// admitted already, for the server thread to watch like the others.
+    local: Arc<Mutex<Vec<Conn>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
@@ -105,9 +108,11 @@ impl OutputServer {
         listener.set_nonblocking(true).map_err(listen_error)?;
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let local = Arc::new(Mutex::new(Vec::new()));
         let serve = Server {
             ring: Arc::clone(&ring),
             counters: Arc::clone(&counters),
+            local: Arc::clone(&local),
             stop: Arc::clone(&stop),
             listener,
             conns: Vec::new(),
@@ -116,7 +121,31 @@ impl OutputServer {
             std::thread::Builder::new().name("frameloop-output".into()).spawn(move || serve.run()).map_err(
                 |e| listen_error(std::io::Error::other(format!("cannot start the server thread: {e}"))),
             )?;
-        Ok(Self { ring, counters, stop, thread: Some(thread), path: path.to_owned() })
+        Ok(Self { ring, counters, local, stop, thread: Some(thread), path: path.to_owned() })
+    }
+
+    /// The ring this server shares.
+    pub fn ring(&self) -> &Arc<OutputRing> {
+        &self.ring
+    }
+
+    /// Admits a consumer in this process without the socket: gives it a
+    /// consumer line and one end of a connected socket pair, whose other end
+    /// the server thread watches like an attached consumer's (closing
+    /// either end detaches it; the server stopping closes it). Returns that
+    /// end and the line (see [`crate::output::Consumer::attach_local`]).
+    pub fn attach_local(&self) -> Result<(UnixStream, usize), OutputError> {
+        let pair_error = |source| OutputError::Connect { path: self.path.clone(), source };
+        let (ours, theirs) = UnixStream::pair().map_err(pair_error)?;
+        ours.set_nonblocking(true).map_err(pair_error)?;
+        let index = admit_line(&self.ring, std::process::id()).map_err(|reason| {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            OutputError::Refused(reason)
+        })?;
+        self.counters.attaches.fetch_add(1, Ordering::Relaxed);
+        let conn = Conn { stream: ours, state: ConnState::Attached { index } };
+        self.local.lock().unwrap_or_else(PoisonError::into_inner).push(conn);
+        Ok((theirs, index))
     }
 
     /// Attached consumers, their lag and the server's counters.
@@ -166,6 +195,7 @@ struct Conn {
 struct Server {
     ring: Arc<OutputRing>,
     counters: Arc<Counters>,
+    local: Arc<Mutex<Vec<Conn>>>,
     stop: Arc<AtomicBool>,
     listener: UnixListener,
     conns: Vec<Conn>,
@@ -177,17 +207,36 @@ enum Fate {
     Close,
 }
 
+/// Gives consumer process `pid` a free consumer line of `ring`, starting
+/// after the newest output, or says why none is free. Lines are claimed
+/// with a compare-and-swap: the server thread and [`OutputServer::attach_local`]
+/// may admit at the same time.
+fn admit_line(ring: &OutputRing, pid: u32) -> Result<usize, String> {
+    for index in 0..MAX_CONSUMERS {
+        let word = ring.consumer_word(index);
+        let claimed =
+            word.attached.compare_exchange(0, u64::from(pid).max(1), Ordering::AcqRel, Ordering::Acquire);
+        if claimed.is_ok() {
+            word.last_read_seq.store(ring.head(), Ordering::Release);
+            return Ok(index);
+        }
+    }
+    Err(format!("{MAX_CONSUMERS} consumers are attached already; detach one and try again"))
+}
+
 impl Server {
     fn run(mut self) {
         while !self.stop.load(Ordering::Acquire) {
             self.wait();
             self.accept();
+            self.conns.append(&mut self.local.lock().unwrap_or_else(PoisonError::into_inner));
             let now = Instant::now();
             let mut conns = std::mem::take(&mut self.conns);
             conns.retain_mut(|conn| matches!(self.serve(conn, now), Fate::Keep));
             self.conns = conns;
         }
-        for conn in std::mem::take(&mut self.conns) {
+        let local = std::mem::take(&mut *self.local.lock().unwrap_or_else(PoisonError::into_inner));
+        for conn in std::mem::take(&mut self.conns).into_iter().chain(local) {
             self.close(&conn);
         }
     }
@@ -286,15 +335,7 @@ impl Server {
                 request.pid, request.version, OUTPUT_LAYOUT_VERSION
             ));
         }
-        for index in 0..MAX_CONSUMERS {
-            let word = self.ring.consumer_word(index);
-            if word.attached.load(Ordering::Acquire) == 0 {
-                word.last_read_seq.store(self.ring.head(), Ordering::Relaxed);
-                word.attached.store(u64::from(request.pid).max(1), Ordering::Release);
-                return Ok(index);
-            }
-        }
-        Err(format!("{MAX_CONSUMERS} consumers are attached already; detach one and try again"))
+        admit_line(&self.ring, request.pid)
     }
 
     fn release(&self, index: usize) {

@@ -113,6 +113,12 @@ impl FrameBuffer {
         self.static_filled = pattern == Pattern::Static;
     }
 
+    /// The payload, to fill with a frame of one's own (`geometry().frame_bytes()` bytes).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        self.static_filled = false;
+        &mut self.payload
+    }
+
     /// Writes every packet header of frame (`stream`, `seq`) with timestamp `ts_ns`.
     pub fn write_headers(&mut self, stream: u32, seq: u64, ts_ns: u64) {
         debug_assert_eq!(self.headers.len(), self.geometry.packet_count() as usize);
