@@ -505,11 +505,7 @@ impl OutputFrame<'_> {
             DataView::Host(_) => return Ok(self.samples().unwrap_or_default().to_vec()),
             DataView::Device { mapping, .. } => mapping,
             DataView::LocalDevice { .. } => {
-                return Err(OutputError::Cuda(
-                    "this consumer reads the device ring of an appliance in its own process; copy the \
-                     samples on the device (device_samples())"
-                        .into(),
-                ));
+                return Err(OutputError::LocalDeviceCopy);
             }
         };
         let mut bytes = vec![0u8; self.len() * 4];

@@ -73,6 +73,13 @@ pub enum OutputError {
          same machine, as another process, with the appliance's GPU visible)"
     )]
     Cuda(#[source] crate::cuda::CudaError),
+    /// A host copy of an output was asked of a consumer that reads the
+    /// device ring of an appliance in its own process.
+    #[error(
+        "this consumer reads the device ring of an appliance in its own process; copy the samples on \
+         the device (device_samples())"
+    )]
+    LocalDeviceCopy,
 }
 
 /// An output ring's writer and its attach server, started together.
