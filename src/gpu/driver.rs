@@ -73,6 +73,11 @@ impl DeviceBuffer {
         self.dptr
     }
 
+    /// The context the allocation belongs to.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

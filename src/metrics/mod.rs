@@ -14,7 +14,7 @@ pub mod thread;
 
 pub use delivery::{OutputMetrics, SinkMetrics};
 pub use frame_log::{FrameLog, FrameLogFeed, FrameLogLine, FrameLogReport};
-pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
+pub use histograms::{CURVE_QUANTILES, FrameCounters, LatencyHistograms, PercentileCurve, Percentiles};
 pub use interval_log::{IntervalLogWriter, create_interval_log};
 pub use segment::{Segment, SegmentSpan, segment_spans};
 pub use sink::{ResultCallback, ResultSink};

@@ -2,7 +2,7 @@
 //! fixed-width text table or JSON. Other parts of the appliance append their
 //! own counter sections (ingest drops, sender counts) to the same report.
 
-use super::histograms::{FrameCounters, LatencyHistograms, Percentiles};
+use super::histograms::{FrameCounters, LatencyHistograms, PercentileCurve, Percentiles};
 use super::segment::Segment;
 use serde::ser::{SerializeMap, Serializer};
 use std::fmt::Write as _;
@@ -19,6 +19,9 @@ pub struct SegmentSummary {
     pub unstamped: u64,
     #[serde(flatten)]
     pub percentiles: Percentiles,
+    /// The percentile distribution (for plots; not in the JSON report).
+    #[serde(skip)]
+    pub curve: PercentileCurve,
 }
 
 /// A titled list of named counters, kept in insertion order; serialises as
@@ -63,12 +66,16 @@ impl Summary {
     pub fn of(h: &LatencyHistograms) -> Self {
         let segments = Segment::ALL
             .into_iter()
-            .map(|segment| SegmentSummary {
-                segment,
-                count: h.histogram(segment).len(),
-                negative_clamped: h.negative(segment),
-                unstamped: h.unstamped(segment),
-                percentiles: h.percentiles(segment),
+            .map(|segment| {
+                let (percentiles, curve) = h.percentiles_and_curve(segment);
+                SegmentSummary {
+                    segment,
+                    count: h.histogram(segment).len(),
+                    negative_clamped: h.negative(segment),
+                    unstamped: h.unstamped(segment),
+                    percentiles,
+                    curve,
+                }
             })
             .collect();
         Self { segments, frames: *h.counters(), sections: Vec::new() }

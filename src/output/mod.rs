@@ -19,7 +19,7 @@ pub use consumer::{Consumer, DeviceSamples, OutputFrame, SlotSamples};
 pub use cuda::DeviceOutputMemory;
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
-pub use ring::{DeviceOutputRing, OutputRing, OutputWriter};
+pub use ring::{DeviceOutputRing, NewestOutput, OutputRing, OutputWriter, SlotReader};
 pub use server::{ConsumerLag, OutputServer, OutputSnapshot};
 
 use crate::ops::OpSpec;

@@ -119,6 +119,11 @@ impl OutputServer {
         Ok(Self { ring, counters, stop, thread: Some(thread), path: path.to_owned() })
     }
 
+    /// The ring it serves (a previewer reads the newest output from it).
+    pub fn ring(&self) -> &Arc<OutputRing> {
+        &self.ring
+    }
+
     /// Attached consumers, their lag and the server's counters.
     pub fn snapshot(&self) -> OutputSnapshot {
         let head_seq = self.ring.head();

@@ -1,9 +1,10 @@
 //! frameloop as a systemd service: readiness and watchdog notification,
 //! the `[service]` config section, thread placement, logging to the journal
-//! and the Prometheus metrics endpoint.
+//! the appliance's HTTP server and the Prometheus metrics endpoint on it.
 
 pub mod bounded;
 pub mod config;
+pub mod http_server;
 pub mod logging;
 pub mod metrics_http;
 pub mod metrics_loops;
@@ -14,6 +15,7 @@ pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
+pub use http_server::{HttpLimits, HttpServer};
 pub use metrics_http::{FrameRingPages, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency};
 pub use metrics_loops::LoopMetrics;
 pub use notify::Notifier;

@@ -1,0 +1,210 @@
+//! What the live view knows besides the metrics snapshot: facts fixed at
+//! start-up (backend, GPU, loops, streams, chain) and the latency curves
+//! with their recent p50/p99 history, which the control loop publishes
+//! with each metrics snapshot. Pure data: times are passed in.
+
+use crate::metrics::{CURVE_QUANTILES, Summary};
+use crate::plot::CurveSeries;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Facts about the running appliance that do not change while it runs
+/// (a reload that changes them restarts the appliance).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ApplianceFacts {
+    pub version: String,
+    /// "host" or "cuda".
+    pub backend: String,
+    /// Why that backend was taken (for example the GPU's name).
+    pub backend_reason: String,
+    /// The GPU the loop runs on, when one does.
+    pub gpu: Option<String>,
+    /// Address the receiver listens on.
+    pub listen: String,
+    /// The resident loops: one entry per `[[loop]]` (its name, GPU and
+    /// streams), or one for the single loop.
+    pub loops: Vec<LoopFacts>,
+    /// The chain's operators, in order.
+    pub chain: Vec<String>,
+    /// The config file, when one was given.
+    pub config_path: Option<String>,
+    /// When the appliance started (for the uptime).
+    #[serde(skip)]
+    pub started: Option<Instant>,
+}
+
+/// One resident loop as the page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LoopFacts {
+    pub name: String,
+    /// The GPU ordinal, when the loop runs on one.
+    pub gpu: Option<u32>,
+    /// The stream ids it takes (empty: every stream that arrives).
+    pub streams: Vec<u32>,
+}
+
+impl ApplianceFacts {
+    /// Seconds since start-up at `now`.
+    pub fn uptime_s(&self, now: Instant) -> f64 {
+        self.started.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64())
+    }
+}
+
+/// Recent p50 and p99 of each segment, one entry a second at most, for
+/// the last [`HISTORY_SECONDS`] seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LatencyHistory {
+    /// (when, [(segment, p50 µs, p99 µs)]), oldest first.
+    entries: VecDeque<(Instant, Vec<(String, f64, f64)>)>,
+}
+
+/// How much history is kept, seconds.
+pub const HISTORY_SECONDS: u64 = 300;
+/// Shortest spacing of two history entries.
+const HISTORY_STEP: Duration = Duration::from_secs(1);
+
+impl LatencyHistory {
+    /// Records `summary`'s p50/p99 at `now` unless the last entry is younger
+    /// than a second; drops entries older than [`HISTORY_SECONDS`].
+    pub fn record(&mut self, summary: &Summary, now: Instant) {
+        if self.entries.back().is_some_and(|(t, _)| now.saturating_duration_since(*t) < HISTORY_STEP) {
+            return;
+        }
+        let row = summary
+            .segments
+            .iter()
+            .filter(|s| s.count > 0)
+            .map(|s| (s.segment.name().to_string(), s.percentiles.p50_us, s.percentiles.p99_us))
+            .collect();
+        self.entries.push_back((now, row));
+        while self
+            .entries
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > Duration::from_secs(HISTORY_SECONDS))
+        {
+            self.entries.pop_front();
+        }
+    }
+
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True before the first entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// One segment's (seconds before `now`, negative; p50 µs, p99 µs) points.
+    pub fn series(&self, segment: &str, now: Instant) -> Vec<(f64, f64, f64)> {
+        self.entries
+            .iter()
+            .filter_map(|(t, row)| {
+                let ago = -now.saturating_duration_since(*t).as_secs_f64();
+                row.iter().find(|(s, _, _)| s == segment).map(|&(_, p50, p99)| (ago, p50, p99))
+            })
+            .collect()
+    }
+}
+
+/// The latency curves and history the control loop publishes and the
+/// server reads; cloning gives another handle to the same state.
+#[derive(Debug, Clone, Default)]
+pub struct LiveLatency {
+    state: Arc<Mutex<LatencyState>>,
+}
+
+#[derive(Debug, Default)]
+struct LatencyState {
+    curves: Vec<CurveSeries>,
+    history: LatencyHistory,
+}
+
+impl LiveLatency {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LatencyState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes the curves of `summary` (every segment with values) and
+    /// records its p50/p99 in the history at `now`.
+    pub fn publish(&self, summary: &Summary, now: Instant) {
+        let curves = summary
+            .segments
+            .iter()
+            .filter(|s| s.count > 0)
+            .map(|s| CurveSeries {
+                name: s.segment.name().to_string(),
+                count: s.curve.count,
+                points: s.curve.points(),
+            })
+            .collect();
+        let mut state = self.lock();
+        state.curves = curves;
+        state.history.record(summary, now);
+    }
+
+    /// The latest curves.
+    pub fn curves(&self) -> Vec<CurveSeries> {
+        self.lock().curves.clone()
+    }
+
+    /// A copy of the history.
+    pub fn history(&self) -> LatencyHistory {
+        self.lock().history.clone()
+    }
+}
+
+/// The quantiles the curves are sampled at (for the API's documentation).
+pub fn curve_quantiles() -> &'static [f64] {
+    &CURVE_QUANTILES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{LatencyHistograms, Segment, SegmentSpan};
+
+    fn summary_of(values: &[u64]) -> Summary {
+        let mut h = LatencyHistograms::new();
+        for &ns in values {
+            h.record_span(Segment::EndToEnd, SegmentSpan::Ns(ns));
+        }
+        Summary::of(&h)
+    }
+
+    #[test]
+    fn history_keeps_one_entry_a_second_for_five_minutes() {
+        let mut history = LatencyHistory::default();
+        let t0 = Instant::now();
+        let s = summary_of(&[10_000, 20_000, 30_000]);
+        history.record(&s, t0);
+        history.record(&s, t0 + Duration::from_millis(500));
+        assert_eq!(history.len(), 1, "half a second later: no new entry");
+        for i in 1..=400 {
+            history.record(&s, t0 + Duration::from_secs(i));
+        }
+        assert_eq!(history.len(), HISTORY_SECONDS as usize + 1);
+        let now = t0 + Duration::from_secs(400);
+        let series = history.series("end_to_end", now);
+        assert_eq!(series.last().map(|p| p.0), Some(0.0));
+        assert!((series.last().unwrap().1 - 20.0).abs() < 0.1, "{series:?}");
+        assert!(history.series("gpu", now).is_empty(), "no values, no series");
+    }
+
+    #[test]
+    fn published_curves_follow_the_histograms() {
+        let live = LiveLatency::default();
+        let values: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
+        live.publish(&summary_of(&values), Instant::now());
+        let curves = live.curves();
+        assert_eq!(curves.len(), 1);
+        let c = &curves[0];
+        assert_eq!((c.name.as_str(), c.count), ("end_to_end", 1000));
+        let at = |q: f64| c.points.iter().find(|p| p.0 == q).unwrap().1;
+        assert!((at(0.5) - 500.0).abs() < 1.0 && (at(0.99) - 990.0).abs() < 1.0, "{c:?}");
+        assert!((at(1.0) - 1000.0).abs() < 1.0);
+        assert!(c.points.windows(2).all(|w| w[0].1 <= w[1].1), "a percentile curve never falls");
+    }
+}
