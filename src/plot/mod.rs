@@ -110,6 +110,7 @@ fn draw_percentiles(
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 18))
         .margin(10)
+        .margin_right(40)
         .x_label_area_size(36)
         .y_label_area_size(60)
         .build_cartesian_2d((1.0f64..AXIS_END).log_scale(), 0.0f64..y_top)
@@ -123,8 +124,14 @@ fn draw_percentiles(
         .map_err(&err)?;
     for (i, s) in series.iter().filter(|s| !s.points.is_empty()).enumerate() {
         let style = series_style(i);
-        let points: Vec<(f64, f64)> =
-            s.points.iter().map(|&(q, us)| (percentile_axis(q, s.count), us)).collect();
+        // Quantiles finer than one value in `count` repeat the maximum: the
+        // line ends at the maximum, drawn at its rank.
+        let points: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|&&(q, _)| q >= 1.0 || s.count == 0 || 1.0 / (1.0 - q) < s.count as f64)
+            .map(|&(q, us)| (percentile_axis(q, s.count), us))
+            .collect();
         chart
             .draw_series(LineSeries::new(points.clone(), style))
             .map_err(&err)?

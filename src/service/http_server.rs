@@ -6,7 +6,8 @@
 //! head within `timeout` is cut off (408), and no connection lives longer
 //! than [`CONNECTION_LIFETIME_FACTOR`] timeouts; past `requests_per_sec`
 //! (a token bucket over every client) a request is answered 429 without
-//! touching the router.
+//! touching the router. Its threads run at the lowest priority
+//! ([`SERVER_NICE`]), below every thread of the pipeline.
 
 use super::ServiceError;
 use axum::Router;
@@ -41,6 +42,17 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A connection is closed this many timeouts after it was accepted, whatever
 /// it is doing (a client reading an answer very slowly).
 pub const CONNECTION_LIFETIME_FACTOR: u32 = 5;
+/// The nice value of the server's threads (the lowest): however many
+/// clients it serves, the pipeline's threads (nice 0 to 10) take the CPU
+/// from it whenever they need it.
+pub const SERVER_NICE: i32 = 19;
+
+/// Lowers the calling server thread's priority to [`SERVER_NICE`].
+fn lower_priority() {
+    if let Err(e) = crate::realtime::set_current_thread_nice(SERVER_NICE) {
+        tracing::warn!(error = %e, "HTTP server: cannot lower its thread's priority; it competes with the pipeline");
+    }
+}
 
 impl Default for HttpLimits {
     fn default() -> Self {
@@ -119,6 +131,7 @@ impl HttpServer {
             .enable_all()
             .max_blocking_threads(2)
             .thread_name(format!("frameloop-{name}-render"))
+            .on_thread_start(lower_priority)
             .build()
             .map_err(|source| ServiceError::Spawn { thread: "http", source })?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -127,6 +140,7 @@ impl HttpServer {
         let thread = std::thread::Builder::new()
             .name(format!("frameloop-{name}"))
             .spawn(move || {
+                lower_priority();
                 runtime.block_on(async move {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => accept_loop(listener, router, limits, stop_rx, thread_counters).await,

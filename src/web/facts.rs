@@ -39,7 +39,7 @@ pub struct ApplianceFacts {
 pub struct LoopFacts {
     pub name: String,
     /// The GPU ordinal, when the loop runs on one.
-    pub gpu: Option<u32>,
+    pub gpu: Option<usize>,
     /// The stream ids it takes (empty: every stream that arrives).
     pub streams: Vec<u32>,
 }

@@ -208,6 +208,9 @@ async fn rendered(view: &WebView) -> Option<std::sync::Arc<super::preview::Rende
     tokio::task::spawn_blocking(move || previewer.latest(Instant::now())).await.ok()
 }
 
+/// The header naming the output sequence a preview drawing shows.
+pub const SEQUENCE_HEADER: &str = "x-frameloop-output-sequence";
+
 const NO_PREVIEW: &str =
     "no preview: the preview reads the output ring; enable it with [output] enabled = true";
 
@@ -222,7 +225,12 @@ async fn preview_png(axum::extract::State(view): axum::extract::State<WebView>) 
     match rendered(&view).await {
         Some(r) => match &r.png {
             Some(png) => {
-                ([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "no-store")], png.clone())
+                let seq = r.info(Instant::now()).sequence.to_string();
+                (
+                    [(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "no-store")],
+                    [(SEQUENCE_HEADER, seq)],
+                    png.clone(),
+                )
                     .into_response()
             }
             None => (
@@ -238,7 +246,10 @@ async fn preview_png(axum::extract::State(view): axum::extract::State<WebView>) 
 async fn preview_svg(axum::extract::State(view): axum::extract::State<WebView>) -> Response {
     match rendered(&view).await {
         Some(r) => match &r.svg {
-            Some(body) => svg(body.clone()),
+            Some(body) => {
+                let seq = r.info(Instant::now()).sequence.to_string();
+                ([(SEQUENCE_HEADER, seq)], svg(body.clone())).into_response()
+            }
             None => (
                 StatusCode::NOT_FOUND,
                 "no line plot: this chain's output is an image (see /api/preview.png)\n",
