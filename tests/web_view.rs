@@ -13,31 +13,27 @@ mod web_support;
 use frameloop::ops::{CpuChain, OpSpec};
 use frameloop::sender::Pattern;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use web_support::{attr, body_tag, dump_dom, metric_cells, screenshot, screenshot_dir, tag_with_id};
+use web_support::{
+    PATIENCE, Run, attr, body_tag, decode_png, dump_dom, expected_preview, frameloop, get, get_json,
+    metric_cells, screenshot, screenshot_dir, tag_with_id,
+};
 
 /// Row length of the test frames: not a multiple of any block or tile size.
 const WIDTH: usize = 97;
 const ROWS: usize = 70;
 const FRAME_BYTES: usize = WIDTH * ROWS;
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// One test at a time: they share two cores.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn frameloop(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_frameloop"));
-    cmd.args(args).env("NO_COLOR", "1").env_remove("NOTIFY_SOCKET").stdin(Stdio::null());
-    cmd
 }
 
 /// A config: u8 samples through a Sobel `filter2d` over rows of [`WIDTH`],
@@ -57,89 +53,6 @@ fn write_config(dir: &Path, extra_service: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
-/// `frameloop run` and the addresses it printed.
-struct Run {
-    child: Child,
-    ingest: String,
-    http: SocketAddr,
-    stdout: mpsc::Receiver<String>,
-}
-
-impl Run {
-    fn start(config: &str, extra: &[&str]) -> Self {
-        let mut args = vec!["run", "--config", config, "--json"];
-        args.extend_from_slice(extra);
-        let mut child = frameloop(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let forward = |pipe: Box<dyn Read + Send>| {
-            let (tx, rx) = mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-            rx
-        };
-        let stderr = forward(Box::new(child.stderr.take().unwrap()));
-        let stdout = forward(Box::new(child.stdout.take().unwrap()));
-        let (mut ingest, mut http) = (None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while ingest.is_none() || http.is_none() {
-            let line = stderr
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|e| panic!("frameloop run printed no addresses ({e})"));
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                ingest.get_or_insert(rest.split_whitespace().next().unwrap().to_string());
-            }
-            if let Some(rest) = line.split("live view at http://").nth(1) {
-                http = Some(rest.split('/').next().unwrap().parse().unwrap());
-            }
-        }
-        std::thread::spawn(move || while stderr.recv().is_ok() {});
-        Self { child, ingest: ingest.unwrap(), http: http.unwrap(), stdout }
-    }
-
-    /// SIGINT, then the JSON report it printed.
-    fn stop(mut self) -> Value {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGINT)
-            .unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "frameloop run failed: {status}");
-        let mut text = String::new();
-        while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(5)) {
-            text.push_str(&line);
-            text.push('\n');
-        }
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One GET; (status, head, body bytes).
-fn get(addr: SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let body = raw.get(split + 4..).unwrap_or_default().to_vec();
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, head, body)
-}
-
-fn get_json(addr: SocketAddr, path: &str) -> Value {
-    let (status, head, body) = get(addr, path);
-    assert_eq!(status, 200, "{path}: {head}");
-    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
 fn send(to: &str, args: &[&str]) -> Child {
     let mut all =
         vec!["send", "--to", to, "--frame-bytes", "6790", "--packet-bytes", "1472", "--pacing", "sleep"];
@@ -157,37 +70,6 @@ fn wait_processed(addr: SocketAddr, n: u64) {
         assert!(Instant::now() < deadline, "fewer than {n} frames processed: {}", processed(addr));
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The preview of `samples` the way docs/live-view.md defines it, written
-/// here independently of the server: every `stride`-th row and column,
-/// min..max of the kept samples onto 0..=255.
-fn expected_preview(samples: &[f32], width: usize, max_side: usize) -> (usize, usize, Vec<u8>) {
-    let rows = samples.len() / width;
-    let stride = width.max(rows).div_ceil(max_side);
-    let (w, h) = (width.div_ceil(stride), rows.div_ceil(stride));
-    let kept: Vec<f32> = (0..h)
-        .flat_map(|r| (0..w).map(move |c| (r, c)))
-        .map(|(r, c)| samples[r * stride * width + c * stride])
-        .collect();
-    let min = kept.iter().copied().fold(f32::INFINITY, f32::min);
-    let max = kept.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let span = f64::from(max) - f64::from(min);
-    let pixels = kept
-        .iter()
-        .map(|&v| if span > 0.0 { ((f64::from(v) - f64::from(min)) / span * 255.0).round() as u8 } else { 0 })
-        .collect();
-    (w, h, pixels)
-}
-
-fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-    let decoder = png::Decoder::new(std::io::Cursor::new(bytes.to_vec()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.color_type, info.bit_depth), (png::ColorType::Grayscale, png::BitDepth::Eight));
-    buf.truncate(info.buffer_size());
-    (info.width, info.height, buf)
 }
 
 fn number(text: &str) -> f64 {

@@ -3,7 +3,7 @@
 //! bounded. One request per connection (the answer closes it); at most
 //! `max_connections` at once (more are closed at once); a request head of at
 //! most `max_request_bytes` (431 past it); a client that has not sent its
-//! head within `timeout` is cut off (408), and no connection lives longer
+//! head within `timeout` is cut off (closed), and no connection lives longer
 //! than [`CONNECTION_LIFETIME_FACTOR`] timeouts; past `requests_per_sec`
 //! (a token bucket over every client) a request is answered 429 without
 //! touching the router. Its threads run at the lowest priority
@@ -287,5 +287,60 @@ mod tests {
         assert!(!b.take(t0 + Duration::from_millis(100)));
         let later = t0 + Duration::from_secs(60);
         assert_eq!((0..100).filter(|_| b.take(later)).count(), 10, "never more than a second stored");
+    }
+
+    fn server(limits: HttpLimits) -> HttpServer {
+        let router = Router::new().route("/", axum::routing::get(|| async { "hello" }));
+        HttpServer::start("127.0.0.1:0".parse().unwrap(), router, limits, "test-http").unwrap()
+    }
+
+    fn get(addr: SocketAddr) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn connections_past_the_limit_are_closed_at_once_and_idle_ones_cut_off() {
+        use std::io::Read;
+        let limits =
+            HttpLimits { max_connections: 2, timeout: Duration::from_millis(400), ..HttpLimits::default() };
+        let s = server(limits);
+        let addr = s.local_addr();
+        let held: Vec<_> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut third = std::net::TcpStream::connect(addr).unwrap();
+        third.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        let _ = third.read_to_end(&mut rest);
+        assert!(
+            rest.is_empty() && started.elapsed() < Duration::from_millis(300),
+            "closed at once: {rest:?}"
+        );
+        assert!(s.counters().refused_connections.load(Ordering::Relaxed) >= 1);
+        for mut idle in held {
+            idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = idle.read_to_end(&mut rest);
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "idle clients cut off after the timeout");
+        assert!(get(addr).ends_with("hello"), "served again once the idle ones are gone");
+        s.stop();
+    }
+
+    #[test]
+    fn requests_past_the_rate_are_answered_429() {
+        let s = server(HttpLimits { requests_per_sec: 5, ..HttpLimits::default() });
+        let answers: Vec<String> = (0..12).map(|_| get(s.local_addr())).collect();
+        let ok = answers.iter().filter(|a| a.starts_with("HTTP/1.1 200 ")).count();
+        let limited = answers.iter().filter(|a| a.starts_with("HTTP/1.1 429 ")).count();
+        assert_eq!(ok + limited, 12, "{answers:?}");
+        assert!((5..=7).contains(&ok), "a second's burst, and what refilled meanwhile: {ok}");
+        assert!(answers.iter().any(|a| a.contains("Retry-After: 1")), "{answers:?}");
+        assert_eq!(s.counters().rate_limited.load(Ordering::Relaxed), limited as u64);
     }
 }

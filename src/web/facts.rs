@@ -51,12 +51,20 @@ impl ApplianceFacts {
     }
 }
 
+/// One segment's p50 and p99 (µs) at one moment.
+#[derive(Debug, Clone, PartialEq)]
+struct SegmentPoint {
+    segment: String,
+    p50_us: f64,
+    p99_us: f64,
+}
+
 /// Recent p50 and p99 of each segment, one entry a second at most, for
 /// the last [`HISTORY_SECONDS`] seconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LatencyHistory {
-    /// (when, [(segment, p50 µs, p99 µs)]), oldest first.
-    entries: VecDeque<(Instant, Vec<(String, f64, f64)>)>,
+    /// (when, every segment's point), oldest first.
+    entries: VecDeque<(Instant, Vec<SegmentPoint>)>,
 }
 
 /// How much history is kept, seconds.
@@ -75,7 +83,11 @@ impl LatencyHistory {
             .segments
             .iter()
             .filter(|s| s.count > 0)
-            .map(|s| (s.segment.name().to_string(), s.percentiles.p50_us, s.percentiles.p99_us))
+            .map(|s| SegmentPoint {
+                segment: s.segment.name().to_string(),
+                p50_us: s.percentiles.p50_us,
+                p99_us: s.percentiles.p99_us,
+            })
             .collect();
         self.entries.push_back((now, row));
         while self
@@ -103,7 +115,7 @@ impl LatencyHistory {
             .iter()
             .filter_map(|(t, row)| {
                 let ago = -now.saturating_duration_since(*t).as_secs_f64();
-                row.iter().find(|(s, _, _)| s == segment).map(|&(_, p50, p99)| (ago, p50, p99))
+                row.iter().find(|p| p.segment == segment).map(|p| (ago, p.p50_us, p.p99_us))
             })
             .collect()
     }

@@ -254,7 +254,7 @@ mod tests {
             PreviewKind::Spectrum { bins: 129 }
         );
         assert_eq!(
-            PreviewKind::of_chain(&[unpack.clone()], Some(240)),
+            PreviewKind::of_chain(std::slice::from_ref(&unpack), Some(240)),
             PreviewKind::ImageRows { height: 240 }
         );
         assert_eq!(PreviewKind::of_chain(&[unpack, OpSpec::Stats], None), PreviewKind::Signal);
