@@ -119,3 +119,50 @@ fn the_page_against_the_cuda_backend_previews_what_the_cpu_chain_computes() {
     let report = run.stop();
     assert_eq!(report.pointer("/latency/frames/processed").and_then(Value::as_u64), Some(FRAMES));
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_compare_report_draws_every_mode_and_the_floors_on_one_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("compare.html");
+    let out = frameloop(&[
+        "bench",
+        "--backend",
+        "cuda",
+        "--compare",
+        "--frames",
+        "2000",
+        "--json",
+        "--report",
+        path.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "bench --compare failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let html = std::fs::read_to_string(&path).unwrap();
+    let dom = dump_dom(&format!("file://{}", path.display()));
+    let body = body_tag(&dom);
+    assert_eq!(attr(body, "data-state").as_deref(), Some("ready"), "{body}");
+    let modes = json["modes"].as_array().unwrap();
+    assert!(modes.len() >= 3, "{json:#}");
+    for m in modes {
+        let name = m["mode"].as_str().unwrap();
+        assert!(html.contains(&web_support_escape(name)), "mode {name} missing from the report");
+        let shown = web_support::metric_cells(&dom)[&format!("mode.{name}.p99_us")].parse::<f64>().unwrap();
+        assert!((shown - m["p99_us"].as_f64().unwrap()).abs() <= 0.0051, "{name}: {shown}");
+    }
+    assert!(html.contains("floor: persistent-kernel round trip p50"), "the floors are on the plot");
+    // One line per mode and one per floor, each with its legend entry.
+    let plot = tag_with_id(&dom, "plot-0");
+    assert!(!plot.is_empty());
+    assert!(dom.matches("<polyline").count() >= modes.len() + 1, "every mode drawn");
+}
+
+fn web_support_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}

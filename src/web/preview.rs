@@ -290,4 +290,31 @@ mod tests {
         reader.next_frame(&mut buf).unwrap();
         assert_eq!((buf[0], buf[63]), (0, 255));
     }
+
+    #[test]
+    fn spectra_and_signals_are_drawn_as_lines() {
+        let ring = OutputRing::host(2, 300).unwrap();
+        let mut writer = ring.writer().unwrap();
+        let samples: Vec<f32> = (0..258).map(|i| (i as f32 * 0.1).sin()).collect();
+        writer.publish(&ResultRecord::default(), &[0; 12], &samples).unwrap();
+        for (kind, name, axis) in [
+            (PreviewKind::Spectrum { bins: 129 }, "spectrum", "bin"),
+            (PreviewKind::Signal, "signal", "sample"),
+        ] {
+            let previewer = Previewer::new(Arc::clone(&ring), kind, Duration::from_millis(1));
+            let drawn = previewer.latest(Instant::now());
+            let info = drawn.info(Instant::now());
+            assert_eq!((info.available, info.kind, info.samples), (true, name, 258), "{info:?}");
+            assert!(drawn.png.is_none());
+            let svg = drawn.svg.as_ref().unwrap();
+            assert!(svg.contains("<polyline") && svg.contains(axis), "{name}");
+            assert_eq!(info.url.as_deref(), Some("/api/preview.svg?seq=1"));
+        }
+        let spectrum =
+            Previewer::new(Arc::clone(&ring), PreviewKind::Spectrum { bins: 129 }, Duration::from_millis(1));
+        assert!(
+            spectrum.latest(Instant::now()).svg.as_ref().unwrap().contains("129 bins"),
+            "the first row only"
+        );
+    }
 }
