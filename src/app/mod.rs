@@ -452,7 +452,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         tracing::info!("metrics on http://{}/metrics", s.local_addr());
     }
     if let Some(l) = &live {
-        l.publish(&summary, Instant::now());
+        l.publish(&summary);
     }
     // The resident loop's counters need the loop itself, so this loop copies
     // them for the watchdog; its own tick shows that the copies are fresh.
@@ -505,7 +505,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         chores.publish_if_due(&board, || {
             let (snapshot, summary) = app.live_snapshot();
             if let Some(l) = &live {
-                l.publish(&summary, Instant::now());
+                l.publish(&summary);
             }
             snapshot
         });

@@ -18,7 +18,9 @@ pub use histograms::{CURVE_QUANTILES, FrameCounters, LatencyHistograms, Percenti
 pub use interval_log::{IntervalLogWriter, create_interval_log};
 pub use segment::{Segment, SegmentSpan, segment_spans};
 pub use sink::{ResultCallback, ResultSink};
-pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
+pub use summary::{
+    CounterSection, RecentWindow, SegmentSummary, Summary, render_counters, render_latency_table,
+};
 pub use thread::{FrameWait, LoopHook, ResultProgress, ResultSpin, ResultThread};
 
 use crate::config::problem::{ConfigProblem, check_range};

@@ -7,7 +7,7 @@ use crate::metrics::{CURVE_QUANTILES, Summary};
 use crate::plot::CurveSeries;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Facts about the running appliance that do not change while it runs
 /// (a reload that changes them restarts the appliance).
@@ -51,7 +51,7 @@ impl ApplianceFacts {
     }
 }
 
-/// One segment's p50 and p99 (µs) at one moment.
+/// One segment's p50 and p99 (µs) over one window.
 #[derive(Debug, Clone, PartialEq)]
 struct SegmentPoint {
     segment: String,
@@ -59,42 +59,39 @@ struct SegmentPoint {
     p99_us: f64,
 }
 
-/// Recent p50 and p99 of each segment, one entry a second at most, for
-/// the last [`HISTORY_SECONDS`] seconds.
+/// Recent p50 and p99 of each segment: one entry per window of about a
+/// second ([`crate::metrics::RecentWindow`]), for the last
+/// [`HISTORY_SECONDS`] seconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LatencyHistory {
-    /// (when, every segment's point), oldest first.
-    entries: VecDeque<(Instant, Vec<SegmentPoint>)>,
+    /// (window end, CLOCK_REALTIME ns; every segment's point), oldest first.
+    entries: VecDeque<(u64, Vec<SegmentPoint>)>,
 }
 
 /// How much history is kept, seconds.
 pub const HISTORY_SECONDS: u64 = 300;
-/// Shortest spacing of two history entries.
-const HISTORY_STEP: Duration = Duration::from_secs(1);
 
 impl LatencyHistory {
-    /// Records `summary`'s p50/p99 at `now` unless the last entry is younger
-    /// than a second; drops entries older than [`HISTORY_SECONDS`].
-    pub fn record(&mut self, summary: &Summary, now: Instant) {
-        if self.entries.back().is_some_and(|(t, _)| now.saturating_duration_since(*t) < HISTORY_STEP) {
+    /// Records the recent window of `summary`, unless it was recorded
+    /// already (or the summary has none); drops entries that ended more than
+    /// [`HISTORY_SECONDS`] before it.
+    pub fn record(&mut self, summary: &Summary) {
+        let Some(window) = &summary.recent else { return };
+        if self.entries.back().is_some_and(|(end, _)| *end >= window.end_ns) {
             return;
         }
-        let row = summary
+        let row = window
             .segments
             .iter()
-            .filter(|s| s.count > 0)
-            .map(|s| SegmentPoint {
-                segment: s.segment.name().to_string(),
-                p50_us: s.percentiles.p50_us,
-                p99_us: s.percentiles.p99_us,
+            .map(|&(segment, _, p50_us, p99_us)| SegmentPoint {
+                segment: segment.name().to_string(),
+                p50_us,
+                p99_us,
             })
             .collect();
-        self.entries.push_back((now, row));
-        while self
-            .entries
-            .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > Duration::from_secs(HISTORY_SECONDS))
-        {
+        self.entries.push_back((window.end_ns, row));
+        let oldest = window.end_ns.saturating_sub(HISTORY_SECONDS * 1_000_000_000);
+        while self.entries.front().is_some_and(|(end, _)| *end < oldest) {
             self.entries.pop_front();
         }
     }
@@ -109,12 +106,13 @@ impl LatencyHistory {
         self.entries.is_empty()
     }
 
-    /// One segment's (seconds before `now`, negative; p50 µs, p99 µs) points.
-    pub fn series(&self, segment: &str, now: Instant) -> Vec<(f64, f64, f64)> {
+    /// One segment's (seconds before `now_ns`, negative; p50 µs, p99 µs)
+    /// points, one per window it had values in.
+    pub fn series(&self, segment: &str, now_ns: u64) -> Vec<(f64, f64, f64)> {
         self.entries
             .iter()
-            .filter_map(|(t, row)| {
-                let ago = -now.saturating_duration_since(*t).as_secs_f64();
+            .filter_map(|(end, row)| {
+                let ago = -(now_ns.saturating_sub(*end) as f64 / 1e9);
                 row.iter().find(|p| p.segment == segment).map(|p| (ago, p.p50_us, p.p99_us))
             })
             .collect()
@@ -140,8 +138,8 @@ impl LiveLatency {
     }
 
     /// Publishes the curves of `summary` (every segment with values) and
-    /// records its p50/p99 in the history at `now`.
-    pub fn publish(&self, summary: &Summary, now: Instant) {
+    /// records its recent window's p50/p99 in the history.
+    pub fn publish(&self, summary: &Summary) {
         let curves = summary
             .segments
             .iter()
@@ -154,7 +152,7 @@ impl LiveLatency {
             .collect();
         let mut state = self.lock();
         state.curves = curves;
-        state.history.record(summary, now);
+        state.history.record(summary);
     }
 
     /// The latest curves.
@@ -176,7 +174,7 @@ pub fn curve_quantiles() -> &'static [f64] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{LatencyHistograms, Segment, SegmentSpan};
+    use crate::metrics::{LatencyHistograms, RecentWindow, Segment, SegmentSpan};
 
     fn summary_of(values: &[u64]) -> Summary {
         let mut h = LatencyHistograms::new();
@@ -187,21 +185,27 @@ mod tests {
     }
 
     #[test]
-    fn history_keeps_one_entry_a_second_for_five_minutes() {
+    fn history_keeps_each_window_once_for_five_minutes() {
         let mut history = LatencyHistory::default();
-        let t0 = Instant::now();
-        let s = summary_of(&[10_000, 20_000, 30_000]);
-        history.record(&s, t0);
-        history.record(&s, t0 + Duration::from_millis(500));
-        assert_eq!(history.len(), 1, "half a second later: no new entry");
+        let mut s = summary_of(&[10_000, 20_000, 30_000]);
+        history.record(&s);
+        assert!(history.is_empty(), "no window yet");
+        let t0 = 1_000_000_000_000u64;
+        let second = 1_000_000_000;
         for i in 1..=400 {
-            history.record(&s, t0 + Duration::from_secs(i));
+            s.recent = Some(RecentWindow {
+                start_ns: t0 + (i - 1) * second,
+                end_ns: t0 + i * second,
+                segments: vec![(Segment::EndToEnd, 3, i as f64, 2.0 * i as f64)],
+            });
+            history.record(&s);
+            history.record(&s);
         }
-        assert_eq!(history.len(), HISTORY_SECONDS as usize + 1);
-        let now = t0 + Duration::from_secs(400);
+        assert_eq!(history.len(), HISTORY_SECONDS as usize + 1, "each window once, five minutes of them");
+        let now = t0 + 400 * second;
         let series = history.series("end_to_end", now);
-        assert_eq!(series.last().map(|p| p.0), Some(0.0));
-        assert!((series.last().unwrap().1 - 20.0).abs() < 0.1, "{series:?}");
+        assert_eq!(series.last().copied(), Some((0.0, 400.0, 800.0)));
+        assert_eq!(series.first().map(|p| p.0), Some(-300.0));
         assert!(history.series("gpu", now).is_empty(), "no values, no series");
     }
 
@@ -209,7 +213,7 @@ mod tests {
     fn published_curves_follow_the_histograms() {
         let live = LiveLatency::default();
         let values: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
-        live.publish(&summary_of(&values), Instant::now());
+        live.publish(&summary_of(&values));
         let curves = live.curves();
         assert_eq!(curves.len(), 1);
         let c = &curves[0];

@@ -123,8 +123,9 @@ async fn status(axum::extract::State(view): axum::extract::State<WebView>) -> Js
     Json(status_json(&view, &view.board.latest(), Instant::now()))
 }
 
-/// `/api/latency` of `snap` and the view's curves and history at `now`.
-pub fn latency_json(view: &WebView, snap: &MetricsSnapshot, now: Instant) -> Value {
+/// `/api/latency` of `snap` and the view's curves and history at `now_ns`
+/// (CLOCK_REALTIME).
+pub fn latency_json(view: &WebView, snap: &MetricsSnapshot, now_ns: u64) -> Value {
     let curves = view.latency.curves();
     let history = view.latency.history();
     let segments: Vec<Value> = snap
@@ -133,7 +134,7 @@ pub fn latency_json(view: &WebView, snap: &MetricsSnapshot, now: Instant) -> Val
         .map(|seg| {
             let curve = curves.iter().find(|c| c.name == seg.segment);
             let points = |c: &CurveSeries| c.points.iter().map(|&(q, us)| json!({"q": q, "us": us})).collect::<Vec<_>>();
-            let series = history.series(&seg.segment, now);
+            let series = history.series(&seg.segment, now_ns);
             json!({
                 "segment": seg.segment,
                 "count": seg.count,
@@ -148,7 +149,7 @@ pub fn latency_json(view: &WebView, snap: &MetricsSnapshot, now: Instant) -> Val
 }
 
 async fn latency(axum::extract::State(view): axum::extract::State<WebView>) -> Json<Value> {
-    Json(latency_json(&view, &view.board.latest(), Instant::now()))
+    Json(latency_json(&view, &view.board.latest(), crate::clock::realtime_ns()))
 }
 
 fn svg(body: String) -> Response {
@@ -185,11 +186,11 @@ async fn history_svg(
         return (StatusCode::BAD_REQUEST, "segment name too long\n").into_response();
     }
     let drawn = tokio::task::spawn_blocking(move || {
-        let points = view.latency.history().series(&segment, Instant::now());
+        let points = view.latency.history().series(&segment, crate::clock::realtime_ns());
         let p50 = points.iter().map(|p| (p.0, p.1)).collect();
         let p99 = points.iter().map(|p| (p.0, p.2)).collect();
         timeseries_svg(
-            &format!("{segment}: p50 and p99 since start, each second"),
+            &format!("{segment}: p50 and p99 of each second"),
             &[("p50".to_string(), p50), ("p99".to_string(), p99)],
         )
     })
