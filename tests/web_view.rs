@@ -87,7 +87,7 @@ fn the_page_shows_the_running_appliance_as_metrics_does_and_previews_the_frame_t
     let http = run.http;
 
     // The page while the stream runs: it updates and draws.
-    let mut sender = send(&run.ingest, &["--rate", "50", "--count", "150"]);
+    let mut sender = send(&run.ingest, &["--rate", "50", "--count", "400"]);
     wait_processed(http, 20);
     let dom = dump_dom(&format!("http://{http}/"));
     let body = body_tag(&dom);
@@ -96,8 +96,20 @@ fn the_page_shows_the_running_appliance_as_metrics_does_and_previews_the_frame_t
     assert_eq!(attr(body, "data-state").as_deref(), Some("ready"), "{body}");
     assert!(number(&attr(body, "data-updates").unwrap()) >= 2.0, "the page updates itself: {body}");
     assert_eq!(attr(tag_with_id(&dom, "state"), "class").as_deref(), Some("state"), "running, not down");
+    let rate = (0..50)
+        .find_map(|_| {
+            let rate = get_json(http, "/api/status")["frames_per_s"].as_f64().filter(|&r| r > 0.0);
+            if rate.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            rate
+        })
+        .expect("a frame rate while the stream runs");
+    assert!((20.0..=80.0).contains(&rate), "{rate} frames/s at 50/s");
+    let shot = screenshot_dir().join("live-view.png");
+    screenshot(&format!("http://{http}/"), &shot, 1280, 2500);
     assert!(sender.wait().unwrap().success());
-    wait_processed(http, 150);
+    wait_processed(http, 400);
 
     // At rest (nothing moves), the page's numbers and /metrics agree.
     std::thread::sleep(Duration::from_millis(1200));
@@ -153,7 +165,7 @@ fn the_page_shows_the_running_appliance_as_metrics_does_and_previews_the_frame_t
         assert_eq!(number(value), want, "{key}: the page shows {value}, /metrics {want}");
         compared += 1;
     }
-    assert_eq!(cells.get("frames.processed").map(String::as_str), Some("150"), "{cells:?}");
+    assert_eq!(cells.get("frames.processed").map(String::as_str), Some("400"), "{cells:?}");
     assert!(compared >= 20, "only {compared} numbers compared: {cells:?}");
 
     // The preview: the newest output, an image of the frame the CPU chain computes.
@@ -178,7 +190,7 @@ fn the_page_shows_the_running_appliance_as_metrics_does_and_previews_the_frame_t
         .expect("the sequence header");
     assert_eq!(seq_header, info["sequence"].to_string());
     let frame_seq = info["frame_seq"].as_u64().unwrap();
-    assert_eq!(frame_seq, 149, "the newest frame");
+    assert_eq!(frame_seq, 399, "the newest frame");
     let mut cpu = CpuChain::new(&chain, FRAME_BYTES).unwrap();
     let out = cpu.run(&Pattern::Counter.frame(0, frame_seq, FRAME_BYTES));
     let samples = cpu.output(&out).to_vec();
@@ -199,10 +211,8 @@ fn the_page_shows_the_running_appliance_as_metrics_does_and_previews_the_frame_t
     assert!(index["endpoints"].as_array().unwrap().iter().any(|e| e["path"] == "/api/latency"));
     assert_eq!(get(http, "/nothing").0, 404);
 
-    let shot = screenshot_dir().join("live-view.png");
-    screenshot(&format!("http://{http}/"), &shot, 1280, 1900);
     let report = run.stop();
-    assert_eq!(report.pointer("/latency/frames/processed").and_then(Value::as_u64), Some(150));
+    assert_eq!(report.pointer("/latency/frames/processed").and_then(Value::as_u64), Some(400));
 }
 
 #[test]

@@ -63,6 +63,8 @@ pub struct RecentWindow {
     /// CLOCK_REALTIME ns the window started and ended at.
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Frames processed in the window.
+    pub frames: u64,
     /// (segment, values, p50 µs, p99 µs) of every segment with values.
     pub segments: Vec<(Segment, u64, f64, f64)>,
 }
@@ -82,7 +84,7 @@ impl RecentWindow {
                 Some((segment, hist.len(), p50, p99))
             })
             .collect();
-        Self { start_ns, end_ns, segments }
+        Self { start_ns, end_ns, frames: h.counters().processed, segments }
     }
 }
 

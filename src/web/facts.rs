@@ -130,6 +130,8 @@ pub struct LiveLatency {
 struct LatencyState {
     curves: Vec<CurveSeries>,
     history: LatencyHistory,
+    /// Frames processed per second in the last window.
+    frame_rate: Option<f64>,
 }
 
 impl LiveLatency {
@@ -153,11 +155,22 @@ impl LiveLatency {
         let mut state = self.lock();
         state.curves = curves;
         state.history.record(summary);
+        if let Some(w) = &summary.recent
+            && w.end_ns > w.start_ns
+        {
+            state.frame_rate = Some(w.frames as f64 * 1e9 / (w.end_ns - w.start_ns) as f64);
+        }
     }
 
     /// The latest curves.
     pub fn curves(&self) -> Vec<CurveSeries> {
         self.lock().curves.clone()
+    }
+
+    /// Frames processed per second over the last window of about a second
+    /// (none before the first window closed).
+    pub fn frame_rate(&self) -> Option<f64> {
+        self.lock().frame_rate
     }
 
     /// A copy of the history.
@@ -196,6 +209,7 @@ mod tests {
             s.recent = Some(RecentWindow {
                 start_ns: t0 + (i - 1) * second,
                 end_ns: t0 + i * second,
+                frames: 3,
                 segments: vec![(Segment::EndToEnd, 3, i as f64, 2.0 * i as f64)],
             });
             history.record(&s);
@@ -207,6 +221,10 @@ mod tests {
         assert_eq!(series.last().copied(), Some((0.0, 400.0, 800.0)));
         assert_eq!(series.first().map(|p| p.0), Some(-300.0));
         assert!(history.series("gpu", now).is_empty(), "no values, no series");
+        let live = LiveLatency::default();
+        assert_eq!(live.frame_rate(), None);
+        live.publish(&s);
+        assert_eq!(live.frame_rate(), Some(3.0), "3 frames in a second");
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn status_json(view: &WebView, snap: &MetricsSnapshot, now: Instant) -> Valu
         "param_generation": snap.param_generation,
         "reloads": pairs(&snap.reloads),
         "frames": pairs(&snap.frames),
+        "frames_per_s": view.latency.frame_rate(),
         "drops": pairs(&snap.drops),
         "ring_overruns": snap.ring_overruns,
         "outputs": outputs,
