@@ -15,7 +15,7 @@ if command -v apt-get >/dev/null; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     build-essential pkg-config python3 python3-pip python3-venv ca-certificates curl systemd \
     tcpdump tshark nats-server gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-    cmake libclang-dev >/dev/null
+    cmake libclang-dev chromium >/dev/null
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -20,8 +20,7 @@ fn documented(title: &str) -> (usize, Vec<Row>) {
     // The title may be broken over two lines ("... Result\nmessage, 176
     // bytes"); line breaks made spaces keep every byte where it was.
     let flat = text.replace('\n', " ");
-    let at =
-        flat.find(&format!("{title}, ")).unwrap_or_else(|| panic!("docs/outputs.md names no {title}"));
+    let at = flat.find(&format!("{title}, ")).unwrap_or_else(|| panic!("docs/outputs.md names no {title}"));
     let after = &flat[at + title.len() + 2..];
     let bytes: usize =
         after.split_whitespace().next().unwrap().parse().expect("a byte count after the title");

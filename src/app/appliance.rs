@@ -481,8 +481,24 @@ impl Appliance {
 
     /// Everything the Prometheus endpoint shows, as of now.
     pub fn metrics_snapshot(&self) -> crate::service::MetricsSnapshot {
-        use crate::service::{MetricsSnapshot, SegmentLatency};
+        self.metrics_snapshot_of(&self.latency())
+    }
+
+    /// The metrics snapshot and the latency summary it was made from (the
+    /// live view plots the summary's curves).
+    pub fn live_snapshot(&self) -> (crate::service::MetricsSnapshot, Summary) {
         let latency = self.latency();
+        (self.metrics_snapshot_of(&latency), latency)
+    }
+
+    /// The output ring, when `[output]` is enabled (the live view's preview
+    /// reads its newest output).
+    pub fn output_ring(&self) -> Option<std::sync::Arc<crate::output::OutputRing>> {
+        self.outputs.as_ref().map(|s| std::sync::Arc::clone(s.ring()))
+    }
+
+    fn metrics_snapshot_of(&self, latency: &Summary) -> crate::service::MetricsSnapshot {
+        use crate::service::{MetricsSnapshot, SegmentLatency};
         let loop_stats = self.resident.stats();
         let ingest = self.counters.snapshot();
         let f = &latency.frames;

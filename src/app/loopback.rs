@@ -71,7 +71,16 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         "sender",
         [("frames_sent", sent.frames), ("packets_sent", sent.packets), ("bytes_sent", sent.bytes)],
     );
-    print_report(&report, Some(("sender", serde_json::to_value(&sent).unwrap_or_default())), args.json);
+    let sender_json = serde_json::to_value(&sent).unwrap_or_default();
+    print_report(&report, Some(("sender", sender_json.clone())), args.json);
+    if let Some(path) = &args.report {
+        let config = super::html_report::config_text(args.config.as_deref(), &cfg);
+        let title = format!("frameloop bench: {} frames/s of {frame_bytes} bytes", args.rate);
+        super::html_report::write(
+            path,
+            &super::html_report::run_report(&title, &report, config, Some(sender_json))?,
+        )?;
+    }
     Ok(())
 }
 
@@ -116,6 +125,10 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         print!("{}", report.table());
+    }
+    if let Some(path) = &args.report {
+        let config = super::html_report::config_text(args.config.as_deref(), cfg);
+        super::html_report::write(path, &super::html_report::compare_report(&report, config)?)?;
     }
     Ok(())
 }

@@ -534,7 +534,7 @@ fn requested_panic(wanted: &str, name: &str) {
 /// until a signal (or `--duration`, or every loop down), then stops them all
 /// and reports each. A loop that went down makes the exit status non-zero.
 pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
-    use crate::service::{MetricsBoard, MetricsServer, Notifier, ProgressSource, WatchdogPinger};
+    use crate::service::{MetricsBoard, Notifier, ProgressSource, WatchdogPinger};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
@@ -574,15 +574,31 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     let pid_file = args.pid_file.as_deref().map(crate::service::PidFile::create).transpose()?;
 
     let board = MetricsBoard::new();
-    board.publish(set.metrics_snapshot());
-    let server = match cfg.service.metrics_socket_addr() {
-        Some(addr) => {
-            let s = MetricsServer::start(addr, board.clone())?;
-            tracing::info!("metrics on http://{}/metrics", s.local_addr());
-            Some(s)
-        }
-        None => None,
+    let snapshot = set.metrics_snapshot();
+    let facts = crate::web::ApplianceFacts {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backend: pick.name.to_string(),
+        backend_reason: pick.reason.clone(),
+        gpu: cuda.then(|| pick.reason.clone()),
+        listen: String::new(),
+        loops: snapshot
+            .loops
+            .iter()
+            .map(|l| crate::web::facts::LoopFacts {
+                name: l.name.clone(),
+                gpu: l.gpu,
+                streams: l.streams.clone(),
+            })
+            .collect(),
+        chain: cfg.chain.iter().map(|op| op.name().to_string()).collect(),
+        config_path: args.config.as_ref().map(|p| p.display().to_string()),
+        started: Some(Instant::now()),
     };
+    board.publish(snapshot);
+    let server = super::live_view::start_endpoint(cfg, &board, facts, None)?;
+    if let Some(s) = &server {
+        tracing::info!("metrics on http://{}/metrics", s.local_addr());
+    }
     let iterations = Arc::new(AtomicU64::new(set.iterations()));
     let pinger = notifier.as_ref().and_then(|n| {
         n.ready(&format!("serving {} loops ({} backend)", set.names().len(), pick.name));

@@ -7,6 +7,8 @@ mod captures;
 mod chores;
 mod claims;
 mod feed;
+mod html_report;
+pub mod live_view;
 mod loopback;
 mod loops;
 mod numa;
@@ -103,6 +105,11 @@ pub enum AppError {
     /// `--pid-file` cannot be written, or another appliance holds it.
     #[error(transparent)]
     PidFile(#[from] crate::service::PidFileError),
+    #[error("cannot write --report {}: {source}; check that the directory exists and is writable", path.display())]
+    Report { path: PathBuf, source: std::io::Error },
+    /// Drawing a report's plot failed.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
     /// Placing `[[loop]]` tables on the box's GPUs (the message names the fix).
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
@@ -297,6 +304,11 @@ pub struct BenchArgs {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as one self-contained HTML file: the machine,
+    /// the config, the table and every segment's percentile plot (with
+    /// --compare: every mode and the floors on one plot).
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// Write HdrHistogram interval logs to this file.
     #[arg(long)]
     pub histogram_log: Option<PathBuf>,
@@ -372,6 +384,11 @@ pub struct RunArgs {
     /// Write this process's id to this file while it runs (for `frameloop reload --pid-file`).
     #[arg(long, value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
+    /// At the stop, write the report as one self-contained HTML file: the
+    /// machine, the config, the latency table and every segment's
+    /// percentile plot.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 fn print_report(report: &Report, extra: Option<(&str, serde_json::Value)>, json: bool) {
@@ -432,7 +449,7 @@ pub(crate) const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration:
 /// stops making progress with work waiting for it; STOPPING=1 on the way
 /// out. A stop that has to leave a hung stage behind exits with status 4.
 pub fn run(args: &RunArgs) -> Result<(), AppError> {
-    use crate::service::{MetricsBoard, MetricsServer, Notifier, ProgressSource, WatchdogPinger};
+    use crate::service::{MetricsBoard, Notifier, ProgressSource, WatchdogPinger};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
@@ -454,15 +471,17 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let pid_file = args.pid_file.as_deref().map(crate::service::PidFile::create).transpose()?;
 
     let board = MetricsBoard::new();
-    board.publish(app.metrics_snapshot());
-    let server = match cfg.service.metrics_socket_addr() {
-        Some(addr) => {
-            let s = MetricsServer::start(addr, board.clone())?;
-            tracing::info!("metrics on http://{}/metrics", s.local_addr());
-            Some(s)
-        }
-        None => None,
-    };
+    let (snapshot, summary) = app.live_snapshot();
+    board.publish(snapshot);
+    let facts = live_view::appliance_facts(&cfg, &app, args.config.as_deref());
+    let server = live_view::start_endpoint(&cfg, &board, facts, live_view::previewer(&cfg, &app))?;
+    let live = server.as_ref().and_then(live_view::HttpEndpoint::view).map(|v| v.latency.clone());
+    if let Some(s) = &server {
+        tracing::info!("metrics on http://{}/metrics", s.local_addr());
+    }
+    if let Some(l) = &live {
+        l.publish(&summary);
+    }
     // The resident loop's counters need the loop itself, so this loop copies
     // them for the watchdog; its own tick shows that the copies are fresh.
     let iterations = Arc::new(AtomicU64::new(app.loop_stats().iterations));
@@ -511,7 +530,13 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
         {
             tracing::warn!("GPU clock recalibration failed: {e}");
         }
-        chores.publish_if_due(&board, || app.metrics_snapshot());
+        chores.publish_if_due(&board, || {
+            let (snapshot, summary) = app.live_snapshot();
+            if let Some(l) = &live {
+                l.publish(&summary);
+            }
+            snapshot
+        });
         chores.show_progress(|| app.progress_line());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -533,6 +558,10 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     drop(pid_file);
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
     print_report(&report, None, args.json);
+    if let Some(path) = &args.report {
+        let config = html_report::config_text(args.config.as_deref(), &cfg);
+        html_report::write(path, &html_report::run_report("frameloop run", &report, config, None)?)?;
+    }
     if !report.hung.is_empty() {
         return Err(AppError::StopTimedOut { stages: report.hung, timeout_ms: report.shutdown_timeout_ms });
     }
@@ -579,7 +608,7 @@ fn reload_config(app: &mut Appliance, args: &RunArgs, notifier: Option<&crate::s
 /// where it can), but a timer ends the process with the failure's exit
 /// status if that takes longer than `limit`, so it exits promptly even when
 /// a stage is wedged.
-fn stop_within(app: Appliance, server: Option<crate::service::MetricsServer>, limit: std::time::Duration) {
+fn stop_within(app: Appliance, server: Option<live_view::HttpEndpoint>, limit: std::time::Duration) {
     let code = i32::from(AppError::ThreadDied { thread: String::new(), message: String::new() }.exit_code());
     let deadline = std::thread::Builder::new().name("frameloop-stop-timer".into()).spawn(move || {
         std::thread::sleep(limit);

@@ -42,6 +42,11 @@ impl DeviceBuffer {
         self.len
     }
 
+    /// The context the allocation belongs to.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// Never true: an allocation holds at least one byte.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -18,6 +18,7 @@
 //! | [`device`] | library presence, [`probe`], device attributes, the shared primary context ([`open_context`]) |
 //! | [`memory`] | memory kinds: [`DeviceBuffer`] (`cuMemAlloc`), [`PinnedHost`] (mapped `cuMemHostAlloc`), [`HostRegistration`] (`cuMemHostRegister`) |
 //! | [`copy`] | synchronous and stream-ordered host/device copies |
+//! | [`copy_stream`] | [`CopyStream`]: bounded copies into one device allocation on a non-blocking stream of its own, never synchronising the device |
 //! | [`stream`] | [`OwnedStream`] (non-blocking), stream queries and waits |
 //! | [`module`] | [`LaunchDims`], raw-parameter kernel launches, function names |
 //! | [`graph`] | [`Graph`] with conditional WHILE/IF nodes, kernel nodes, capture, programmatic edges, [`GraphExec`] |
@@ -27,6 +28,7 @@
 //! | [`fft`] | cuFFT presence and a batched R2C [`CufftPlan`] |
 
 pub mod copy;
+pub mod copy_stream;
 pub mod device;
 pub mod dmabuf;
 pub mod error;
@@ -38,6 +40,7 @@ pub mod module;
 pub mod nvrtc;
 pub mod stream;
 
+pub use copy_stream::{CopyStream, STAGING_BYTES};
 pub use device::{GpuInfo, GpuUnavailable, driver_present, nvrtc_present, open_context, probe};
 pub use error::{CudaError, check};
 pub use fft::{CufftPlan, cufft_present};

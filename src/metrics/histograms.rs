@@ -76,6 +76,44 @@ impl Percentiles {
     }
 }
 
+/// The quantiles of a [`PercentileCurve`]: the points an HdrHistogram
+/// percentile plot draws, spaced evenly on its log axis `1 / (1 - q)`, and
+/// the maximum (q = 1).
+pub const CURVE_QUANTILES: [f64; 13] =
+    [0.0, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99995, 0.99999, 1.0];
+
+/// One segment's latency at each of [`CURVE_QUANTILES`], in microseconds:
+/// the percentile distribution the live view and the HTML reports plot.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PercentileCurve {
+    /// Values recorded (0: the curve is empty).
+    pub count: u64,
+    /// Latency (µs) at `CURVE_QUANTILES[i]`.
+    pub us: [f64; CURVE_QUANTILES.len()],
+}
+
+impl PercentileCurve {
+    /// The curve of a nanosecond histogram (all 0 when it is empty).
+    pub fn of(h: &Histogram<u64>) -> Self {
+        let mut curve = Self { count: h.len(), ..Self::default() };
+        if h.is_empty() {
+            return curve;
+        }
+        for (slot, ns) in curve.us.iter_mut().zip(h.value_at_quantiles(CURVE_QUANTILES)) {
+            *slot = ns as f64 / 1000.0;
+        }
+        curve
+    }
+
+    /// (quantile, µs) pairs, the maximum last; none when the curve is empty.
+    pub fn points(&self) -> Vec<(f64, f64)> {
+        if self.count == 0 {
+            return Vec::new();
+        }
+        CURVE_QUANTILES.iter().copied().zip(self.us).collect()
+    }
+}
+
 /// A nanosecond histogram with the bounds every segment uses.
 pub fn new_segment_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
@@ -170,6 +208,27 @@ impl LatencyHistograms {
         Percentiles::of(self.histogram(segment), self.sums_ns[segment.index()])
     }
 
+    /// The percentiles and the percentile distribution of one segment, in
+    /// one walk over its histogram (the curve's quantiles include the
+    /// percentiles').
+    pub fn percentiles_and_curve(&self, segment: Segment) -> (Percentiles, PercentileCurve) {
+        let h = self.histogram(segment);
+        let curve = PercentileCurve::of(h);
+        if h.is_empty() {
+            return (Percentiles::default(), curve);
+        }
+        let at = |q: f64| CURVE_QUANTILES.iter().position(|&c| c == q).map_or(0.0, |i| curve.us[i]);
+        let percentiles = Percentiles {
+            p50_us: at(0.5),
+            p90_us: at(0.9),
+            p99_us: at(0.99),
+            p99_9_us: at(0.999),
+            max_us: h.max() as f64 / 1000.0,
+            mean_us: self.sums_ns[segment.index()] as f64 / h.len() as f64 / 1000.0,
+        };
+        (percentiles, curve)
+    }
+
     /// Empties every histogram and counter (for interval sets).
     pub fn reset(&mut self) {
         for h in &mut self.histograms {
@@ -249,6 +308,11 @@ mod tests {
         assert_eq!(p.max_us, us(hist.max()));
         let mean_ns = values.iter().map(|&v| u128::from(v)).sum::<u128>() as f64 / values.len() as f64;
         assert!((p.mean_us * 1000.0 - mean_ns).abs() < 1e-6 * mean_ns, "{} against {mean_ns}", p.mean_us);
+        let (same, curve) = h.percentiles_and_curve(Segment::Compute);
+        assert_eq!(same, p, "one walk gives the same percentiles");
+        for (q, at) in CURVE_QUANTILES.iter().zip(curve.us) {
+            assert_eq!(at, us(hist.value_at_quantile(*q)), "the curve at {q}");
+        }
         h.reset();
         assert_eq!(h.percentiles(Segment::Compute), Percentiles::default());
         h.record_span(Segment::Compute, SegmentSpan::Ns(4_000));

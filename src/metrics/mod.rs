@@ -15,12 +15,14 @@ pub mod thread;
 
 pub use delivery::{OutputMetrics, SinkMetrics};
 pub use frame_log::{FrameLog, FrameLogFeed, FrameLogLine, FrameLogReport};
-pub use histograms::{FrameCounters, LatencyHistograms, Percentiles};
+pub use histograms::{CURVE_QUANTILES, FrameCounters, LatencyHistograms, PercentileCurve, Percentiles};
 pub use interval_log::{HistogramLogReport, IntervalLogFile, IntervalLogWriter, create_interval_log};
 pub use record_file::{LogCounters, RecordFile};
 pub use segment::{Segment, SegmentSpan, segment_spans};
 pub use sink::{ResultCallback, ResultSink};
-pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
+pub use summary::{
+    CounterSection, RecentWindow, SegmentSummary, Summary, render_counters, render_latency_table,
+};
 pub use thread::{FrameWait, LoopHook, ResultProgress, ResultSpin, ResultThread};
 
 use crate::config::problem::{ConfigProblem, check_range};

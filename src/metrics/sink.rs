@@ -6,7 +6,7 @@
 use super::frame_log::{FrameLogFeed, FrameLogLine};
 use super::histograms::LatencyHistograms;
 use super::interval_log::IntervalLogFile;
-use super::summary::Summary;
+use super::summary::{RecentWindow, Summary};
 use crate::ring::{ResultReader, ResultRecord};
 
 /// Called with every result as it is recorded (tests and the CLI check results with it).
@@ -42,7 +42,17 @@ pub struct ResultSink {
     lost_seen: u64,
     /// Ring sequence of the newest result drained.
     last_ring_seq: u64,
+    /// The histograms of the window being filled (see [`RECENT_WINDOW_NS`]).
+    recent: LatencyHistograms,
+    /// When that window started (0: at the first summary).
+    recent_start_ns: u64,
+    /// The last completed window.
+    last_recent: Option<RecentWindow>,
 }
+
+/// Shortest window of the recent percentiles: a summary taken this long
+/// after the window started closes it (and opens the next).
+pub const RECENT_WINDOW_NS: u64 = 1_000_000_000;
 
 impl ResultSink {
     /// A sink over `reader`; `clock_offset_ns` converts results flagged
@@ -60,6 +70,9 @@ impl ResultSink {
             batch: Vec::with_capacity(1024),
             lost_seen: 0,
             last_ring_seq: 0,
+            recent: LatencyHistograms::new(),
+            recent_start_ns: 0,
+            last_recent: None,
         }
     }
 
@@ -105,6 +118,7 @@ impl ResultSink {
         for r in &self.batch {
             let offset = self.offset_for(r);
             self.totals.record(r, seen_ns, offset);
+            self.recent.record(r, seen_ns, offset);
             if let Some(feed) = &self.frame_log {
                 feed.push(FrameLogLine::new(r, seen_ns, offset));
             }
@@ -202,6 +216,61 @@ impl ResultSink {
     /// Summary of every result so far.
     pub fn summary(&self) -> Summary {
         Summary::of(&self.totals)
+    }
+
+    /// Summary of every result so far, with the percentiles of the last
+    /// completed recent window; closes the window being filled when it is
+    /// [`RECENT_WINDOW_NS`] old at `now_ns` (the result thread asks between
+    /// results, so the window's percentiles never delay one).
+    pub fn summary_at(&mut self, now_ns: u64) -> Summary {
+        if self.recent_start_ns == 0 {
+            self.recent_start_ns = now_ns;
+        } else if now_ns.saturating_sub(self.recent_start_ns) >= RECENT_WINDOW_NS {
+            self.last_recent = Some(RecentWindow::of(&self.recent, self.recent_start_ns, now_ns));
+            self.recent.reset();
+            self.recent_start_ns = now_ns;
+        }
+        Summary { recent: self.last_recent.clone(), ..self.summary() }
+    }
+}
+
+#[cfg(test)]
+mod recent_tests {
+    use super::*;
+    use crate::metrics::Segment;
+    use crate::ring::layout::{ResultRecord, result_ring_bytes};
+    use crate::ring::{HostMemory, ResultReader, ResultRing};
+    use std::sync::Arc;
+
+    #[test]
+    fn summaries_carry_the_last_window_of_a_second() {
+        let ring =
+            ResultRing::new(Box::new(HostMemory::new(result_ring_bytes(64).unwrap()).unwrap()), 64).unwrap();
+        let mut writer = ring.writer().unwrap();
+        let mut sink = ResultSink::new(ResultReader::new(Arc::clone(&ring)), 0);
+        let s0 = 1_000_000_000_000u64;
+        let mut publish = |sent: u64, seen: u64, sink: &mut ResultSink| {
+            writer.push(&ResultRecord { sender_ts_ns: sent, ..Default::default() });
+            sink.poll(seen);
+        };
+        assert_eq!(sink.summary_at(s0).recent, None, "the first summary opens the first window");
+        for i in 0..10 {
+            publish(s0 + i, s0 + i + 100_000, &mut sink);
+        }
+        assert_eq!(sink.summary_at(s0 + 500_000_000).recent, None, "half a second: still open");
+        let first = sink.summary_at(s0 + RECENT_WINDOW_NS).recent.unwrap();
+        let e2e = first.segments.iter().find(|s| s.0 == Segment::EndToEnd).unwrap();
+        assert_eq!((first.start_ns, first.end_ns, e2e.1), (s0, s0 + RECENT_WINDOW_NS, 10));
+        assert!((e2e.3 - 100.0).abs() < 0.1, "{e2e:?}");
+        let t1 = s0 + RECENT_WINDOW_NS;
+        for i in 0..5 {
+            publish(t1 + i, t1 + i + 300_000, &mut sink);
+        }
+        let second = sink.summary_at(t1 + 2 * RECENT_WINDOW_NS).recent.unwrap();
+        let e2e = second.segments.iter().find(|s| s.0 == Segment::EndToEnd).unwrap();
+        assert_eq!(e2e.1, 5, "only the window's results");
+        assert!((e2e.2 - 300.0).abs() < 0.3, "{e2e:?}");
+        assert_eq!(sink.summary().segment(Segment::EndToEnd).count, 15, "the totals keep everything");
     }
 }
 

@@ -2,7 +2,7 @@
 //! fixed-width text table or JSON. Other parts of the appliance append their
 //! own counter sections (ingest drops, sender counts) to the same report.
 
-use super::histograms::{FrameCounters, LatencyHistograms, Percentiles};
+use super::histograms::{FrameCounters, LatencyHistograms, PercentileCurve, Percentiles};
 use super::segment::Segment;
 use serde::ser::{SerializeMap, Serializer};
 use std::fmt::Write as _;
@@ -19,6 +19,9 @@ pub struct SegmentSummary {
     pub unstamped: u64,
     #[serde(flatten)]
     pub percentiles: Percentiles,
+    /// The percentile distribution (for plots; not in the JSON report).
+    #[serde(skip)]
+    pub curve: PercentileCurve,
 }
 
 /// A titled list of named counters, kept in insertion order; serialises as
@@ -48,6 +51,41 @@ pub struct Summary {
     /// Counter sections added by other parts of the appliance, keyed by title in JSON.
     #[serde(serialize_with = "serialize_sections")]
     pub sections: Vec<CounterSection>,
+    /// The percentiles of the last completed window of about a second (the
+    /// live view's recent history; not in the JSON report).
+    #[serde(skip)]
+    pub recent: Option<RecentWindow>,
+}
+
+/// p50 and p99 of each segment over one window of time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentWindow {
+    /// CLOCK_REALTIME ns the window started and ended at.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Frames processed in the window.
+    pub frames: u64,
+    /// (segment, values, p50 µs, p99 µs) of every segment with values.
+    pub segments: Vec<(Segment, u64, f64, f64)>,
+}
+
+impl RecentWindow {
+    /// The window of `h`, from `start_ns` to `end_ns`.
+    pub fn of(h: &LatencyHistograms, start_ns: u64, end_ns: u64) -> Self {
+        let segments = Segment::ALL
+            .into_iter()
+            .filter_map(|segment| {
+                let hist = h.histogram(segment);
+                if hist.is_empty() {
+                    return None;
+                }
+                let mut at = hist.value_at_quantiles([0.5, 0.99]).map(|ns| ns as f64 / 1000.0);
+                let (p50, p99) = (at.next().unwrap_or_default(), at.next().unwrap_or_default());
+                Some((segment, hist.len(), p50, p99))
+            })
+            .collect();
+        Self { start_ns, end_ns, frames: h.counters().processed, segments }
+    }
 }
 
 fn serialize_sections<S: Serializer>(sections: &[CounterSection], serializer: S) -> Result<S::Ok, S::Error> {
@@ -63,15 +101,19 @@ impl Summary {
     pub fn of(h: &LatencyHistograms) -> Self {
         let segments = Segment::ALL
             .into_iter()
-            .map(|segment| SegmentSummary {
-                segment,
-                count: h.histogram(segment).len(),
-                negative_clamped: h.negative(segment),
-                unstamped: h.unstamped(segment),
-                percentiles: h.percentiles(segment),
+            .map(|segment| {
+                let (percentiles, curve) = h.percentiles_and_curve(segment);
+                SegmentSummary {
+                    segment,
+                    count: h.histogram(segment).len(),
+                    negative_clamped: h.negative(segment),
+                    unstamped: h.unstamped(segment),
+                    percentiles,
+                    curve,
+                }
             })
             .collect();
-        Self { segments, frames: *h.counters(), sections: Vec::new() }
+        Self { segments, frames: *h.counters(), sections: Vec::new(), recent: None }
     }
 
     /// The entry of one segment.

@@ -299,7 +299,7 @@ fn run(
         if requested > summaries_served {
             let asked_at = *summary_asked_at.get_or_insert_with(Instant::now);
             if !due || asked_at.elapsed() >= budget {
-                let summary = lock(sink).summary();
+                let summary = lock(sink).summary_at(clock::realtime_ns());
                 summaries.serve(requested, summary);
                 (summaries_served, summary_asked_at) = (requested, None);
                 continue;

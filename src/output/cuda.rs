@@ -54,6 +54,12 @@ unsafe impl OutputMemory for DeviceOutputMemory {
     fn share(&self) -> SharedRegion<'_> {
         SharedRegion::CudaIpc { handle: self.handle, ordinal: self.ordinal }
     }
+    fn copy_stream(&self) -> Option<Result<crate::cuda::CopyStream, OutputError>> {
+        Some(
+            crate::cuda::CopyStream::new(self.buffer.context(), self.buffer.dptr(), self.buffer.len())
+                .map_err(cuda_error),
+        )
+    }
 }
 
 /// Another process's output ring opened from its CUDA IPC handle; closed on drop.

@@ -45,6 +45,11 @@ pub unsafe trait OutputMemory: Send + Sync {
     }
     /// What a consumer is handed to map the same bytes.
     fn share(&self) -> SharedRegion<'_>;
+    /// For device memory: a stream that copies from it to the host without
+    /// waiting for the device's other work (a previewer's reads).
+    fn copy_stream(&self) -> Option<Result<crate::cuda::CopyStream, OutputError>> {
+        None
+    }
 }
 
 /// A memfd of a fixed length mapped shared, readable and writable.

@@ -19,7 +19,7 @@ pub use consumer::{Consumer, DeviceSamples, OutputFrame, SlotSamples};
 pub use cuda::DeviceOutputMemory;
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
-pub use ring::{DeviceOutputRing, OutputRing, OutputWriter};
+pub use ring::{DeviceOutputRing, NewestOutput, OutputRing, OutputWriter, SlotReader};
 pub use server::{ConsumerLag, OutputServer, OutputSnapshot};
 
 use crate::ops::OpSpec;
@@ -80,6 +80,12 @@ pub enum OutputError {
          the device (device_samples())"
     )]
     LocalDeviceCopy,
+    /// Copying the newest output out of a ring in device memory failed (a
+    /// previewer's copy; the loop and the consumers are not affected).
+    #[error(
+        "copying the newest output from the device ring failed: {0}; check the GPU (the log above has its error)"
+    )]
+    NewestCopy(#[source] crate::ring::memory::CopyError),
 }
 
 /// An output ring's writer and its attach server, started together.

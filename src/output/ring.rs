@@ -134,6 +134,78 @@ impl OutputRing {
     }
 }
 
+/// A copy of the newest output, taken by the seqlock protocol (the slot's
+/// sequence word read before and after the copy).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewestOutput {
+    /// The output sequence (1 for the first output).
+    pub sequence: u64,
+    pub record: ResultRecord,
+    pub samples: Vec<f32>,
+}
+
+/// How a reader outside the writer copies slots: straight from host
+/// memory, or through its own non-blocking device stream.
+pub struct SlotReader {
+    device: Option<crate::cuda::CopyStream>,
+}
+
+/// Tries a reader makes before giving up on a ring rewritten under it.
+const NEWEST_TRIES: usize = 4;
+
+impl OutputRing {
+    /// A reader for [`OutputRing::copy_newest`] (for a device-memory ring
+    /// it creates a copy stream, so call it once and keep it).
+    pub fn slot_reader(&self) -> Result<SlotReader, OutputError> {
+        Ok(SlotReader { device: self.data.copy_stream().transpose()? })
+    }
+
+    /// Copies the newest output, never waiting for the writer: `Ok(None)`
+    /// when nothing was published yet or the writer rewrote the slot during
+    /// every try. The writer is not slowed (it never looks at readers).
+    pub fn copy_newest(&self, reader: &mut SlotReader) -> Result<Option<NewestOutput>, OutputError> {
+        let g = self.geometry;
+        for _ in 0..NEWEST_TRIES {
+            let seq = self.head();
+            if seq == 0 {
+                return Ok(None);
+            }
+            let index = g.slot_index(seq);
+            if self.slot_seq(index).load(Ordering::Acquire) != written_word(seq) {
+                continue;
+            }
+            // SAFETY: the head of slot `index` lies inside the control block;
+            // a concurrent rewrite is detected by the re-check below and the
+            // copy then discarded.
+            let head = unsafe { std::ptr::read_volatile(self.slot_head(index)) };
+            let len = (head.record.output_len as usize).min(g.sample_capacity);
+            let mut bytes = vec![0u8; len * 4];
+            let offset = g.slot_offset(seq) + SLOT_SAMPLES_OFFSET;
+            match &mut reader.device {
+                Some(stream) => stream.read(offset, &mut bytes).map_err(OutputError::NewestCopy)?,
+                // SAFETY: host memory (no copy stream): `offset + len * 4`
+                // lies inside the data region (`len <= sample_capacity`); a
+                // rewrite during the copy is detected below.
+                None => unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.data.as_ptr().add(offset),
+                        bytes.as_mut_ptr(),
+                        bytes.len(),
+                    )
+                },
+            }
+            fence(Ordering::Acquire);
+            if self.slot_seq(index).load(Ordering::Relaxed) != written_word(seq) {
+                continue;
+            }
+            let samples =
+                bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            return Ok(Some(NewestOutput { sequence: seq, record: head.record, samples }));
+        }
+        Ok(None)
+    }
+}
+
 /// Where the GPU side writes: the device-side description of an output ring
 /// whose data region is device memory, laid out as `kernels/output_ring.cuh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +327,9 @@ mod tests {
         // SAFETY: slot 1's head lies in the control block; no writer runs now.
         let mirrored = unsafe { ring.slot_head(1).read() };
         assert_eq!((mirrored.record.output_len, mirrored.user), (3, [8; 12]), "the control block's head");
+        let mut reader = ring.slot_reader().unwrap();
+        let newest = ring.copy_newest(&mut reader).unwrap().unwrap();
+        assert_eq!((newest.sequence, newest.samples), (2, vec![0.0, 1.0, 2.0]), "the newest output copied");
     }
 
     #[test]

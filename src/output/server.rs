@@ -124,7 +124,8 @@ impl OutputServer {
         Ok(Self { ring, counters, local, stop, thread: Some(thread), path: path.to_owned() })
     }
 
-    /// The ring this server shares.
+    /// The ring this server shares (a previewer reads the newest output
+    /// from it).
     pub fn ring(&self) -> &Arc<OutputRing> {
         &self.ring
     }

@@ -16,9 +16,29 @@ pub const MAX_CPU_ID: usize = 1023;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
-    /// Local address (`ip:port`) of the Prometheus text endpoint
-    /// (`GET /metrics`); none = no endpoint. Prefer a loopback address.
+    /// Local address (`ip:port`) of the HTTP server: the Prometheus text
+    /// endpoint (`GET /metrics`), the live page (`/`) and its JSON API
+    /// (`/api/...`); none = no server. A loopback address unless
+    /// `http_allow_remote` is set.
     pub metrics_addr: Option<String>,
+    /// Serve the live page and its API beside `/metrics` (default true).
+    pub live_view: bool,
+    /// Let `metrics_addr` be an address other machines reach. The server has
+    /// no authentication: put it behind an SSH tunnel or a reverse proxy
+    /// that has (docs/live-view.md) rather than setting this.
+    pub http_allow_remote: bool,
+    /// Connections the HTTP server serves at once; more are closed at once.
+    pub http_max_connections: usize,
+    /// How long a client may take to send its request (ms); a connection
+    /// lives at most five times this.
+    pub http_timeout_ms: u64,
+    /// Requests the HTTP server answers per second, over every client;
+    /// past it the answer is 429.
+    pub http_requests_per_sec: u32,
+    /// Shortest time between two previews of the newest output (ms): the
+    /// output ring is read and the preview drawn at most this often, however
+    /// many viewers there are.
+    pub preview_interval_ms: u64,
     /// CPU core the UDP receiver thread is pinned to.
     pub receiver_cpu: Option<usize>,
     /// CPU core the assembly thread is pinned to (with
@@ -55,6 +75,16 @@ pub struct ServiceConfig {
 /// every thread but the receiver yields to it.
 pub const DEFAULT_RESULT_NICE: i32 = 10;
 
+/// Default `http_max_connections`.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
+/// Default `http_timeout_ms`.
+pub const DEFAULT_HTTP_TIMEOUT_MS: u64 = 2000;
+/// Default `http_requests_per_sec`: 50 viewers' pages at one update a
+/// second each, with room to spare.
+pub const DEFAULT_HTTP_REQUESTS_PER_SEC: u32 = 500;
+/// Default `preview_interval_ms`: two previews a second at most.
+pub const DEFAULT_PREVIEW_INTERVAL_MS: u64 = 500;
+
 /// Default `shutdown_timeout_ms`: well inside the unit's `TimeoutStopSec=15`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 5000;
 
@@ -62,6 +92,12 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         Self {
             metrics_addr: None,
+            live_view: true,
+            http_allow_remote: false,
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            http_timeout_ms: DEFAULT_HTTP_TIMEOUT_MS,
+            http_requests_per_sec: DEFAULT_HTTP_REQUESTS_PER_SEC,
+            preview_interval_ms: DEFAULT_PREVIEW_INTERVAL_MS,
             receiver_cpu: None,
             assembly_cpu: None,
             reader_cpus: Vec::new(),
@@ -77,14 +113,27 @@ impl Default for ServiceConfig {
 impl ServiceConfig {
     /// Records every problem of this section, each named `service.<key>`.
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
-        if let Some(addr) = &self.metrics_addr
-            && addr.parse::<SocketAddr>().is_err()
-        {
-            problems.push(ConfigProblem::new(
-                "service.metrics_addr",
-                format!("{addr:?} is not an ip:port address; write for example \"127.0.0.1:9464\""),
-            ));
+        if let Some(addr) = &self.metrics_addr {
+            match addr.parse::<SocketAddr>() {
+                Err(_) => problems.push(ConfigProblem::new(
+                    "service.metrics_addr",
+                    format!("{addr:?} is not an ip:port address; write for example \"127.0.0.1:9464\""),
+                )),
+                Ok(a) if !a.ip().is_loopback() && !self.http_allow_remote => problems.push(ConfigProblem::new(
+                    "service.http_allow_remote",
+                    format!(
+                        "service.metrics_addr {addr:?} is reachable from other machines and the HTTP server has \
+                         no authentication; listen on 127.0.0.1 and reach it through an SSH tunnel or a reverse \
+                         proxy (docs/live-view.md), or set service.http_allow_remote = true to serve it anyway"
+                    ),
+                )),
+                Ok(_) => {}
+            }
         }
+        check_range(problems, "service.http_max_connections", self.http_max_connections, 1, 4096);
+        check_range(problems, "service.http_timeout_ms", self.http_timeout_ms, 100, 60_000);
+        check_range(problems, "service.http_requests_per_sec", self.http_requests_per_sec, 1, 100_000);
+        check_range(problems, "service.preview_interval_ms", self.preview_interval_ms, 50, 60_000);
         for (key, cpu) in [
             ("service.receiver_cpu", self.receiver_cpu),
             ("service.assembly_cpu", self.assembly_cpu),
@@ -194,6 +243,29 @@ mod tests {
             assert!(keys.contains(&k), "missing {k} in {problems:?}");
         }
         assert!(!keys.contains(&"service.result_cpu"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_remote_address_needs_http_allow_remote() {
+        let (_, problems) = parse("metrics_addr = \"0.0.0.0:9464\"");
+        assert_eq!(keys(&problems), ["service.http_allow_remote"], "{problems:?}");
+        assert!(problems[0].to_string().contains("SSH tunnel"), "{}", problems[0]);
+        let (cfg, problems) = parse("metrics_addr = \"0.0.0.0:9464\"\nhttp_allow_remote = true");
+        assert!(problems.is_empty() && cfg.http_allow_remote, "{problems:?}");
+        let (_, problems) = parse("metrics_addr = \"[::1]:9464\"");
+        assert!(problems.is_empty(), "IPv6 loopback is local: {problems:?}");
+        let (_, problems) = parse(
+            "http_max_connections = 0\nhttp_timeout_ms = 5\nhttp_requests_per_sec = 0\npreview_interval_ms = 1",
+        );
+        assert_eq!(
+            keys(&problems),
+            [
+                "service.http_max_connections",
+                "service.http_timeout_ms",
+                "service.http_requests_per_sec",
+                "service.preview_interval_ms"
+            ]
+        );
     }
 
     #[test]

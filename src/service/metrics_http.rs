@@ -1,24 +1,15 @@
 //! The Prometheus text endpoint: a snapshot of the appliance's counters and
 //! latency percentiles that the pipeline publishes, rendered in the text
-//! exposition format (0.0.4) and served at `GET /metrics` by one small
-//! thread speaking minimal HTTP/1.1 with bounded requests and timeouts.
+//! exposition format (0.0.4) and served at `GET /metrics` by the
+//! appliance's HTTP server ([`super::http_server`]).
 
 use super::ServiceError;
+use super::http_server::{HttpLimits, HttpServer};
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-/// Largest request head (request line and headers) accepted, in bytes.
-pub const MAX_REQUEST_BYTES: usize = 8192;
-/// How long one client may take to send its request or read the answer.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How often the accept loop looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(100);
+use std::time::Duration;
 /// Content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -177,7 +168,7 @@ impl MetricsBoard {
 
     /// Current values: asks the publisher for a new snapshot and waits for
     /// it (up to [`FRESH_WAIT`]) where a publisher answers; else the latest.
-    fn current(&self) -> Arc<MetricsSnapshot> {
+    pub fn current(&self) -> Arc<MetricsSnapshot> {
         if !self.answered.load(Ordering::Acquire) {
             return self.latest();
         }
@@ -394,213 +385,55 @@ fn render_outputs(out: &mut String, o: &crate::metrics::OutputMetrics) {
     sample(out, "frameloop_output_attaches_total", &[("outcome", "timed_out")], o.timed_out);
 }
 
-/// One answer of the endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub reason: &'static str,
-    pub content_type: &'static str,
-    pub body: String,
-}
-
-impl Response {
-    fn text(status: u16, reason: &'static str, body: &str) -> Self {
-        Self { status, reason, content_type: "text/plain; charset=utf-8", body: format!("{body}\n") }
-    }
-
-    /// The response as bytes on the wire; `head_only` leaves out the body
-    /// (for HEAD) but keeps its Content-Length.
-    pub fn to_bytes(&self, head_only: bool) -> Vec<u8> {
-        let mut out = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.status,
-            self.reason,
-            self.content_type,
-            self.body.len()
-        )
-        .into_bytes();
-        if !head_only {
-            out.extend_from_slice(self.body.as_bytes());
+/// The `/metrics` route: `GET` (and `HEAD`) answer the text exposition of
+/// current values (the scrape waits up to 200 ms for the pipeline to
+/// publish them; the wait runs on the server's blocking threads).
+pub fn metrics_router(board: MetricsBoard) -> axum::Router {
+    use axum::http::header::CONTENT_TYPE as HEADER;
+    let handler = move || {
+        let board = board.clone();
+        async move {
+            let text = tokio::task::spawn_blocking(move || render(&board.current()))
+                .await
+                .unwrap_or_else(|_| String::from("# the metrics renderer failed\n"));
+            ([(HEADER, CONTENT_TYPE)], text)
         }
-        out
-    }
-}
-
-/// The parts of a request the endpoint looks at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestLine {
-    pub method: String,
-    pub path: String,
-}
-
-/// Parses the request line of a complete request head; Err is the answer
-/// to send (400).
-pub fn parse_request_line(head: &[u8]) -> Result<RequestLine, Response> {
-    let bad = || Response::text(400, "Bad Request", "bad request");
-    let line_end = head.windows(2).position(|w| w == b"\r\n").ok_or_else(bad)?;
-    let line = std::str::from_utf8(&head[..line_end]).map_err(|_| bad())?;
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad());
     };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Err(bad());
-    }
-    let path = target.split('?').next().unwrap_or(target);
-    Ok(RequestLine { method: method.to_string(), path: path.to_string() })
+    axum::Router::new().route("/metrics", axum::routing::get(handler))
 }
 
-/// The answer to `request`: the metrics for `GET`/`HEAD /metrics`, 404 for
-/// anything else.
-pub fn respond(request: &RequestLine, board: &MetricsBoard) -> Response {
-    match (request.method.as_str(), request.path.as_str()) {
-        ("GET" | "HEAD", "/metrics") => {
-            Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body: render(&board.current()) }
-        }
-        _ => Response::text(404, "Not Found", "not found; metrics are at GET /metrics"),
-    }
+/// The router of a server that serves only `/metrics`: anything else is 404
+/// with a hint.
+fn metrics_only(board: MetricsBoard) -> axum::Router {
+    metrics_router(board).fallback(|| async {
+        (axum::http::StatusCode::NOT_FOUND, "not found; metrics are at GET /metrics\n")
+    })
 }
 
-/// Reads a request head (up to the blank line) of at most
-/// [`MAX_REQUEST_BYTES`]; Err is the answer to send, if any.
-fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, Option<Response>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
-    loop {
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            return Ok(head);
-        }
-        if head.len() > MAX_REQUEST_BYTES {
-            return Err(Some(Response::text(431, "Request Header Fields Too Large", "request too large")));
-        }
-        if Instant::now() >= deadline {
-            return Err(Some(Response::text(408, "Request Timeout", "request timeout")));
-        }
-        match stream.read(&mut buf) {
-            Ok(0) => return Err(None),
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(Some(Response::text(408, "Request Timeout", "request timeout")));
-            }
-            Err(_) => return Err(None),
-        }
-    }
-}
-
-/// Serves one connection: one request, one answer, then close.
-fn serve(mut stream: TcpStream, board: &MetricsBoard) {
-    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let (response, head_only) = match read_head(&mut stream) {
-        Ok(head) => match parse_request_line(&head) {
-            Ok(req) => (respond(&req, board), req.method == "HEAD"),
-            Err(resp) => (resp, false),
-        },
-        Err(Some(resp)) => (resp, false),
-        Err(None) => return,
-    };
-    let _ = stream.write_all(&response.to_bytes(head_only));
-    let _ = stream.flush();
-    if response.status >= 400 {
-        discard_rest(&mut stream);
-    }
-}
-
-/// After an error answer, reads (and drops) what the client still sends, for
-/// a bounded time and size, so closing does not reset the connection before
-/// the client has read the answer.
-fn discard_rest(stream: &mut TcpStream) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf = [0u8; 4096];
-    let mut left = 16 * MAX_REQUEST_BYTES;
-    while left > 0 {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => left = left.saturating_sub(n),
-        }
-    }
-}
-
-/// The running endpoint. Dropping it (or [`MetricsServer::stop`]) closes the
-/// listener and joins its thread.
+/// The Prometheus endpoint alone (no live page): `GET /metrics` on the
+/// appliance's HTTP server with the default [`HttpLimits`]. Dropping it (or
+/// [`MetricsServer::stop`]) closes the listener and joins its thread.
 pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: HttpServer,
 }
 
 impl MetricsServer {
-    /// Binds `addr` (port 0 picks a free port) and serves `board` from one
-    /// thread. Binding errors are returned so start-up can fail clearly.
+    /// Binds `addr` (port 0 picks a free port) and serves `board`. Binding
+    /// errors are returned so start-up can fail clearly.
     pub fn start(addr: SocketAddr, board: MetricsBoard) -> Result<Self, ServiceError> {
-        let listener =
-            TcpListener::bind(addr).map_err(|source| ServiceError::MetricsBind { addr, source })?;
-        let local = listener.local_addr().map_err(|source| ServiceError::MetricsBind { addr, source })?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread_stop = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("frameloop-metrics".into())
-            .spawn(move || accept_loop(&listener, &board, &thread_stop))
-            .map_err(|source| ServiceError::Spawn { thread: "metrics", source })?;
-        tracing::info!(addr = %local, "metrics endpoint listening at http://{local}/metrics");
-        Ok(Self { addr: local, stop, thread: Some(thread) })
+        let server = HttpServer::start(addr, metrics_only(board), HttpLimits::default(), "metrics")?;
+        tracing::info!(addr = %server.local_addr(), "metrics endpoint listening at http://{}/metrics", server.local_addr());
+        Ok(Self { server })
     }
 
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
-    /// Stops accepting and joins the thread (within one client timeout).
-    pub fn stop(mut self) {
-        self.shut_down();
-    }
-
-    fn shut_down(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("the metrics thread panicked");
-        }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.shut_down();
-    }
-}
-
-fn accept_loop(listener: &TcpListener, board: &MetricsBoard, stop: &AtomicBool) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let timeout = PollTimeout::from(STOP_POLL.as_millis() as u16);
-    let mut error_logged = false;
-    while !stop.load(Ordering::Acquire) {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "metrics endpoint: poll failed; endpoint stopped");
-                return;
-            }
-        }
-        match listener.accept() {
-            Ok((stream, _)) => serve(stream, board),
-            Err(e) => {
-                if !error_logged {
-                    tracing::warn!(error = %e, "metrics endpoint: accept failed (further failures not logged)");
-                    error_logged = true;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
+    /// Stops accepting and joins the thread.
+    pub fn stop(self) {
+        self.server.stop();
     }
 }
 
@@ -681,35 +514,11 @@ mod tests {
         assert_eq!(escape_label_value("plain"), "plain");
     }
 
-    #[test]
-    fn parses_request_lines() {
-        let req = parse_request_line(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
-        assert_eq!(req, RequestLine { method: "GET".into(), path: "/metrics".into() });
-        for bad in [
-            &b"GET /metrics\r\n\r\n"[..],
-            b"GET metrics HTTP/1.1\r\n\r\n",
-            b"\xff\xfe HTTP/1.1\r\n\r\n",
-            b"junk",
-        ] {
-            assert_eq!(parse_request_line(bad).unwrap_err().status, 400);
-        }
-    }
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Instant;
 
-    #[test]
-    fn routes_only_get_metrics() {
-        let board = MetricsBoard::new();
-        board.publish(snapshot());
-        let get = respond(&RequestLine { method: "GET".into(), path: "/metrics".into() }, &board);
-        assert_eq!((get.status, get.content_type), (200, CONTENT_TYPE));
-        assert!(get.body.contains("frameloop_loop_iterations_total 1234"));
-        for (m, p) in [("GET", "/"), ("POST", "/metrics"), ("GET", "/metrics/x")] {
-            assert_eq!(respond(&RequestLine { method: m.into(), path: p.into() }, &board).status, 404);
-        }
-        let head = respond(&RequestLine { method: "HEAD".into(), path: "/metrics".into() }, &board);
-        let bytes = head.to_bytes(true);
-        assert!(bytes.ends_with(b"\r\n\r\n"));
-        assert!(String::from_utf8(bytes).unwrap().contains(&format!("Content-Length: {}", head.body.len())));
-    }
+    const MAX_REQUEST_BYTES: usize = super::super::http_server::MAX_REQUEST_BYTES;
 
     fn exchange(addr: SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -734,13 +543,26 @@ mod tests {
         let (head, body) = full.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
         assert!(exchange(addr, b"GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        assert!(
+            exchange(addr, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+                .starts_with("HTTP/1.1 405 ")
+        );
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"), "{head}");
+        assert!(exchange(addr, b"junk\r\n\r\n").starts_with("HTTP/1.1 400 "));
         let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(3 * MAX_REQUEST_BYTES));
         assert!(exchange(addr, huge.as_bytes()).starts_with("HTTP/1.1 431 "));
-        // A client that sends nothing is cut off, and the next one is served.
-        let idle = TcpStream::connect(addr).unwrap();
+        // A client that sends nothing does not hold the next one up, and is
+        // cut off after the timeout.
+        let mut idle = TcpStream::connect(addr).unwrap();
         let after = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
         assert!(after.starts_with("HTTP/1.1 200 OK"), "{after}");
-        drop(idle);
+        idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        let _ = idle.read_to_end(&mut rest);
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(8), "the idle client was cut off after {waited:?}");
         server.stop();
         assert!(TcpStream::connect(addr).is_err(), "listener closed after stop");
     }
@@ -754,6 +576,7 @@ mod tests {
 
     #[test]
     fn a_scrape_gets_values_published_after_it_asked() {
+        use std::time::Instant;
         let board = MetricsBoard::new();
         board.publish(MetricsSnapshot { ring_overruns: 1, ..Default::default() });
         assert!(!board.refresh_wanted(), "no scrape waits yet");

@@ -1,9 +1,11 @@
 //! frameloop as a systemd service: readiness and watchdog notification,
 //! the `[service]` config section, thread placement, logging to the journal,
-//! the pid file and the Prometheus metrics endpoint.
+//! the pid file, and the appliance's HTTP server with the Prometheus metrics
+//! endpoint on it.
 
 pub mod bounded;
 pub mod config;
+pub mod http_server;
 pub mod logging;
 pub mod metrics_http;
 pub mod metrics_loops;
@@ -15,6 +17,7 @@ pub mod threads;
 pub mod watchdog;
 
 pub use config::ServiceConfig;
+pub use http_server::{HttpLimits, HttpServer};
 pub use metrics_http::{
     FrameRingPages, LogMetrics, MetricsBoard, MetricsServer, MetricsSnapshot, SegmentLatency,
 };
