@@ -68,7 +68,7 @@ pub(super) fn receive_loop(
     Ok(())
 }
 
-/// What one [`UdpReceiver::drain`] read.
+/// What one [`SocketReader::read_available`] read.
 pub(super) struct Drained {
     /// Buffers (datagrams, or GRO buffers of several) taken off the socket.
     pub(super) buffers: usize,

@@ -3,12 +3,12 @@
 //! [`deliver`], or received one-copy where the assembler planned landing
 //! places.
 
-use super::super::assembler::FrameAssembler;
-use super::super::deliver::deliver;
-use super::super::error::IngestError;
-use super::super::receive_loop::{BATCHES_PER_WAKE, Drained};
 use super::UdpReceiver;
 use crate::clock;
+use crate::ingest::assembler::FrameAssembler;
+use crate::ingest::deliver::deliver;
+use crate::ingest::error::IngestError;
+use crate::ingest::receive_loop::{BATCHES_PER_WAKE, Drained};
 use std::os::fd::AsRawFd;
 
 impl<A: FrameAssembler> UdpReceiver<A> {

@@ -2,12 +2,12 @@
 //! landing plan, and the messages of a one-copy receive handed to the
 //! assembler with their payloads already in place.
 
-use super::super::assembler::FrameAssembler;
-use super::super::batch::datagram_count;
-use super::super::counters::IngestCounters;
-use super::super::deliver::deliver;
-use super::super::landing::{Landed, LandingShape, MessageLayout};
 use super::UdpReceiver;
+use crate::ingest::assembler::FrameAssembler;
+use crate::ingest::batch::datagram_count;
+use crate::ingest::counters::IngestCounters;
+use crate::ingest::deliver::deliver;
+use crate::ingest::landing::{Landed, LandingShape, MessageLayout};
 use crate::wire::native::HEADER_LEN;
 
 impl<A: FrameAssembler> UdpReceiver<A> {

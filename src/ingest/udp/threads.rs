@@ -2,11 +2,11 @@
 //! and the further reading threads (`ingest.reading_threads`) started,
 //! placed by their start hooks, joined, and their errors reported.
 
-use super::super::assembler::FrameAssembler;
-use super::super::assembly_thread::{AssemblyStage, HandingOver, Shared};
-use super::super::error::IngestError;
-use super::super::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use super::UdpReceiver;
+use crate::ingest::assembler::FrameAssembler;
+use crate::ingest::assembly_thread::{AssemblyStage, HandingOver, Shared};
+use crate::ingest::error::IngestError;
+use crate::ingest::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
