@@ -1,6 +1,6 @@
 //! The UDP receiver: one socket (set up by `ingest/socket.rs`: socket2
-//! options, mio readiness), `recvmmsg` batches ([`super::batch`]), a source
-//! allowlist ([`super::allow`]), and a [`FrameAssembler`] (the native
+//! options, mio readiness), `recvmmsg` batches (`ingest/batch.rs`), a source
+//! allowlist (`ingest/allow.rs`), and a [`FrameAssembler`] (the native
 //! [`Reassembler`], or any other format's) that puts the frames into the
 //! ring. Its parts: `threads` (the threads of `ingest.assembly_thread`),
 //! `drain` (the copy drain), `one_copy` (one-copy delivery); the loop it
