@@ -1,10 +1,12 @@
-//! The frame assembler the UDP receiver feeds: native reassembly
-//! ([`Reassembler`]) or RFC 4175 RTP video ([`RtpAssembler`]). Both are pure
-//! state machines (no I/O, no clock reads) with the same three entry points.
+//! The frame assembler the UDP receiver feeds ([`FrameAssembler`]): the
+//! interface every datagram format implements to turn datagrams into
+//! published frame-ring slots. Ingest implements it for native reassembly
+//! ([`Reassembler`]); other formats implement it where they live (RFC 4175
+//! RTP video in `rtp/`), so ingest depends on none of them. Every
+//! implementation is a pure state machine (no I/O, no clock reads).
 
 use super::landing::{LandingPlan, LandingShape};
 use super::reassembly::Reassembler;
-use crate::rtp::RtpAssembler;
 
 /// Turns datagrams into published frame-ring slots. Every time is an
 /// argument (CLOCK_REALTIME ns), so the receiver owns the clock.
@@ -70,28 +72,6 @@ pub trait FrameAssembler: Send {
     /// Publishes everything in flight (incomplete frames flagged) at `now_ns`.
     fn flush(&mut self, now_ns: u64);
 }
-
-/// Implements [`FrameAssembler`] by the type's own inherent methods of the same names.
-macro_rules! assembler_by_inherent_methods {
-    ($($t:ty),+) => {$(
-        impl FrameAssembler for $t {
-            fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
-                <$t>::on_datagram(self, datagram, rx_ns)
-            }
-            fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
-                <$t>::on_datagram_at(self, datagram, rx_ns, now_ns)
-            }
-            fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
-                <$t>::on_tick_behind(self, stale_at, now_ns)
-            }
-            fn flush(&mut self, now_ns: u64) {
-                <$t>::flush(self, now_ns)
-            }
-        }
-    )+};
-}
-
-assembler_by_inherent_methods!(RtpAssembler);
 
 impl FrameAssembler for Reassembler {
     fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
@@ -170,23 +150,22 @@ impl<A: FrameAssembler + ?Sized> FrameAssembler for Box<A> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ingest::ReassemblyConfig;
     use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, ring_bytes};
     use crate::ring::{FrameRing, HostMemory, OverrunPolicy, RingReader};
-    use crate::rtp::{Packetizer, RtpConfig, Sampling};
     use crate::wire::native::{self, NativeHeader};
     use std::sync::Arc;
 
-    fn ring(capacity: usize) -> Arc<FrameRing> {
+    pub(crate) fn ring(capacity: usize) -> Arc<FrameRing> {
         let mem = HostMemory::new(ring_bytes(4, capacity).unwrap()).unwrap();
         FrameRing::new(Box::new(mem), 4, capacity, OverrunPolicy::Every).unwrap()
     }
 
     /// Feeds `datagrams` through the trait object, then a tick and a flush,
     /// and returns the flags and payloads published.
-    fn drive(
+    pub(crate) fn drive(
         a: &mut dyn FrameAssembler,
         reader: &mut RingReader,
         datagrams: &[Vec<u8>],
@@ -229,19 +208,5 @@ mod tests {
         assert_eq!(out[1].0 & SLOT_INCOMPLETE, SLOT_INCOMPLETE);
         assert_eq!(&out[1].1[..20], &frame[..20]);
         assert_eq!(&out[1].1[20..], &[0u8; 20]);
-    }
-
-    #[test]
-    fn rtp_assembler_through_the_trait() {
-        let settings = RtpConfig::inline(Sampling::Ycbcr422, 8, 8, 2).resolve().unwrap();
-        let bytes = settings.geometry.frame_bytes();
-        let r = ring(bytes);
-        let mut reader = r.reader().unwrap();
-        let mut a = RtpAssembler::new(settings, r.writer().unwrap()).unwrap();
-        let frame: Vec<u8> = (0..bytes).map(|i| i as u8 ^ 0x5a).collect();
-        let packets = Packetizer::new(settings.geometry, 40).packetize(&frame, 9000);
-        assert!(packets.len() > 1);
-        let out = drive(&mut a, &mut reader, &packets);
-        assert_eq!(out, vec![(SLOT_COMPLETE, frame)]);
     }
 }

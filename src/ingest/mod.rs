@@ -4,8 +4,8 @@
 //! - [`config`]: [`UdpConfig`] and [`ReassemblyConfig`], the `[ingest]` table
 //!   and its validation.
 //! - [`transport`]: [`Transport`], the `ingest.transport` choice.
-//! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
-//! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
+//! - `allow`: the source allowlist (`ingest.allow`, CIDR blocks).
+//! - `batch`: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
 //! - `handoff`: the pool of receive batches a reading thread fills and an
 //!   assembly thread empties (`ingest.assembly_thread`); `assembly_thread`:
 //!   the loops of those threads; `steering`: one port's datagrams spread
@@ -14,8 +14,10 @@
 //! - [`landing`]: one-copy receive, the payload places the reassembler
 //!   predicts and what the kernel left there.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram.
-//! - [`assembler`]: [`FrameAssembler`], what the receiver feeds: the native
-//!   [`Reassembler`] or the RFC 4175 [`crate::rtp::RtpAssembler`].
+//! - [`assembler`]: [`FrameAssembler`], the interface the receivers feed;
+//!   the native [`Reassembler`] implements it here, other formats where
+//!   they live (`rtp/` for RFC 4175). Ingest imports no format module: the
+//!   appliance (`app/receivers.rs`) chooses the assembler.
 //! - [`hsb`]: the emulated HSB sensor bridge's DMA engine (frames placed in
 //!   slots with big-endian metadata words, no head sequence) and its receiver.
 //! - [`counters`]: [`IngestCounters`], shared with metrics through `Arc`.
@@ -24,9 +26,17 @@
 //!   remembers of finished frames and of each stream's sequence.
 //! - [`route`]: [`StreamRouter`], one receiver's datagrams split among
 //!   several assemblers by stream id (loops sharing a UDP port).
-//! - [`udp`]: [`UdpReceiver`], the socket side (socket2, mio, kernel
-//!   timestamps, UDP GRO, an optional datagram tap) feeding a
-//!   [`FrameAssembler`].
+//! - [`udp`]: [`UdpReceiver`], the receiver: a bound socket (or a group of
+//!   them, one per reading thread) feeding a [`FrameAssembler`], and its
+//!   parts: `udp/threads.rs` the thread orchestration of
+//!   `ingest.assembly_thread`, `udp/drain.rs` the copy drain (batches read
+//!   until the socket is empty), `udp/one_copy.rs` one-copy delivery
+//!   (`ingest.receive_into_slots`).
+//! - `error`: [`IngestError`], every error of setting up or running a
+//!   receiver; `socket`: socket set-up (socket2 options, bind, mio
+//!   readiness); `receive_loop`: the loop every reading thread runs
+//!   (busy polling, waits, ticks); `deliver`: copy delivery of one received
+//!   buffer (GRO split, tap, allowlist) to the assembler.
 
 mod allow;
 pub mod assembler;
@@ -34,13 +44,17 @@ mod assembly_thread;
 mod batch;
 pub mod config;
 pub mod counters;
+mod deliver;
+mod error;
 mod handoff;
 mod history;
 pub mod hsb;
 pub mod landing;
 mod port_owner;
 pub mod reassembly;
+mod receive_loop;
 pub mod route;
+mod socket;
 mod steering;
 pub mod tap;
 pub mod transport;
@@ -49,8 +63,9 @@ pub mod udp;
 pub use assembler::FrameAssembler;
 pub use config::{ReassemblyConfig, ReceiveIntoSlots, UdpConfig};
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};
+pub use error::IngestError;
 pub use reassembly::Reassembler;
 pub use route::{Route, StreamRouter};
 pub use tap::DatagramTap;
 pub use transport::Transport;
-pub use udp::{IngestError, UdpReceiver};
+pub use udp::UdpReceiver;

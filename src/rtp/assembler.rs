@@ -38,6 +38,7 @@ use super::config::RtpSettings;
 use super::counters::{RtpCounter, RtpCounters, parse_error_counter};
 use super::geometry::{SegmentFault, VideoGeometry};
 use super::sequence::{SeqTracker, SeqVerdict};
+use crate::ingest::FrameAssembler;
 use crate::ring::RingWriter;
 use crate::ring::layout::{SLOT_COMPLETE, SLOT_INCOMPLETE, SLOT_TIMED_OUT, SlotHeader};
 use crate::wire::rtp4175::{self, RawVideoPacket};
@@ -331,5 +332,44 @@ impl RtpAssembler {
             ..SlotHeader::default()
         };
         self.writer.publish(ring_seq, &header);
+    }
+}
+
+/// The RTP assembler as a receiver's assembler: it plans no one-copy
+/// landing, so every datagram is copied through its inherent methods.
+impl FrameAssembler for RtpAssembler {
+    fn on_datagram(&mut self, datagram: &[u8], rx_ns: u64) {
+        RtpAssembler::on_datagram(self, datagram, rx_ns)
+    }
+    fn on_datagram_at(&mut self, datagram: &[u8], rx_ns: u64, now_ns: u64) {
+        RtpAssembler::on_datagram_at(self, datagram, rx_ns, now_ns)
+    }
+    fn on_tick_behind(&mut self, stale_at: u64, now_ns: u64) {
+        RtpAssembler::on_tick_behind(self, stale_at, now_ns)
+    }
+    fn flush(&mut self, now_ns: u64) {
+        RtpAssembler::flush(self, now_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::assembler::tests::{drive, ring};
+    use crate::ring::layout::SLOT_COMPLETE;
+    use crate::rtp::{Packetizer, RtpConfig, Sampling};
+
+    #[test]
+    fn rtp_assembler_through_the_trait() {
+        let settings = RtpConfig::inline(Sampling::Ycbcr422, 8, 8, 2).resolve().unwrap();
+        let bytes = settings.geometry.frame_bytes();
+        let r = ring(bytes);
+        let mut reader = r.reader().unwrap();
+        let mut a = RtpAssembler::new(settings, r.writer().unwrap()).unwrap();
+        let frame: Vec<u8> = (0..bytes).map(|i| i as u8 ^ 0x5a).collect();
+        let packets = Packetizer::new(settings.geometry, 40).packetize(&frame, 9000);
+        assert!(packets.len() > 1);
+        let out = drive(&mut a, &mut reader, &packets);
+        assert_eq!(out, vec![(SLOT_COMPLETE, frame)]);
     }
 }
