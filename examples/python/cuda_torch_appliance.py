@@ -16,10 +16,16 @@ import argparse
 import os
 import tempfile
 
-import numpy as np
-import torch
+# The resident graph never ends, so nothing may wait for the whole GPU: no
+# torch.cuda.synchronize() while the appliance runs (synchronize a stream of
+# your own), and no lazy loading of PyTorch's kernels, since loading a module
+# waits for the context. Load them all when PyTorch starts.
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
-import frameloop
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import frameloop  # noqa: E402
 
 SAMPLES = 8191  # u16 samples per frame
 

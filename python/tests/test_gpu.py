@@ -9,10 +9,16 @@ Run on a GPU machine with the wheel installed:
 
 import os
 
-import numpy as np
-import pytest
+# The resident graph never ends, so nothing may wait for the whole GPU. With
+# CUDA's lazy module loading, PyTorch's first launch of each of its kernels
+# loads the kernel's module, which waits for the context: it would wait for
+# the resident graph forever. Load them all when PyTorch starts instead.
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
-import frameloop
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import frameloop  # noqa: E402
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -72,7 +78,9 @@ def check_outputs(app, frames, expected_of, generation=None):
         assert tensor.data_ptr() == out.data_ptr, "the tensor is the ring's memory, not a copy"
         assert views[out.slot].data_ptr() <= out.data_ptr < views[out.slot].data_ptr() + 4 * len(views[out.slot])
         want = torch.from_numpy(expected_of(sent)).cuda()
-        torch.cuda.synchronize()
+        # Our own stream only: a device-wide synchronize would wait for the
+        # resident graph, which never ends.
+        torch.cuda.current_stream().synchronize()
         assert out.valid(), f"output {k} was overwritten while checked"
         torch.testing.assert_close(tensor, want, rtol=1e-5, atol=1e-3)
         record = results.next(timeout=10)

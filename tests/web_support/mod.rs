@@ -23,18 +23,26 @@ const BROWSER_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The browser: `FRAMELOOP_CHROMIUM`, else `chromium` on the PATH.
 pub fn chromium() -> PathBuf {
+    find_chromium().unwrap_or_else(|| {
+        panic!("no chromium on the PATH: install it (scripts/setup.sh does: apt-get install chromium)")
+    })
+}
+
+/// The headless browser, if this machine has one (`FRAMELOOP_CHROMIUM`, or
+/// `chromium` / `chromium-browser` on the PATH).
+pub fn find_chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FRAMELOOP_CHROMIUM") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     for dir in std::env::var("PATH").unwrap_or_default().split(':') {
         for name in ["chromium", "chromium-browser"] {
             let p = Path::new(dir).join(name);
             if p.is_file() {
-                return p;
+                return Some(p);
             }
         }
     }
-    panic!("no chromium on the PATH: install it (scripts/setup.sh does: apt-get install chromium)");
+    None
 }
 
 /// Runs the browser headless on `url` with `extra` arguments and a fresh
