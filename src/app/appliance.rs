@@ -124,7 +124,7 @@ pub struct Appliance {
     frame_ring_pages: Option<crate::service::FrameRingPages>,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
-    rx_thread: Option<JoinHandle<Result<(), String>>>,
+    rx_thread: Option<JoinHandle<Result<(), super::receivers::ReceiverError>>>,
     /// The receiver's poll-loop count (UDP receivers), for the watchdog.
     rx_poll_loops: Option<Arc<AtomicU64>>,
     /// Fed by the receiver of a port shared with other loops
@@ -279,8 +279,7 @@ impl Appliance {
         let result_wait = if pick.name == "host" { RESULT_HOST_WAIT } else { RESULT_POLL };
         let results = ResultThread::spawn_placed(sink, result_wait, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
-            crate::service::threads::place_current_thread("result", result_cpu, None)
-                .map_err(|e| e.to_string())?;
+            crate::service::threads::place_current_thread("result", result_cpu, None)?;
             if result_nice > 0
                 && let Err(e) = crate::realtime::set_current_thread_nice(result_nice)
             {

@@ -156,7 +156,7 @@ struct SharedPort {
     local_addr: SocketAddr,
     stop: Arc<AtomicBool>,
     /// Invariant: `Some` until [`SharedPort::stop`] joins it.
-    thread: Option<JoinHandle<Result<(), String>>>,
+    thread: Option<JoinHandle<Result<(), super::receivers::ReceiverError>>>,
     /// Its loops were marked down for it.
     down: bool,
 }

@@ -79,6 +79,10 @@ pub enum AppError {
     /// or unit setting).
     #[error(transparent)]
     Service(#[from] crate::service::ServiceError),
+    /// Placing a thread the receiver starts (the assembly thread, further
+    /// reading threads); the message names the key.
+    #[error(transparent)]
+    ThreadPlacement(std::sync::Arc<crate::service::ServiceError>),
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
     #[error("cannot write --pid-file {}: {source}; check the path", path.display())]
@@ -304,12 +308,21 @@ pub struct BenchArgs {
 
 /// `--stream-part-bytes`: at least 64 (shorter parts would time the
 /// publisher's marks rather than the loop).
-fn parse_stream_part_bytes(s: &str) -> Result<usize, String> {
-    let n: usize = s.parse().map_err(|e| format!("{e}; give a byte count such as 8924"))?;
+fn parse_stream_part_bytes(s: &str) -> Result<usize, BadPartBytes> {
+    let n: usize = s.parse()?;
     if n < 64 {
-        return Err(format!("{n} bytes is below the 64 a part must hold; give 64 or more"));
+        return Err(BadPartBytes::TooSmall(n));
     }
     Ok(n)
+}
+
+/// Why a `--stream-part-bytes` value was refused.
+#[derive(Debug, Error)]
+enum BadPartBytes {
+    #[error("{0}; give a byte count such as 8924")]
+    NotANumber(#[from] std::num::ParseIntError),
+    #[error("{0} bytes is below the 64 a part must hold; give 64 or more")]
+    TooSmall(usize),
 }
 
 /// Arguments of `frameloop run`.

@@ -56,6 +56,20 @@ pub fn cufft_present() -> bool {
 const CUFFT_MISSING: &str = "cuFFT (libcufft.so, from the CUDA toolkit or the nvidia-cufft wheel) is not on the \
      loader path; install it and add its lib directory to LD_LIBRARY_PATH, or remove the fft operator from the chain";
 
+/// A cuFFT step of the `fft` operator that failed; the operator's problem
+/// names the operator and carries this text.
+#[derive(Debug, thiserror::Error)]
+enum CufftFailure {
+    #[error("{what} {value} is over cuFFT's limit")]
+    OverLimit { what: &'static str, value: u32 },
+    #[error("cufftPlanMany(R2C, n = {n}, batch = {batch}) failed: {source}")]
+    Plan { n: i32, batch: i32, source: cufft::CufftError },
+    #[error("cufftSetStream failed: {0}")]
+    SetStream(#[source] cufft::CufftError),
+    #[error("cufftExecR2C failed: {0}")]
+    Exec(#[source] cufft::CufftError),
+}
+
 /// A batched R2C cuFFT plan; destroyed (with its work area) on drop.
 struct CufftPlan {
     /// Invariant: a live plan made by `cufftPlanMany`.
@@ -65,9 +79,9 @@ struct CufftPlan {
 impl CufftPlan {
     /// `batch` transforms of rows of `n` reals, packed (`idist = n`), into
     /// rows of `n/2 + 1` complex values, packed. cuFFT must be present.
-    fn r2c(n: u32, batch: u32) -> Result<Self, String> {
+    fn r2c(n: u32, batch: u32) -> Result<Self, CufftFailure> {
         let as_int =
-            |v: u32, what: &str| i32::try_from(v).map_err(|_| format!("{what} {v} is over cuFFT's limit"));
+            |value: u32, what| i32::try_from(value).map_err(|_| CufftFailure::OverLimit { what, value });
         let (n, batch) = (as_int(n, "row length")?, as_int(batch, "batch")?);
         let (mut dims, mut inembed, mut onembed) = ([n], [n], [n / 2 + 1]);
         // SAFETY: the three arrays hold `rank` = 1 ints each and outlive the call;
@@ -86,16 +100,15 @@ impl CufftPlan {
                 batch,
             )
         }
-        .map_err(|e| format!("cufftPlanMany(R2C, n = {n}, batch = {batch}) failed: {e}"))?;
+        .map_err(|source| CufftFailure::Plan { n, batch, source })?;
         Ok(Self { handle })
     }
 
     /// Makes the plan's kernels run on `stream` (the capture stream).
-    fn bind(&self, stream: &CudaStream) -> Result<(), String> {
+    fn bind(&self, stream: &CudaStream) -> Result<(), CufftFailure> {
         // SAFETY: the plan is live (field invariant) and the stream belongs to
         // the context the plan was made in (the executor's one context).
-        unsafe { cufft::set_stream(self.handle, stream.cu_stream() as _) }
-            .map_err(|e| format!("cufftSetStream failed: {e}"))
+        unsafe { cufft::set_stream(self.handle, stream.cu_stream() as _) }.map_err(CufftFailure::SetStream)
     }
 
     /// Enqueues the transform of `input` into `output` on the bound stream.
@@ -104,10 +117,10 @@ impl CufftPlan {
     /// `input` must hold the batch's `batch * n` floats and `output` its
     /// `batch * (n/2 + 1)` complex values, both device memory that outlives
     /// every run of the enqueued work.
-    unsafe fn exec(&self, input: u64, output: u64) -> Result<(), String> {
+    unsafe fn exec(&self, input: u64, output: u64) -> Result<(), CufftFailure> {
         // SAFETY: the plan is live; the caller guarantees the two buffers.
         unsafe { cufft::exec_r2c(self.handle, input as *mut f32, output as *mut cufft_sys::cufftComplex) }
-            .map_err(|e| format!("cufftExecR2C failed: {e}"))
+            .map_err(CufftFailure::Exec)
     }
 }
 
@@ -179,11 +192,13 @@ impl FftOp {
                 .context()
                 .bind_to_thread()
                 .map_err(|e| self.problem(format!("binding the context: {e}")))?;
-            let plan = CufftPlan::r2c(self.params.n, self.params.max_rows).map_err(|e| self.problem(e))?;
+            let plan = CufftPlan::r2c(self.params.n, self.params.max_rows)
+                .map_err(|e| self.problem(e.to_string()))?;
             self.plan = Some(plan);
         }
         let plan = self.plan.as_ref().ok_or_else(|| self.problem("the cuFFT plan is missing"))?;
-        plan.bind(stream).map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e })?;
+        plan.bind(stream)
+            .map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e.to_string() })?;
         Ok(plan)
     }
 }
@@ -240,8 +255,10 @@ impl GpuResidentOperator for FftOp {
             // SAFETY: `windowed` holds the batch's max_rows * n floats and `bins` its
             // max_rows * (n/2+1) complex values (checked above); both are port buffers the
             // executor keeps for the loop's lifetime.
-            unsafe { plan.exec(windowed.dptr, bins.dptr) }
-                .map_err(|e| FragmentError::Operator { operator: self.name.clone(), problem: e })?;
+            unsafe { plan.exec(windowed.dptr, bins.dptr) }.map_err(|e| FragmentError::Operator {
+                operator: self.name.clone(),
+                problem: e.to_string(),
+            })?;
         }
 
         let spectrum = ctx.kernel("fl_fft_spectrum")?;

@@ -42,17 +42,31 @@ fn redefined_names(log: &str, defines: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn nvrtc_check(call: &'static str, r: sys::nvrtcResult) -> Result<(), String> {
-    if r == sys::nvrtcResult::NVRTC_SUCCESS {
+/// An NVRTC call that failed, with the code it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{call}: {}", nvrtc_error_text(*.result))]
+pub struct NvrtcCallError {
+    /// The NVRTC function that failed.
+    pub call: &'static str,
+    /// What it returned.
+    pub result: sys::nvrtcResult,
+}
+
+/// NVRTC's text for `r`.
+fn nvrtc_error_text(r: sys::nvrtcResult) -> String {
+    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned()
+}
+
+fn nvrtc_check(call: &'static str, result: sys::nvrtcResult) -> Result<(), NvrtcCallError> {
+    if result == sys::nvrtcResult::NVRTC_SUCCESS {
         return Ok(());
     }
-    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
-    Err(format!("{call}: {text}"))
+    Err(NvrtcCallError { call, result })
 }
 
 /// NVRTC's (major, minor) version. Callers must have checked `nvrtc_present()`.
-pub fn version() -> Result<(i32, i32), String> {
+pub fn version() -> Result<(i32, i32), NvrtcCallError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: valid out-pointers; the library is present (caller's contract).
     nvrtc_check("nvrtcVersion", unsafe { sys::nvrtcVersion(&mut major, &mut minor) })?;
@@ -119,8 +133,11 @@ impl Compiler {
                 "NVRTC (libnvrtc.so.13) is not on the loader path".into(),
             )));
         }
-        let version =
-            version().map_err(|reason| GpuError::Compile { file: "-".into(), reason, log: String::new() })?;
+        let version = version().map_err(|reason| GpuError::Compile {
+            file: "-".into(),
+            reason: reason.to_string(),
+            log: String::new(),
+        })?;
         Ok(Self { arch: arch.to_string(), version, cache: cache.resolve() })
     }
 
@@ -233,7 +250,7 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
             name_ptrs.as_ptr(),
         )
     })
-    .map_err(|r| err(r, String::new()))?;
+    .map_err(|r| err(r.to_string(), String::new()))?;
     let prog = Program(prog);
     let mut options: Vec<CString> = BASE_OPTIONS.iter().map(|o| c(o)).collect::<Result<_, _>>()?;
     options.push(c(&format!("--gpu-architecture={arch}"))?);
@@ -246,7 +263,7 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     let compiled =
         unsafe { sys::nvrtcCompileProgram(prog.0, option_ptrs.len() as i32, option_ptrs.as_ptr()) };
     let log = program_log(&prog);
-    nvrtc_check("nvrtcCompileProgram", compiled).map_err(|r| err(r, log.clone()))?;
+    nvrtc_check("nvrtcCompileProgram", compiled).map_err(|r| err(r.to_string(), log.clone()))?;
     let redefined = redefined_names(&log, &defines);
     if !redefined.is_empty() {
         return Err(err(
@@ -266,19 +283,19 @@ fn compile_to(file: &str, source: &str, arch: &str, output: Output) -> Result<Ve
     if output == Output::Ptx {
         // SAFETY: compiled program; valid out-pointer.
         nvrtc_check("nvrtcGetPTXSize", unsafe { sys::nvrtcGetPTXSize(prog.0, &mut size) })
-            .map_err(|r| err(r, log.clone()))?;
+            .map_err(|r| err(r.to_string(), log.clone()))?;
         out = vec![0u8; size];
         // SAFETY: the buffer holds `size` bytes as reported above.
         nvrtc_check("nvrtcGetPTX", unsafe { sys::nvrtcGetPTX(prog.0, out.as_mut_ptr().cast()) })
-            .map_err(|r| err(r, log))?;
+            .map_err(|r| err(r.to_string(), log))?;
     } else {
         // SAFETY: compiled program; valid out-pointer.
         nvrtc_check("nvrtcGetCUBINSize", unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) })
-            .map_err(|r| err(r, log.clone()))?;
+            .map_err(|r| err(r.to_string(), log.clone()))?;
         out = vec![0u8; size];
         // SAFETY: the buffer holds `size` bytes as reported above.
         nvrtc_check("nvrtcGetCUBIN", unsafe { sys::nvrtcGetCUBIN(prog.0, out.as_mut_ptr().cast()) })
-            .map_err(|r| err(r, log))?;
+            .map_err(|r| err(r.to_string(), log))?;
     }
     Ok(out)
 }

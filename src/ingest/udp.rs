@@ -58,7 +58,11 @@ pub enum IngestError {
     #[error("ingest.bind = {0:?} is not an address and port; write it like \"0.0.0.0:5000\"")]
     BadBind(String),
     #[error("ingest.allow entry {entry:?}: {reason}")]
-    BadAllow { entry: String, reason: String },
+    BadAllow {
+        entry: String,
+        #[source]
+        reason: super::allow::CidrError,
+    },
     #[error(
         "cannot bind UDP {addr}: {source}; choose a free port in ingest.bind, stop the other listener, or set ingest.reuse_port = true on both"
     )]
@@ -74,13 +78,17 @@ pub enum IngestError {
     )]
     AssemblySpawn(io::Error),
     #[error("the assembly thread (ingest.assembly_thread) could not start: {0}")]
-    AssemblyStart(String),
+    AssemblyStart(#[source] ThreadStartError),
     #[error("the assembly thread (ingest.assembly_thread) stopped while the receiver ran")]
     AssemblyGone,
     #[error("cannot start a reading thread of ingest.reading_threads: {0}; lower ingest.reading_threads")]
     ReadingThreadSpawn(io::Error),
     #[error("reading thread {index} (ingest.reading_threads) could not start: {why}")]
-    ReadingThreadStart { index: usize, why: String },
+    ReadingThreadStart {
+        index: usize,
+        #[source]
+        why: ThreadStartError,
+    },
     #[error("another thread of the receiver (ingest.assembly_thread, ingest.reading_threads) stopped")]
     PeerStopped,
     #[error(
@@ -307,12 +315,16 @@ impl Readiness {
     }
 }
 
+/// Why a thread's start hook refused to let it run (placing it on a core
+/// failed, say): whatever error the layer that set the hook has, kept whole.
+pub type ThreadStartError = Box<dyn std::error::Error + Send + Sync>;
+
 /// What the assembly thread runs first; see [`UdpReceiver::on_assembly_thread_start`].
-pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), ThreadStartError> + Send>;
 
 /// What each reading thread after the first runs first, given its index
 /// (1 for the second); see [`UdpReceiver::on_reading_thread_start`].
-pub type OnReadingThreadStart = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+pub type OnReadingThreadStart = Arc<dyn Fn(usize) -> Result<(), ThreadStartError> + Send + Sync>;
 
 /// The name of the assembly thread (`ingest.assembly_thread`).
 pub const ASSEMBLY_THREAD_NAME: &str = "frameloop-asm";

@@ -19,7 +19,7 @@ pub use interval_log::{IntervalLogWriter, create_interval_log};
 pub use segment::{Segment, SegmentSpan, segment_spans};
 pub use sink::{ResultCallback, ResultSink};
 pub use summary::{CounterSection, SegmentSummary, Summary, render_counters, render_latency_table};
-pub use thread::{FrameWait, LoopHook, ResultProgress, ResultSpin, ResultThread};
+pub use thread::{FrameWait, LoopHook, PlaceError, ResultProgress, ResultSpin, ResultThread};
 
 use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,9 @@ pub enum MetricsError {
     #[error("writing the histogram log failed: {0}; check free disk space (the log stopped at the error)")]
     IntervalLog(std::io::Error),
     #[error("cannot start the result thread ({0}); check the process thread limit (ulimit -u)")]
-    Spawn(String),
+    Spawn(#[source] std::io::Error),
+    #[error("cannot start the result thread ({0}); check service.result_cpu")]
+    Place(#[source] thread::PlaceError),
     #[error(
         "the result thread panicked (see the message above); the summary holds the results recorded before"
     )]

@@ -94,7 +94,7 @@ impl Consumer {
         stream.write_all(&request.encode()).map_err(connect)?;
         let (hello, fds) = receive_hello(&stream)?;
         let Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, ipc_handle } =
-            Hello::decode(&hello).map_err(OutputError::Handshake)?
+            Hello::decode(&hello)?
         else {
             let Ok(Hello::Refused(reason)) = Hello::decode(&hello) else { unreachable!("decoded above") };
             return Err(OutputError::Refused(reason));

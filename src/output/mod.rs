@@ -63,6 +63,8 @@ pub enum OutputError {
     },
     #[error("attaching to the output socket failed: {0}")]
     Handshake(String),
+    #[error("attaching to the output socket failed: {0}")]
+    Hello(#[from] handshake::HelloError),
     #[error("the appliance refused this consumer: {0}")]
     Refused(String),
     #[error(
