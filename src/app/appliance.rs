@@ -10,7 +10,7 @@ use super::AppError;
 use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend_on};
 use super::receivers::start_ingest;
 use super::report::{RecordingReport, Report, RingMemoryReport};
-use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
+use crate::backend::{Backend, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
 use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
@@ -195,9 +195,9 @@ impl Appliance {
         gpu: usize,
     ) -> Result<Self, AppError> {
         let pick = pick_backend_on(cfg.backend, gpu)?;
-        tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
+        tracing::info!(backend = pick.name(), "backend {}: {}", pick.name(), pick.reason);
         pick.check_handler(cfg)?;
-        operators.check(&cfg.chain, pick.name, cfg.loop_.fused_chain)?;
+        operators.check(&cfg.chain, pick.backend, cfg.loop_.fused_chain)?;
         // Built (and its ports checked) before any memory is allocated; the
         // frame ring's slots hold ring.slot_bytes, the size it is built for.
         let user_chain = if operators.is_empty() {
@@ -231,7 +231,7 @@ impl Appliance {
         if !opts.defer_launch {
             resident.launch().map_err(AppError::Launch)?;
         }
-        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name);
+        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name());
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
@@ -268,7 +268,7 @@ impl Appliance {
         // The GPU writes its results without waking anyone: between frames the
         // result thread sleeps on the frame ring, whose publication wakes it to
         // spin for the result (the host loop wakes it through the result ring).
-        let frame_wait = (pick.name != "host" && !frame_ring.is_device_only()).then(|| {
+        let frame_wait = (pick.backend != Backend::Host && !frame_ring.is_device_only()).then(|| {
             let wait_ring = Arc::clone(&frame_ring);
             Box::new(move |seen, timeout| wait_ring.wait_published_past(seen, timeout)) as FrameWait
         });
@@ -276,7 +276,10 @@ impl Appliance {
         let (result_cpu, result_nice) = (cfg.service.result_cpu, cfg.service.result_nice);
         let result_stall: Option<LoopHook> = ThreadStall::requested("result")
             .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
-        let result_wait = if pick.name == "host" { RESULT_HOST_WAIT } else { RESULT_POLL };
+        let result_wait = match pick.backend {
+            Backend::Host => RESULT_HOST_WAIT,
+            Backend::Cuda => RESULT_POLL,
+        };
         let results = ResultThread::spawn_placed(sink, result_wait, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
             crate::service::threads::place_current_thread("result", result_cpu, None)?;
@@ -450,7 +453,7 @@ impl Appliance {
         let ingest = self.counters.snapshot();
         let f = &latency.frames;
         MetricsSnapshot {
-            backend: self.pick.name.to_string(),
+            backend: self.pick.name().to_string(),
             loop_launched: self.resident.is_launched(),
             loop_iterations: loop_stats.iterations,
             loop_idle_iterations: loop_stats.idle_iterations,

@@ -81,7 +81,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
     } else {
         cfg.backend
     })?;
-    if pick.name != "cuda" {
+    if pick.backend != crate::backend::Backend::Cuda {
         return Err(AppError::Unsupported(
             "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
                 .into(),

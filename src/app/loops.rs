@@ -546,7 +546,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
         ));
     }
     let pick = super::pick_backend(cfg.backend)?;
-    let cuda = pick.name == "cuda";
+    let cuda = pick.backend == crate::backend::Backend::Cuda;
     let (topology, interfaces) = if cuda {
         let topology = Topology::read(Path::new("/sys"))?;
         let interfaces = crate::topology::interface_addresses()?;
@@ -584,7 +584,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     };
     let iterations = Arc::new(AtomicU64::new(set.iterations()));
     let pinger = notifier.as_ref().and_then(|n| {
-        n.ready(&format!("serving {} loops ({} backend)", set.names().len(), pick.name));
+        n.ready(&format!("serving {} loops ({} backend)", set.names().len(), pick.name()));
         let it = Arc::clone(&iterations);
         WatchdogPinger::start(
             Arc::clone(n),

@@ -454,7 +454,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let frame_backlog = Arc::new(AtomicU64::new(0));
     let ticks = Arc::new(AtomicU64::new(0));
     let pinger = notifier.as_ref().and_then(|n| {
-        n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name));
+        n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name()));
         let (it, pending, tick) = (Arc::clone(&iterations), Arc::clone(&frame_backlog), Arc::clone(&ticks));
         let mut sources = app.progress_sources();
         sources.push(ProgressSource::with_backlog(
@@ -552,7 +552,7 @@ fn reload_config(app: &mut Appliance, args: &RunArgs, notifier: Option<&crate::s
         n.ready(&format!(
             "serving on {} ({} backend, parameter generation {})",
             app.local_addr(),
-            app.backend().name,
+            app.backend().name(),
             app.param_generation()
         ));
     }

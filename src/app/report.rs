@@ -160,7 +160,7 @@ impl Report {
         };
         format!(
             "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
-            self.backend.name,
+            self.backend.name(),
             self.backend.reason,
             self.frame_ring.describe(),
             self.listen,
