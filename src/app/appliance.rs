@@ -353,6 +353,7 @@ impl Appliance {
         self.local_addr
     }
 
+    /// The backend running the chain, and why it was picked.
     pub fn backend(&self) -> &BackendPick {
         &self.pick
     }

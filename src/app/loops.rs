@@ -236,18 +236,22 @@ pub struct LoopSet {
 /// How one loop ended.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoopOutcome {
+    /// The loop as planned (name, GPU, CPUs).
     pub plan: LoopPlan,
+    /// The stream ids it took.
     pub streams: Vec<u32>,
     /// Why the loop went down before the stop, if it did.
     pub down: Option<String>,
     /// Its report, unless stopping it failed (`stop_error` says why).
     pub report: Option<Report>,
+    /// Why stopping the loop failed, if it did.
     pub stop_error: Option<String>,
 }
 
 /// What `frameloop run` reports for several loops.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoopsReport {
+    /// Each loop's outcome, in config order.
     pub loops: Vec<LoopOutcome>,
 }
 

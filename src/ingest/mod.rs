@@ -4,8 +4,8 @@
 //! - [`config`]: [`UdpConfig`] and [`ReassemblyConfig`], the `[ingest]` table
 //!   and its validation.
 //! - [`transport`]: [`Transport`], the `ingest.transport` choice.
-//! - [`allow`]: the source allowlist (`ingest.allow`, CIDR blocks).
-//! - [`batch`]: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
+//! - `allow`: the source allowlist (`ingest.allow`, CIDR blocks).
+//! - `batch`: the Linux `recvmmsg`/GRO receive batch (the syscall wrapper).
 //! - `handoff`: the pool of receive batches a reading thread fills and an
 //!   assembly thread empties (`ingest.assembly_thread`); `assembly_thread`:
 //!   the loops of those threads; `steering`: one port's datagrams spread

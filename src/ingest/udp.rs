@@ -1,6 +1,6 @@
 //! The UDP receiver: one socket (socket2: `SO_REUSEPORT`, `SO_RCVBUF`,
 //! `SO_BUSY_POLL`, `SO_TIMESTAMPNS`, `UDP_GRO`), mio readiness, `recvmmsg`
-//! batches ([`super::batch`]), a source allowlist ([`super::allow`]), and a
+//! batches (`batch`), a source allowlist (`allow`), and a
 //! [`FrameAssembler`] (native [`Reassembler`] or RFC 4175
 //! [`crate::rtp::RtpAssembler`]) that puts the frames into the ring.
 //!

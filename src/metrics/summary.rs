@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 /// Percentiles and counts of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct SegmentSummary {
+    /// Which segment.
     pub segment: Segment,
     /// Values recorded.
     pub count: u64,
@@ -17,6 +18,7 @@ pub struct SegmentSummary {
     pub negative_clamped: u64,
     /// Results where this segment could not be computed (an end never stamped).
     pub unstamped: u64,
+    /// Its percentiles (flattened into the JSON object).
     #[serde(flatten)]
     pub percentiles: Percentiles,
 }
@@ -25,7 +27,9 @@ pub struct SegmentSummary {
 /// a JSON object.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CounterSection {
+    /// The section's title (its key in JSON).
     pub title: String,
+    /// Counter names and values, in the order added.
     pub counters: Vec<(String, u64)>,
 }
 
@@ -44,6 +48,7 @@ impl serde::Serialize for CounterSection {
 pub struct Summary {
     /// One entry per segment, in [`Segment::ALL`] order.
     pub segments: Vec<SegmentSummary>,
+    /// Frames and results counted.
     pub frames: FrameCounters,
     /// Counter sections added by other parts of the appliance, keyed by title in JSON.
     #[serde(serialize_with = "serialize_sections")]

@@ -202,7 +202,7 @@ impl ResultThread {
     /// Summary of every result recorded so far (up to the moment of the
     /// call, or later). The result thread computes it when no result is due,
     /// so asking never delays a result; a thread that does not answer within
-    /// [`SUMMARY_WAIT`] (ended, or hung in a callback) leaves it to this
+    /// `SUMMARY_WAIT` (ended, or hung in a callback) leaves it to this
     /// caller, under the sink's lock.
     pub fn snapshot(&self) -> Summary {
         let request = self.summaries.requested.fetch_add(1, Ordering::AcqRel) + 1;

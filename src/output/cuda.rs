@@ -18,7 +18,7 @@ fn cuda_error(e: impl std::fmt::Display) -> OutputError {
 /// NaN, so samples a writer never wrote cannot pass for data.
 const POISON: u8 = 0xff;
 
-/// Device memory for an output ring, filled with [`POISON`], shareable with
+/// Device memory for an output ring, filled with `POISON`, shareable with
 /// other processes.
 pub struct DeviceOutputMemory {
     buffer: DeviceBuffer,

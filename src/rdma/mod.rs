@@ -8,7 +8,7 @@
 //!   slot and control-word addresses, slot header and trailer encoding, credits.
 //! - [`plan`]: the transport decision through the [`Verbs`] trait.
 //! - `verbs` (feature `rdma`): the sideway implementation of [`Verbs`] and
-//!   the listening [`RdmaEndpoint`].
+//!   the listening `RdmaEndpoint`.
 //! - [`dmabuf`]: the registration region of GPU ring memory
 //!   ([`crate::gpu::device_memory`]) with its dma-buf, and GPUDirect RDMA support.
 //! - [`gpu_ring`]: the frame ring in GPU memory with its dma-buf export.
