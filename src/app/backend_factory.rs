@@ -210,8 +210,8 @@ fn cuda_frame_ring(
 ) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
     let transport = cfg.ingest.transport;
     let gpu = match transport {
-        Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
-        _ => rdma::dmabuf::gpu_rdma_support(gpu_ordinal).map_err(|e| e.to_string()),
+        Transport::Udp => Err(rdma::placement::GpuRdmaUnknown::NotRead),
+        _ => rdma::dmabuf::gpu_rdma_support(gpu_ordinal).map_err(rdma::placement::GpuRdmaUnknown::from),
     };
     let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
     if let Some(note) = note {
