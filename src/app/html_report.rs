@@ -85,7 +85,7 @@ pub fn run_report(
     }
     Ok(HtmlReport {
         title: title.to_string(),
-        machine: machine_rows(report.backend.name, &report.backend.reason),
+        machine: machine_rows(report.backend.name(), &report.backend.reason),
         config,
         rows,
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
