@@ -214,8 +214,11 @@ impl Appliance {
     ) -> Result<Self, AppError> {
         let pick = pick_backend_on(cfg.backend, gpu)?;
         tracing::info!(backend = pick.name(), "backend {}: {}", pick.name(), pick.reason);
-        let gpu_claim =
-            if pick.backend == Backend::Cuda && !opts.defer_launch { Some(super::GpuClaim::take(gpu)?) } else { None };
+        let gpu_claim = if pick.backend == Backend::Cuda && !opts.defer_launch {
+            Some(super::GpuClaim::take(gpu)?)
+        } else {
+            None
+        };
         // A port another appliance of this process holds is refused here,
         // before anything starts. (Port 0 is a fresh port every time.)
         let port_claim = match cfg.ingest.bind.parse::<SocketAddr>() {
@@ -597,9 +600,8 @@ impl Appliance {
                 "the {} backend cannot run the new chain (its errors are in the log)",
                 self.pick.name()
             )),
-            ReloadOutcome::RefusedRestart if reasons.is_empty() => {
-                reasons.push(format!("the {} backend applies chain changes only on restart", self.pick.name()))
-            }
+            ReloadOutcome::RefusedRestart if reasons.is_empty() => reasons
+                .push(format!("the {} backend applies chain changes only on restart", self.pick.name())),
             ReloadOutcome::AppliedParams { .. }
             | ReloadOutcome::AppliedShape { .. }
             | ReloadOutcome::Unchanged => reasons.clear(),
