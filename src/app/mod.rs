@@ -8,6 +8,7 @@ mod chores;
 mod claims;
 mod feed;
 mod html_report;
+#[doc(hidden)]
 pub mod live_view;
 mod loopback;
 mod loops;

@@ -10,6 +10,7 @@ pub mod frame_log;
 pub mod histograms;
 #[doc(hidden)]
 pub mod interval_log;
+#[doc(hidden)]
 pub mod record_file;
 pub mod segment;
 #[doc(hidden)]
