@@ -5,6 +5,35 @@
 use crate::ops::{ChainError, OpSpec};
 use thiserror::Error;
 
+/// The consumers of the frame ring. The appliance picks one in its backend
+/// factory (from `backend = "auto" | "host" | "cuda"` and what the machine
+/// has); everything else matches on this enum rather than on names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// CPU threads run the chain ([`crate::host::HostLoop`]).
+    Host,
+    /// A persistent GPU-resident CUDA graph runs the chain.
+    Cuda,
+}
+
+impl Backend {
+    /// The name the config, the command line and the reports use: `"host"`
+    /// or `"cuda"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What a resident loop reports about itself, for progress lines, metrics
 /// and the final summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -318,7 +318,7 @@ fn u12_fir_threshold_over_two_streams_matches_the_reference() {
         pattern: Pattern::Random,
     };
     let report = stream_and_check(chain, traffic);
-    assert_eq!(report.backend.name, "host");
+    assert_eq!(report.backend.name(), "host");
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod appliance_support;
 
 use appliance_support::{host_config, one_at_a_time};
 use frameloop::app::{AppError, Appliance};
+use frameloop::backend::Backend;
 use frameloop::config::FusedChainMode;
 use frameloop::gpu::chain_builder::UserOperators;
 use frameloop::gpu::{
@@ -77,7 +78,7 @@ fn the_host_backend_refuses_rust_operators_naming_them() {
     let _serial = one_at_a_time();
     let cfg = host_config(default_chain());
     let app = Appliance::builder(&cfg).start().expect("the host appliance starts without Rust operators");
-    assert_eq!(app.backend().name, "host");
+    assert_eq!(app.backend().name(), "host");
     app.stop().expect("it stops");
 }
 
@@ -85,8 +86,8 @@ fn the_host_backend_refuses_rust_operators_naming_them() {
 fn a_fused_chain_cannot_take_rust_operators() {
     let mut ops = UserOperators::default();
     ops.push(OperatorPosition::End, Box::new(gain(4)));
-    ops.check(&default_chain(), "cuda", FusedChainMode::Auto).expect("auto falls back to the IF body");
-    let err = ops.check(&default_chain(), "cuda", FusedChainMode::On).unwrap_err();
+    ops.check(&default_chain(), Backend::Cuda, FusedChainMode::Auto).expect("auto falls back to the IF body");
+    let err = ops.check(&default_chain(), Backend::Cuda, FusedChainMode::On).unwrap_err();
     assert!(matches!(&err, ChainBuilderError::FusedChain { operators } if operators == "\"gain\""), "{err}");
 }
 

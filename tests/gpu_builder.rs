@@ -188,7 +188,7 @@ fn a_rust_operator_between_built_ins_matches_the_cpu_over_loopback() {
     let op = PoisoningGain { gain, port_bytes: samples * 4, kernels: None };
     let app =
         Appliance::builder(&cfg).options(options).operator(at, op).start().expect("the appliance starts");
-    assert_eq!(app.backend().name, "cuda");
+    assert_eq!(app.backend().name(), "cuda");
 
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let n = 300u64;

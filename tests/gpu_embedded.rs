@@ -100,7 +100,7 @@ fn a_program_feeds_its_own_frames_and_reads_the_device_outputs_in_its_own_proces
     let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let running = Running::start_any(&config(&dir.path().join("out.sock")));
-    assert_eq!(running.app.backend().name, "cuda");
+    assert_eq!(running.app.backend().name(), "cuda");
     let mut consumer = running.app.attach_consumer().expect("an in-process consumer");
     assert_eq!(consumer.memory_kind(), frameloop::output::MemoryKind::CudaDevice);
 

@@ -36,7 +36,7 @@ fn two_resident_loops_on_one_gpu_process_their_own_streams() {
     let cfg = gpu_config();
     let (set, seen) = start(&cfg, None);
     let (a, b) = (addr(&set, "cam0"), addr(&set, "cam1"));
-    assert_eq!(set.appliance("cam0").unwrap().backend().name, "cuda");
+    assert_eq!(set.appliance("cam0").unwrap().backend().name(), "cuda");
     for l in &cfg.loops {
         println!("loop {} on {:?}", l.name, l.gpu);
     }

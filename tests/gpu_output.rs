@@ -94,7 +94,7 @@ fn a_consumer_process_reads_every_frame_from_device_memory_and_each_matches_the_
     let socket = dir.path().join("output.sock");
     // `auto` would fuse this chain; [output] runs it in the IF body instead.
     let running = Running::start_any(&cuda_config(&socket, FusedChainMode::Auto));
-    assert_eq!(running.app.backend().name, "cuda");
+    assert_eq!(running.app.backend().name(), "cuda");
 
     let mut consume = Command::new(env!("CARGO_BIN_EXE_frameloop"))
         .args(["consume", "--samples", "--count", &FRAMES.to_string(), "--socket"])

@@ -118,7 +118,7 @@ fn streamed_frames_match_the_cpu_chain_complete_and_incomplete() {
     let mut rng = Rng::fresh();
     for size in SIZES {
         let running = Running::start_any(&config(size, StreamToGpu::On));
-        assert_eq!(running.app.backend().name, "cuda");
+        assert_eq!(running.app.backend().name(), "cuda");
         let packets = native::packet_span(size as u32, MAX_PAYLOAD, 0).0;
         let plan: [(Vec<u32>, Option<u32>); 8] = [
             (vec![], Some(packets / 2)),

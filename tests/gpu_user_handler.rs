@@ -226,7 +226,7 @@ fn the_appliance_runs_a_handler_and_the_hsb_receiver_from_its_config() {
     cfg.chain = chain();
     assert_eq!(cfg.backend, BackendChoice::Cuda);
     let running = Running::start_any(&cfg);
-    assert_eq!(running.app.backend().name, "cuda");
+    assert_eq!(running.app.backend().name(), "cuda");
     let frames = 300u64;
     let args = SendArgs {
         to: running.addr().to_string(),

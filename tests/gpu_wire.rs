@@ -88,7 +88,7 @@ fn check_all(chain: &[OpSpec], results: &[frameloop::ring::ResultRecord]) -> BTr
 fn every_frame_sent_over_udp_is_processed_on_the_gpu() {
     let chain = chain(0);
     let mut running = Running::start_any(&cuda_config(chain.clone(), 64, OverrunPolicy::Every));
-    assert_eq!(running.app.backend().name, "cuda");
+    assert_eq!(running.app.backend().name(), "cuda");
     // Re-measuring the GPU clock while the resident graph runs (it was
     // launched by start) must neither wait for the graph nor disturb it.
     let before = running.app.recalibrate_clock().expect("recalibration works").expect("a GPU clock");

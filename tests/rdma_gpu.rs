@@ -299,7 +299,7 @@ fn resident_loop_consumes_a_gpu_memory_ring_written_like_a_nic_does() {
             "ring_bytes": ring.memory().len(),
             "dmabuf": match gpu_ring.region() {
                 RingRegion::Device { dmabuf: Ok(_), .. } => "exported".to_string(),
-                RingRegion::Device { dmabuf: Err(e), .. } => e.clone(),
+                RingRegion::Device { dmabuf: Err(e), .. } => e.to_string(),
                 RingRegion::Host { .. } => unreachable!("a GPU ring is a device region"),
             },
             "elapsed_ms": elapsed.as_secs_f64() * 1e3,

@@ -224,7 +224,7 @@ impl Appliance {
         let app = started.map_err(|e| app_error(&e))?;
         Ok(Self {
             local_addr: app.local_addr(),
-            backend_name: app.backend().name,
+            backend_name: app.backend().name(),
             running: Mutex::new(Some(app)),
             report: Mutex::new(None),
             results,

@@ -10,7 +10,7 @@ use super::AppError;
 use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend_on};
 use super::receivers::start_ingest;
 use super::report::{RecordingReport, Report, RingMemoryReport};
-use crate::backend::{ClockEstimate, LoopStats, ResidentLoop};
+use crate::backend::{Backend, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
 use crate::fragment::GpuResidentOperator;
 use crate::gpu::chain_builder::{OperatorPosition, UserOperators};
@@ -124,7 +124,7 @@ pub struct Appliance {
     frame_ring_pages: Option<crate::service::FrameRingPages>,
     rx_stop: Arc<AtomicBool>,
     /// Invariant: `Some` until `stop` joins it.
-    rx_thread: Option<JoinHandle<Result<(), String>>>,
+    rx_thread: Option<JoinHandle<Result<(), super::receivers::ReceiverError>>>,
     /// The receiver's poll-loop count (UDP receivers), for the watchdog.
     rx_poll_loops: Option<Arc<AtomicU64>>,
     /// Fed by the receiver of a port shared with other loops
@@ -162,6 +162,8 @@ pub struct Appliance {
 /// What [`Appliance::reload_explained`] did, and why where it changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadVerdict {
+    /// What the reload did: applied (parameters or shape), unchanged,
+    /// rejected as invalid, or refused because it needs a restart.
     pub outcome: ReloadOutcome,
     /// Each problem (`key: message`) of a rejected config, or each key that
     /// needs a restart; empty when the change was applied or nothing changed.
@@ -211,9 +213,12 @@ impl Appliance {
         gpu: usize,
     ) -> Result<Self, AppError> {
         let pick = pick_backend_on(cfg.backend, gpu)?;
-        tracing::info!(backend = pick.name, "backend {}: {}", pick.name, pick.reason);
-        let gpu_claim =
-            if pick.name == "cuda" && !opts.defer_launch { Some(super::GpuClaim::take(gpu)?) } else { None };
+        tracing::info!(backend = pick.name(), "backend {}: {}", pick.name(), pick.reason);
+        let gpu_claim = if pick.backend == Backend::Cuda && !opts.defer_launch {
+            Some(super::GpuClaim::take(gpu)?)
+        } else {
+            None
+        };
         // A port another appliance of this process holds is refused here,
         // before anything starts. (Port 0 is a fresh port every time.)
         let port_claim = match cfg.ingest.bind.parse::<SocketAddr>() {
@@ -221,7 +226,7 @@ impl Appliance {
             _ => None,
         };
         pick.check_handler(cfg)?;
-        operators.check(&cfg.chain, pick.name, cfg.loop_.fused_chain)?;
+        operators.check(&cfg.chain, pick.backend, cfg.loop_.fused_chain)?;
         // Built (and its ports checked) before any memory is allocated; the
         // frame ring's slots hold ring.slot_bytes, the size it is built for.
         let user_chain = if operators.is_empty() {
@@ -255,7 +260,7 @@ impl Appliance {
         if !opts.defer_launch {
             resident.launch().map_err(AppError::Launch)?;
         }
-        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name);
+        let reloader = Reloader::new(cfg.clone(), resident.take_live_chain(), pick.name());
 
         let mut sink =
             ResultSink::new(ResultReader::new(Arc::clone(&result_ring)), resident.clock_offset_ns());
@@ -294,7 +299,7 @@ impl Appliance {
         // The GPU writes its results without waking anyone: between frames the
         // result thread sleeps on the frame ring, whose publication wakes it to
         // spin for the result (the host loop wakes it through the result ring).
-        let frame_wait = (pick.name != "host" && !frame_ring.is_device_only()).then(|| {
+        let frame_wait = (pick.backend != Backend::Host && !frame_ring.is_device_only()).then(|| {
             let wait_ring = Arc::clone(&frame_ring);
             Box::new(move |seen, timeout| wait_ring.wait_published_past(seen, timeout)) as FrameWait
         });
@@ -302,11 +307,13 @@ impl Appliance {
         let (result_cpu, result_nice) = (cfg.service.result_cpu, cfg.service.result_nice);
         let result_stall: Option<LoopHook> = ThreadStall::requested("result")
             .map(|mut stall| Box::new(move |stop: &AtomicBool| stall.hang_if_due(stop)) as LoopHook);
-        let result_wait = if pick.name == "host" { RESULT_HOST_WAIT } else { RESULT_POLL };
+        let result_wait = match pick.backend {
+            Backend::Host => RESULT_HOST_WAIT,
+            Backend::Cuda => RESULT_POLL,
+        };
         let results = ResultThread::spawn_placed(sink, result_wait, Some(spin), result_stall, move || {
             crate::service::thread_failure::panic_if_requested("result");
-            crate::service::threads::place_current_thread("result", result_cpu, None)
-                .map_err(|e| e.to_string())?;
+            crate::service::threads::place_current_thread("result", result_cpu, None)?;
             if result_nice > 0
                 && let Err(e) = crate::realtime::set_current_thread_nice(result_nice)
             {
@@ -387,6 +394,7 @@ impl Appliance {
         self.local_addr
     }
 
+    /// The backend running the chain, and why it was picked.
     pub fn backend(&self) -> &BackendPick {
         &self.pick
     }
@@ -503,7 +511,7 @@ impl Appliance {
         let ingest = self.counters.snapshot();
         let f = &latency.frames;
         MetricsSnapshot {
-            backend: self.pick.name.to_string(),
+            backend: self.pick.name().to_string(),
             loop_launched: self.resident.is_launched(),
             loop_iterations: loop_stats.iterations,
             loop_idle_iterations: loop_stats.idle_iterations,
@@ -590,11 +598,10 @@ impl Appliance {
         match outcome {
             ReloadOutcome::RejectedInvalid if reasons.is_empty() => reasons.push(format!(
                 "the {} backend cannot run the new chain (its errors are in the log)",
-                self.pick.name
+                self.pick.name()
             )),
-            ReloadOutcome::RefusedRestart if reasons.is_empty() => {
-                reasons.push(format!("the {} backend applies chain changes only on restart", self.pick.name))
-            }
+            ReloadOutcome::RefusedRestart if reasons.is_empty() => reasons
+                .push(format!("the {} backend applies chain changes only on restart", self.pick.name())),
             ReloadOutcome::AppliedParams { .. }
             | ReloadOutcome::AppliedShape { .. }
             | ReloadOutcome::Unchanged => reasons.clear(),

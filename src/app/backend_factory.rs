@@ -4,7 +4,7 @@
 //! [`ResidentLoop`].
 
 use super::AppError;
-use crate::backend::ResidentLoop;
+use crate::backend::{Backend, ResidentLoop};
 use crate::config::{BackendChoice, Config, StreamToGpu};
 use crate::gpu::chain_builder::UserChain;
 use crate::gpu::user_handler::UserHandlerSource;
@@ -19,7 +19,10 @@ use std::sync::Arc;
 /// The backend that was picked and why.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BackendPick {
-    pub name: &'static str,
+    /// The backend picked (reported as `name`).
+    #[serde(rename = "name")]
+    pub backend: Backend,
+    /// Why: the configuration, or what `auto` found on the machine.
     pub reason: String,
 }
 
@@ -32,23 +35,32 @@ pub fn pick_backend(choice: BackendChoice) -> Result<BackendPick, AppError> {
 /// As [`pick_backend`], probing GPU `gpu` (a CUDA ordinal).
 pub(super) fn pick_backend_on(choice: BackendChoice, gpu: usize) -> Result<BackendPick, AppError> {
     match choice {
-        BackendChoice::Host => Ok(BackendPick { name: "host", reason: "chosen by configuration".into() }),
+        BackendChoice::Host => {
+            Ok(BackendPick { backend: Backend::Host, reason: "chosen by configuration".into() })
+        }
         BackendChoice::Cuda => match crate::gpu::probe(gpu) {
-            Ok(info) => Ok(BackendPick { name: "cuda", reason: info.to_string() }),
+            Ok(info) => Ok(BackendPick { backend: Backend::Cuda, reason: info.to_string() }),
             Err(why) => Err(AppError::NoGpu(why)),
         },
         BackendChoice::Auto => match crate::gpu::probe(gpu) {
-            Ok(info) => Ok(BackendPick { name: "cuda", reason: format!("auto: {info}") }),
-            Err(why) => Ok(BackendPick { name: "host", reason: format!("auto: no usable GPU ({why})") }),
+            Ok(info) => Ok(BackendPick { backend: Backend::Cuda, reason: format!("auto: {info}") }),
+            Err(why) => {
+                Ok(BackendPick { backend: Backend::Host, reason: format!("auto: no usable GPU ({why})") })
+            }
         },
     }
 }
 
 impl BackendPick {
+    /// The picked backend's name: `"host"` or `"cuda"`.
+    pub fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+
     /// Refuses a `[handler]` on a backend that cannot run user handlers.
     pub(super) fn check_handler(&self, cfg: &Config) -> Result<(), AppError> {
         match &cfg.handler {
-            Some(h) if self.name != "cuda" => {
+            Some(h) if self.backend != Backend::Cuda => {
                 Err(AppError::Unsupported(format!("handler.entry: {}", h.host_refusal())))
             }
             _ => Ok(()),
@@ -82,8 +94,8 @@ pub(super) fn open_backend(
     result_bytes: usize,
 ) -> Result<OpenedBackend, AppError> {
     let transport = cfg.ingest.transport;
-    Ok(match pick.name {
-        "cuda" => {
+    Ok(match pick.backend {
+        Backend::Cuda => {
             let rt = crate::gpu::executor::GpuRuntime::open(gpu, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
@@ -130,7 +142,7 @@ pub(super) fn open_backend(
                 outputs,
             }
         }
-        _ => {
+        Backend::Host => {
             debug_assert!(user_chain.is_none(), "Rust operators are refused on the host backend");
             let host = |len, huge| -> Result<Box<dyn RingMemory>, AppError> {
                 Ok(Box::new(
@@ -198,8 +210,8 @@ fn cuda_frame_ring(
 ) -> Result<(Arc<FrameRing>, IngestPlan, RingPlacement), AppError> {
     let transport = cfg.ingest.transport;
     let gpu = match transport {
-        Transport::Udp => Err("not read: ingest.transport = \"udp\"".to_string()),
-        _ => rdma::dmabuf::gpu_rdma_support(gpu_ordinal).map_err(|e| e.to_string()),
+        Transport::Udp => Err(rdma::placement::GpuRdmaUnknown::NotRead),
+        _ => rdma::dmabuf::gpu_rdma_support(gpu_ordinal).map_err(rdma::placement::GpuRdmaUnknown::from),
     };
     let (first, note) = first_placement(ConsumerBackend::Cuda, transport, &gpu);
     if let Some(note) = note {

@@ -4,6 +4,7 @@
 
 use super::AppError;
 use super::report::Report;
+use crate::backend::Backend;
 use crate::metrics::Summary;
 use crate::plot::report::{HtmlReport, ReportRow};
 use crate::plot::{CurveSeries, FloorLine, percentile_svg};
@@ -11,7 +12,7 @@ use std::path::Path;
 
 /// What the report says about the machine: host, kernel, CPU, memory, and
 /// what the run ran on.
-pub fn machine_rows(backend: &str, backend_reason: &str) -> Vec<(String, String)> {
+pub fn machine_rows(backend: Backend, backend_reason: &str) -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
         .lines()
@@ -85,7 +86,7 @@ pub fn run_report(
     }
     Ok(HtmlReport {
         title: title.to_string(),
-        machine: machine_rows(report.backend.name, &report.backend.reason),
+        machine: machine_rows(report.backend.backend, &report.backend.reason),
         config,
         rows,
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
@@ -141,7 +142,7 @@ pub fn compare_report(
     let svg = percentile_svg("every mode and the floors", &series, &floors).map_err(AppError::Plot)?;
     Ok(HtmlReport {
         title: format!("frameloop bench --compare on {}", report.device),
-        machine: machine_rows("cuda", &report.device),
+        machine: machine_rows(Backend::Cuda, &report.device),
         config,
         rows,
         columns: ["frames", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "max µs"]

@@ -72,10 +72,10 @@ pub fn appliance_facts(
     config_path: Option<&std::path::Path>,
 ) -> ApplianceFacts {
     let backend = app.backend();
-    let gpu = (backend.name == "cuda").then(|| backend.reason.clone());
+    let gpu = (backend.backend == crate::backend::Backend::Cuda).then(|| backend.reason.clone());
     ApplianceFacts {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        backend: backend.name.to_string(),
+        backend: backend.name().to_string(),
         backend_reason: backend.reason.clone(),
         gpu,
         listen: app.local_addr().to_string(),

@@ -90,7 +90,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
     } else {
         cfg.backend
     })?;
-    if pick.name != "cuda" {
+    if pick.backend != crate::backend::Backend::Cuda {
         return Err(AppError::Unsupported(
             "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
                 .into(),
@@ -136,6 +136,7 @@ fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
 /// Arguments of `frameloop send`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SendCommand {
+    /// Where and what to send.
     #[command(flatten)]
     pub send: crate::sender::SendArgs,
     /// udp (native datagrams; the default), or rdma (RDMA WRITE into the
@@ -144,11 +145,12 @@ pub struct SendCommand {
     pub transport: crate::rdma::Transport,
     /// native (frameloop datagrams; the default), or hsb: emulate an HSB-style
     /// sensor bridge (16-byte big-endian header: frame counter, offset, frame
-    /// length, last flag; one stream), for an appliance whose [handler] is
+    /// length, last flag; one stream), for an appliance whose `[handler]` is
     /// handlers/hsb_ready.cu (docs/operators.md).
     #[arg(long, value_enum, default_value = "native")]
     pub format: crate::sender::hsb::SendFormat,
     #[cfg(feature = "rdma")]
+    /// The RDMA sender's settings (`--transport rdma`).
     #[command(flatten)]
     pub rdma: crate::rdma::sender::RdmaSendArgs,
 }

@@ -156,7 +156,7 @@ struct SharedPort {
     local_addr: SocketAddr,
     stop: Arc<AtomicBool>,
     /// Invariant: `Some` until [`SharedPort::stop`] joins it.
-    thread: Option<JoinHandle<Result<(), String>>>,
+    thread: Option<JoinHandle<Result<(), super::receivers::ReceiverError>>>,
     /// Its loops were marked down for it.
     down: bool,
 }
@@ -236,18 +236,22 @@ pub struct LoopSet {
 /// How one loop ended.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoopOutcome {
+    /// The loop as planned (name, GPU, CPUs).
     pub plan: LoopPlan,
+    /// The stream ids it took.
     pub streams: Vec<u32>,
     /// Why the loop went down before the stop, if it did.
     pub down: Option<String>,
     /// Its report, unless stopping it failed (`stop_error` says why).
     pub report: Option<Report>,
+    /// Why stopping the loop failed, if it did.
     pub stop_error: Option<String>,
 }
 
 /// What `frameloop run` reports for several loops.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoopsReport {
+    /// Each loop's outcome, in config order.
     pub loops: Vec<LoopOutcome>,
 }
 
@@ -546,7 +550,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
         ));
     }
     let pick = super::pick_backend(cfg.backend)?;
-    let cuda = pick.name == "cuda";
+    let cuda = pick.backend == crate::backend::Backend::Cuda;
     let (topology, interfaces) = if cuda {
         let topology = Topology::read(Path::new("/sys"))?;
         let interfaces = crate::topology::interface_addresses()?;
@@ -577,7 +581,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     let snapshot = set.metrics_snapshot();
     let facts = crate::web::ApplianceFacts {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        backend: pick.name.to_string(),
+        backend: pick.name().to_string(),
         backend_reason: pick.reason.clone(),
         gpu: cuda.then(|| pick.reason.clone()),
         listen: String::new(),
@@ -601,7 +605,7 @@ pub(super) fn run_loops(args: &RunArgs, cfg: &Config) -> Result<(), AppError> {
     }
     let iterations = Arc::new(AtomicU64::new(set.iterations()));
     let pinger = notifier.as_ref().and_then(|n| {
-        n.ready(&format!("serving {} loops ({} backend)", set.names().len(), pick.name));
+        n.ready(&format!("serving {} loops ({} backend)", set.names().len(), pick.name()));
         let it = Arc::clone(&iterations);
         WatchdogPinger::start(
             Arc::clone(n),

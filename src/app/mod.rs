@@ -8,12 +8,14 @@ mod chores;
 mod claims;
 mod feed;
 mod html_report;
+#[doc(hidden)]
 pub mod live_view;
 mod loopback;
 mod loops;
 mod numa;
 mod receivers;
 mod report;
+#[doc(hidden)]
 pub mod signals;
 
 pub use appliance::{Appliance, ApplianceBuilder, ReloadVerdict, StartOptions};
@@ -32,7 +34,10 @@ use thiserror::Error;
 /// Errors that stop a command, each saying what to do about it and keeping
 /// the error underneath as its source.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum AppError {
+    /// The config is unreadable or invalid; the message names each key and
+    /// its fix (`frameloop validate` lists them all).
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     /// A ring could not be created (the message names the ring.* key).
@@ -52,27 +57,49 @@ pub enum AppError {
     /// cannot run; the message names the keys or flags to change.
     #[error("{0}")]
     Unsupported(String),
+    /// `backend = "cuda"` on a machine without a usable GPU or NVRTC; use
+    /// `--backend host` (or `auto`) there.
     #[error("backend cuda needs a usable GPU: {0}; use --backend host (or auto) on this machine")]
     NoGpu(#[source] crate::gpu::GpuUnavailable),
+    /// The `[handler]` source file cannot be read or compiled; fix the file
+    /// that `handler.source` names.
     #[error("handler.source: {0}")]
     HandlerSource(#[source] crate::gpu::user_source::UserCodeError),
+    /// The GPU already runs the resident loop of another appliance in this
+    /// process; stop that appliance, use another GPU, or run both loops from
+    /// one config with `[[loop]]` tables.
     #[error(
         "GPU {gpu} already runs the resident loop of another appliance in this process, and a second \
          loop would wait for it for ever: stop that appliance first, start this one on another GPU, or \
          run both loops from one config with [[loop]] tables"
     )]
-    GpuTaken { gpu: usize },
+    GpuTaken {
+        /// The GPU's ordinal.
+        gpu: usize,
+    },
+    /// `ingest.bind` names the UDP port of another appliance in this
+    /// process; give each appliance its own port, or run both loops from one
+    /// config with `[[loop]]` tables.
     #[error(
         "ingest.bind: UDP port {addr} is the port of another appliance in this process; with \
          ingest.reuse_port the kernel would split the datagrams between the two at random: give each \
          appliance its own port, or run both loops from one config with [[loop]] tables (one receiver \
          gives each loop the streams it lists)"
     )]
-    PortTaken { addr: std::net::SocketAddr },
+    PortTaken {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// Outputs were asked for without the output ring; set
+    /// `output.enabled = true`.
     #[error("outputs need the output ring: set output.enabled = true (and output.socket to a writable path)")]
     NoOutputs,
+    /// The CUDA context could not be created; check the driver and that
+    /// the GPU is not exclusive to another process.
     #[error("cannot open the GPU: {0}")]
     GpuOpen(#[source] crate::gpu::GpuError),
+    /// The GPU-resident loop could not be built (kernels, graph, memory);
+    /// the source names the step.
     #[error("cannot build the GPU loop: {0}")]
     GpuLoop(#[source] crate::gpu::GpuError),
     /// A GPU step outside the appliance (`bench --compare`); the message
@@ -80,11 +107,27 @@ pub enum AppError {
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
     #[error("cannot map {len} bytes for a ring: {source}; lower ring.slots")]
-    RingMemory { len: usize, source: std::io::Error },
+    /// Host memory for a ring could not be mapped; lower `ring.slots` or
+    /// raise the memlock limit.
+    RingMemory {
+        /// Bytes asked for.
+        len: usize,
+        /// The mapping's error.
+        source: std::io::Error,
+    },
     #[error("cannot map {len} bytes of GPU-mapped memory for a ring: {source}; lower ring.slots")]
-    MappedRingMemory { len: usize, source: crate::gpu::GpuError },
+    /// Page-locked, GPU-mapped memory for a ring could not be had; lower
+    /// `ring.slots`.
+    MappedRingMemory {
+        /// Bytes asked for.
+        len: usize,
+        /// The CUDA error.
+        source: crate::gpu::GpuError,
+    },
+    /// The host backend's loop could not be built; the source says why.
     #[error("cannot build the host loop: {0}")]
     HostLoop(#[source] crate::host::HostError),
+    /// The resident loop could not be launched; the source names the stage.
     #[error("cannot launch the resident loop: {0}")]
     Launch(#[source] crate::backend::BackendError),
     /// The resident loop failed while running (clock recalibration, ...).
@@ -100,13 +143,25 @@ pub enum AppError {
     /// or unit setting).
     #[error(transparent)]
     Service(#[from] crate::service::ServiceError),
+    /// Placing a thread the receiver starts (the assembly thread, further
+    /// reading threads); the message names the key.
+    #[error(transparent)]
+    ThreadPlacement(std::sync::Arc<crate::service::ServiceError>),
+    /// SIGINT/SIGTERM/SIGHUP handlers could not be installed (a process
+    /// limit or sandbox); run frameloop without that restriction.
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] nix::Error),
     /// `--pid-file` cannot be written, or another appliance holds it.
     #[error(transparent)]
     PidFile(#[from] crate::service::PidFileError),
+    /// `--report` could not be written; give a path in a writable directory.
     #[error("cannot write --report {}: {source}; check that the directory exists and is writable", path.display())]
-    Report { path: PathBuf, source: std::io::Error },
+    Report {
+        /// The file asked for.
+        path: PathBuf,
+        /// The write's error.
+        source: std::io::Error,
+    },
     /// Drawing a report's plot failed.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
@@ -116,14 +171,24 @@ pub enum AppError {
     /// One loop of several could not start; the loops started before it were stopped.
     #[error("loop {name} cannot start: {source}")]
     LoopStart {
+        /// The `[[loop]]` table's name.
         name: String,
+        /// Why it could not start.
         #[source]
         source: Box<AppError>,
     },
     #[error(
         "cannot start the {thread} thread: {source}; check the process thread limit (ulimit -u, TasksMax=)"
     )]
-    Spawn { thread: &'static str, source: std::io::Error },
+    /// A thread could not be started; raise the process thread limit.
+    Spawn {
+        /// Which thread.
+        thread: &'static str,
+        /// The spawn's error.
+        source: std::io::Error,
+    },
+    /// The UDP receiver could not start (bind, socket options); the message
+    /// names the `ingest.*` key to change.
     #[error("cannot start the UDP receiver: {0}")]
     Receiver(#[source] crate::ingest::IngestError),
     /// The `[rtp]` assembler refused its settings (the message names the key).
@@ -133,36 +198,74 @@ pub enum AppError {
     #[error(transparent)]
     Hsb(#[from] crate::ingest::hsb::HsbIngestError),
     #[error("ingest.bind {value:?} is not ADDR:PORT ({source}); for example \"0.0.0.0:5000\"")]
-    BindAddress { value: String, source: std::net::AddrParseError },
+    /// `ingest.bind` is not `ADDR:PORT`; write it like `"0.0.0.0:5000"`.
+    BindAddress {
+        /// The value as written.
+        value: String,
+        /// The parser's error.
+        source: std::net::AddrParseError,
+    },
     #[error("cannot read the local address of the socket bound to {addr}: {source}")]
-    Socket { addr: std::net::SocketAddr, source: std::io::Error },
+    /// The bound socket's local address could not be read (rare; an OS error).
+    Socket {
+        /// The address it was bound to.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The frame ring has one writer and it is taken: give each ring one
+    /// receiver.
     #[error("the frame ring's writer is already taken")]
     WriterTaken,
+    /// `frameloop send` arguments that do not parse; see `frameloop send --help`.
     #[error("bad sender settings: {0}")]
     SenderSettings(#[source] clap::Error),
+    /// The sensor emulator stopped with an error; the message names the fix.
     #[error("sender: {0}")]
     Sender(#[source] crate::sender::SendError),
+    /// The sensor emulator's thread panicked (a bug; see the log above).
     #[error("the sender thread panicked")]
     SenderPanicked,
     /// Recording or replaying a capture failed (the message names the file).
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
+    /// The `--record` file could not be written; choose a writable path.
     #[error("--record: {0}")]
     RecordFile(#[source] crate::capture::CaptureError),
     #[error("{}: {why}", file.display())]
-    ReplayEnded { file: PathBuf, why: String },
+    /// A replayed capture ended early; the reason names the packet or file.
+    ReplayEnded {
+        /// The capture file.
+        file: PathBuf,
+        /// Why the replay ended.
+        why: String,
+    },
     #[error(
         "the {thread} thread died: {message}; the service stopped so that it can be restarted \
          (see the log above for the cause)"
     )]
-    ThreadDied { thread: String, message: String },
+    /// A pipeline thread died; restart the service (systemd does) and read
+    /// the log for the cause.
+    ThreadDied {
+        /// The thread's role.
+        thread: String,
+        /// Its panic or error message.
+        message: String,
+    },
     #[error(
         "the pipeline did not stop within service.shutdown_timeout_ms = {timeout_ms} ms: {}; \
          it was left behind and the process exits so that it can be restarted (a wedged GPU may \
          need a reset: see docs/operations.md, exit status 4)",
         stages.join("; ")
     )]
-    StopTimedOut { stages: Vec<String>, timeout_ms: u64 },
+    /// Stopping did not finish within `service.shutdown_timeout_ms`; raise the
+    /// key if the stages are only slow, else restart (a wedged GPU may need a reset).
+    StopTimedOut {
+        /// The stages left behind.
+        stages: Vec<String>,
+        /// The budget they had.
+        timeout_ms: u64,
+    },
     /// The frame log or the histogram log lost records and
     /// `metrics.fail_on_log_loss` asks for a failure (exit status 5).
     #[error(
@@ -170,12 +273,20 @@ pub enum AppError {
          metrics.fail_on_log_loss = true makes that a failure: free space on the logs' filesystem, or set \
          it to false to let a full disk only degrade the run"
     )]
-    LogsLost { lost: u64 },
+    LogsLost {
+        /// The records lost.
+        lost: u64,
+    },
     #[error(
         "{loops} went down while the others kept running; the service exits non-zero so that it can be \
          restarted (see the log above for the cause)"
     )]
-    LoopsDown { loops: String },
+    /// Some `[[loop]]`s went down while others ran; the service exits so
+    /// that it is restarted.
+    LoopsDown {
+        /// The loops that went down.
+        loops: String,
+    },
 }
 
 impl AppError {
@@ -346,12 +457,21 @@ pub struct BenchArgs {
 
 /// `--stream-part-bytes`: at least 64 (shorter parts would time the
 /// publisher's marks rather than the loop).
-fn parse_stream_part_bytes(s: &str) -> Result<usize, String> {
-    let n: usize = s.parse().map_err(|e| format!("{e}; give a byte count such as 8924"))?;
+fn parse_stream_part_bytes(s: &str) -> Result<usize, BadPartBytes> {
+    let n: usize = s.parse()?;
     if n < 64 {
-        return Err(format!("{n} bytes is below the 64 a part must hold; give 64 or more"));
+        return Err(BadPartBytes::TooSmall(n));
     }
     Ok(n)
+}
+
+/// Why a `--stream-part-bytes` value was refused.
+#[derive(Debug, Error)]
+enum BadPartBytes {
+    #[error("{0}; give a byte count such as 8924")]
+    NotANumber(#[from] std::num::ParseIntError),
+    #[error("{0} bytes is below the 64 a part must hold; give 64 or more")]
+    TooSmall(usize),
 }
 
 /// Arguments of `frameloop run`.
@@ -367,7 +487,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub histogram_log: Option<PathBuf>,
     /// Write one CSV line per frame with all its timestamps (host clock, ns)
-    /// to this file (overrides metrics.frame_log; with [[loop]] tables, one file
+    /// to this file (overrides metrics.frame_log; with `[[loop]]` tables, one file
     /// per loop, named like frames.cam0.csv).
     #[arg(long, value_name = "FILE.csv")]
     pub frame_log: Option<PathBuf>,
@@ -488,7 +608,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     let frame_backlog = Arc::new(AtomicU64::new(0));
     let ticks = Arc::new(AtomicU64::new(0));
     let pinger = notifier.as_ref().and_then(|n| {
-        n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name));
+        n.ready(&format!("serving on {} ({} backend)", app.local_addr(), app.backend().name()));
         let (it, pending, tick) = (Arc::clone(&iterations), Arc::clone(&frame_backlog), Arc::clone(&ticks));
         let mut sources = app.progress_sources();
         sources.push(ProgressSource::with_backlog(
@@ -598,7 +718,7 @@ fn reload_config(app: &mut Appliance, args: &RunArgs, notifier: Option<&crate::s
         n.ready(&format!(
             "serving on {} ({} backend, parameter generation {})",
             app.local_addr(),
-            app.backend().name,
+            app.backend().name(),
             app.param_generation()
         ));
     }

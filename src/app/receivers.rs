@@ -6,6 +6,7 @@
 use super::AppError;
 use super::report::{RecordingReport, on_off};
 use crate::config::Config;
+use crate::ingest::udp::ThreadStartError;
 use crate::ingest::{FrameAssembler, IngestCounters, Reassembler, Route, StreamRouter, UdpReceiver};
 use crate::rdma::{IngestPlan, Transport};
 use crate::ring::FrameRing;
@@ -17,13 +18,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
+/// Why a receiver's thread stopped, whichever transport ran it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReceiverError {
+    #[error(transparent)]
+    Udp(#[from] crate::ingest::IngestError),
+    #[cfg(feature = "rdma")]
+    #[error(transparent)]
+    Rdma(#[from] crate::rdma::RdmaError),
+}
+
 /// The receiving side, whichever transport runs it.
 pub(super) struct IngestParts {
     pub(super) local_addr: SocketAddr,
     pub(super) gro_active: bool,
     pub(super) rtp_counters: Option<Arc<RtpCounters>>,
     pub(super) recording: Option<std::sync::mpsc::Receiver<RecordingReport>>,
-    pub(super) thread: JoinHandle<Result<(), String>>,
+    pub(super) thread: JoinHandle<Result<(), ReceiverError>>,
     /// The receiver's poll-loop count, for the watchdog (UDP receivers only).
     pub(super) poll_loops: Option<Arc<AtomicU64>>,
 }
@@ -31,7 +42,7 @@ pub(super) struct IngestParts {
 impl IngestParts {
     /// A receiver with no GRO, RTP counters, recording or poll-loop count
     /// (the HSB and RDMA receivers).
-    fn plain(local_addr: SocketAddr, thread: JoinHandle<Result<(), String>>) -> Self {
+    fn plain(local_addr: SocketAddr, thread: JoinHandle<Result<(), ReceiverError>>) -> Self {
         Self { local_addr, gro_active: false, rtp_counters: None, recording: None, thread, poll_loops: None }
     }
 }
@@ -151,7 +162,7 @@ fn place_reading_threads<A: FrameAssembler>(
 }
 
 /// Where the outcome of placing a thread that the receiver starts goes.
-type Placed = std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>>;
+type Placed = std::sync::mpsc::Receiver<Result<(), Arc<crate::service::ServiceError>>>;
 
 /// Placing a thread that the pinned receiving thread starts (the assembly
 /// thread, further reading threads): it first takes back the CPUs the
@@ -160,7 +171,7 @@ type Placed = std::sync::mpsc::Receiver<Result<(), crate::service::ServiceError>
 /// itself as configured, and the outcome goes to start-up.
 struct StartedThreadPlacement {
     inherited: Option<nix::sched::CpuSet>,
-    outcomes: std::sync::mpsc::Sender<Result<(), crate::service::ServiceError>>,
+    outcomes: std::sync::mpsc::Sender<Result<(), Arc<crate::service::ServiceError>>>,
 }
 
 impl StartedThreadPlacement {
@@ -174,16 +185,22 @@ impl StartedThreadPlacement {
     /// Places the calling thread (`role` in the log) on `cpu` under
     /// `priority`; `key` is the setting to name if its CPUs cannot be
     /// taken back.
-    fn place(&self, role: &str, key: &str, cpu: Option<usize>, priority: Option<u8>) -> Result<(), String> {
+    fn place(
+        &self,
+        role: &str,
+        key: &str,
+        cpu: Option<usize>,
+        priority: Option<u8>,
+    ) -> Result<(), ThreadStartError> {
         if let Some(set) = &self.inherited
             && let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set)
         {
             tracing::warn!("the {role} thread keeps the receiver's CPUs ({e}); set {key}");
         }
-        let placed = crate::service::threads::place_current_thread(role, cpu, priority);
-        let outcome = placed.as_ref().map(|_| ()).map_err(ToString::to_string);
-        let _ = self.outcomes.send(placed);
-        outcome
+        // Start-up and the receiver (which stops on it) both get the error.
+        let placed = crate::service::threads::place_current_thread(role, cpu, priority).map_err(Arc::new);
+        let _ = self.outcomes.send(placed.clone());
+        placed.map_err(|e| Box::new(e) as ThreadStartError)
     }
 }
 
@@ -193,7 +210,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
     cfg: &Config,
     mut receiver: UdpReceiver<A>,
     rx_stop: &Arc<AtomicBool>,
-) -> Result<JoinHandle<Result<(), String>>, AppError> {
+) -> Result<JoinHandle<Result<(), ReceiverError>>, AppError> {
     let stop = Arc::clone(rx_stop);
     let (rx_cpu, rt_prio) = (cfg.service.receiver_cpu, cfg.service.realtime_priority);
     if receiver.has_assembly_thread() {
@@ -218,7 +235,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
                 return Ok(());
             }
             crate::service::thread_failure::panic_if_requested("receiver");
-            receiver.run(&stop).map_err(|e| e.to_string())
+            receiver.run(&stop).map_err(ReceiverError::from)
         })
         .map_err(|source| AppError::Spawn { thread: "receiver", source })?;
     if let Ok(Err(e)) = placed_rx.recv() {
@@ -231,7 +248,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
     // reported when its thread is joined.)
     if let Some(Ok(Err(e))) = assembly_placed.map(|placed| placed.recv()) {
         rx_stop.store(true, Ordering::Release);
-        return Err(e.into());
+        return Err(AppError::ThreadPlacement(e));
     }
     // So do the further reading threads, each on its core.
     if let Some((placed, count)) = readers_placed {
@@ -240,7 +257,7 @@ fn spawn_udp<A: FrameAssembler + 'static>(
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     rx_stop.store(true, Ordering::Release);
-                    return Err(e.into());
+                    return Err(AppError::ThreadPlacement(e));
                 }
                 Err(_) => break,
             }
@@ -412,7 +429,7 @@ pub(super) fn start_ingest(
             let stop = Arc::clone(rx_stop);
             let thread = std::thread::Builder::new()
                 .name("frameloop-rdma".into())
-                .spawn(move || endpoint.run(&stop).map_err(|e| e.to_string()))
+                .spawn(move || endpoint.run(&stop).map_err(ReceiverError::from))
                 .map_err(|source| AppError::Spawn { thread: "RDMA", source })?;
             IngestParts::plain(local_addr, thread)
         }

@@ -10,17 +10,24 @@ use std::path::PathBuf;
 /// Everything the appliance reports when it stops.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// The backend that ran the chain, and why it was picked.
     pub backend: BackendPick,
+    /// Seconds from start to stop.
     pub elapsed_s: f64,
+    /// The address the receiver listened on.
     pub listen: String,
+    /// Whether UDP GRO was on.
     pub gro: bool,
+    /// What the resident loop counted.
     pub loop_stats: LoopStats,
+    /// What the receiver counted (datagrams, frames, drops by cause).
     pub ingest: IngestSnapshot,
     /// Where the frame ring lives and how it is paged.
     pub frame_ring: RingMemoryReport,
     /// GPU clock to CLOCK_REALTIME offset used for the GPU timestamps, and
     /// the bound on its error (both 0 on the host backend).
     pub clock_offset_ns: i64,
+    /// The bound on the error of `clock_offset_ns`.
     pub clock_error_ns: u64,
     /// RTP assembler counters (name, value), when the config has `[rtp]`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,6 +48,7 @@ pub struct Report {
     /// `--histogram-log`) is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histogram_log: Option<crate::metrics::HistogramLogReport>,
+    /// The latency of every segment, and the counters.
     pub latency: Summary,
     /// What did not stop within `service.shutdown_timeout_ms` and was left
     /// behind (a hung thread, a wedged device); empty after a clean stop.
@@ -65,6 +73,7 @@ impl Report {
 pub struct RingMemoryReport {
     /// "host", "cuda-registered", "cuda-device", ...
     pub kind: &'static str,
+    /// Its size.
     pub bytes: usize,
     /// Bytes in huge pages; absent where the host cannot say (GPU memory).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,6 +102,7 @@ impl RingMemoryReport {
 /// What a recording of the received datagrams wrote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RecordingReport {
+    /// The capture file.
     pub path: PathBuf,
     /// Datagrams written.
     pub datagrams: u64,
@@ -189,7 +199,7 @@ impl Report {
         };
         format!(
             "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
-            self.backend.name,
+            self.backend.name(),
             self.backend.reason,
             self.frame_ring.describe(),
             self.listen,

@@ -8,8 +8,8 @@
 //! - [`reader`]: [`CaptureReader`], pcap and pcapng packet by packet.
 //! - [`tap`]: [`DatagramTap`], the hook a receiver calls per datagram, and
 //!   [`PcapngRecorder`], the tap that records.
-//! - [`record`]: `frameloop record` (its own socket receiver).
-//! - [`replay`]: `frameloop replay`: filters, pacing, socket and in-process replay.
+//! - `record`: `frameloop record` (its own socket receiver).
+//! - `replay`: `frameloop replay`: filters, pacing, socket and in-process replay.
 //!
 //! Format notes and the reasons behind them are in `docs/captures.md`.
 

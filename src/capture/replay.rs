@@ -56,7 +56,7 @@ pub struct ReplayArgs {
     /// Replay only native datagrams of this stream id (repeatable).
     #[arg(long = "stream")]
     pub streams: Vec<u32>,
-    /// In-process: the datagrams are RFC 4175 RTP video (geometry from the config's [rtp] section).
+    /// In-process: the datagrams are RFC 4175 RTP video (geometry from the config's `[rtp]` section).
     #[arg(long)]
     pub rtp: bool,
     /// Print the progress line even when stderr is not a terminal.

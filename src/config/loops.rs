@@ -28,6 +28,7 @@ pub enum GpuChoice {
 pub struct LoopSpec {
     /// Its name: a metrics label and a log prefix (`[A-Za-z0-9_-]`, unique).
     pub name: String,
+    /// The GPU it runs on (`gpu = N`, or placed by topology).
     pub gpu: GpuChoice,
     /// The stream ids it serves: labels for metrics and logs on a port of
     /// its own (whose receiver takes every stream reaching it); on a port
@@ -37,8 +38,11 @@ pub struct LoopSpec {
     /// CPUs for its receiver, loop and result threads (`cpus = "8-15"`),
     /// instead of those of its GPU's NUMA node.
     pub cpus: Option<CpuList>,
+    /// Its `[ingest]` keys (its own `bind`).
     pub ingest: UdpConfig,
+    /// Its `[ring]` keys.
     pub ring: RingConfig,
+    /// Its operator chain.
     pub chain: Vec<OpSpec>,
     /// The resident-loop keys (`poll_budget_us`, ...) of this table.
     pub settings: LoopConfig,

@@ -111,6 +111,7 @@ impl Default for LoopConfig {
 }
 
 impl LoopConfig {
+    /// Adds a problem for every `[loop]` key out of range.
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
         check_range(problems, "loop.poll_budget_us", self.poll_budget_us, 0, 1_000_000);
         check_range(problems, "loop.poll_interval_ns", self.poll_interval_ns, 0, 1_000_000);
@@ -190,6 +191,7 @@ impl Default for RingConfig {
 }
 
 impl RingConfig {
+    /// Adds a problem for every `[ring]` key out of range.
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
         check_range(problems, "ring.slots", self.slots, 2, 65536);
         check_range(problems, "ring.slot_bytes", self.slot_bytes, 1, 1 << 30);
@@ -229,20 +231,28 @@ fn default_chain() -> Vec<OpSpec> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `backend`: `auto` (CUDA when a GPU and NVRTC are usable), `host` or `cuda`.
     #[serde(default)]
     pub backend: BackendChoice,
+    /// `[ring]`: the frame and result rings.
     #[serde(default)]
     pub ring: RingConfig,
+    /// `[loop]`: the resident loop (polling, fused chain, streaming to the GPU).
     #[serde(default, rename = "loop")]
     pub loop_: LoopConfig,
+    /// `[[chain]]`: the operators run on every frame, in order.
     #[serde(default = "default_chain")]
     pub chain: Vec<OpSpec>,
+    /// `[ingest]`: the receiver (bind address, socket, reassembly).
     #[serde(default)]
     pub ingest: crate::ingest::UdpConfig,
+    /// `[metrics]`: histograms, logs and the progress line.
     #[serde(default)]
     pub metrics: crate::metrics::MetricsConfig,
+    /// `[service]`: thread placement, systemd, the metrics endpoint.
     #[serde(default)]
     pub service: crate::service::ServiceConfig,
+    /// `[rdma]`: the RDMA ingest (with `ingest.transport`).
     #[serde(default)]
     pub rdma: crate::rdma::RdmaConfig,
     /// RFC 4175 RTP raw video: when present, the receiver assembles RTP video
@@ -340,9 +350,18 @@ impl Config {
 
 /// A config that cannot be used: every problem found, each naming its key.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
+    /// The file could not be read; check the path and its permissions.
     #[error("cannot read config file {path}: {source}; check the path and its permissions")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        /// The file.
+        path: String,
+        /// The read's error.
+        source: std::io::Error,
+    },
+    /// The file parsed but has problems; each names its key and the fix
+    /// (`frameloop validate` prints them).
     #[error("{}", render_problems(.0))]
     Invalid(Vec<ConfigProblem>),
 }
@@ -357,6 +376,7 @@ fn render_problems(problems: &[ConfigProblem]) -> String {
 }
 
 impl ConfigError {
+    /// Every problem found (none for an unreadable file).
     pub fn problems(&self) -> &[ConfigProblem] {
         match self {
             ConfigError::Invalid(p) => p,

@@ -7,11 +7,14 @@ use std::fmt;
 /// One problem found in a config, naming the key (`section.key`) and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {
+    /// The key (`section.key`, `chain[2].kernel`, ...).
     pub key: String,
+    /// What is wrong and how to fix it.
     pub message: String,
 }
 
 impl ConfigProblem {
+    /// A problem of `key`.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         Self { key: key.into(), message: message.into() }
     }

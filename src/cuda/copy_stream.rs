@@ -59,7 +59,7 @@ impl CopyStream {
     }
 
     fn synchronize(&mut self) -> Result<(), CudaError> {
-        Ok(self.stream.synchronize()?)
+        self.stream.synchronize()
     }
 
     /// Copies each `(offset, bytes)` into the allocation in order and
@@ -120,8 +120,7 @@ impl CopyStream {
             // other copy uses the staging (invariant); `at + chunk.len()` lies
             // inside the allocation (bounds checked above).
             let queued =
-                unsafe { memcpy_dtoh_async(staging, self.dptr + at as u64, chunk.len(), self.stream.raw()) }
-                    .map_err(CudaError::from);
+                unsafe { memcpy_dtoh_async(staging, self.dptr + at as u64, chunk.len(), self.stream.raw()) };
             let synced = self.synchronize();
             queued.and(synced).map_err(|e| Self::device_error("from", e))?;
             // SAFETY: the copy into the staging finished (stream synchronised).

@@ -15,6 +15,7 @@ use super::plan::Plan;
 pub struct OperatorId(pub(crate) usize);
 
 impl OperatorId {
+    /// The operator's position in its fragment, from 0.
     pub fn index(self) -> usize {
         self.0
     }
@@ -23,9 +24,13 @@ impl OperatorId {
 /// One connection: an output port of `from` feeds an input port of `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Flow {
+    /// The sending operator.
     pub from: OperatorId,
+    /// Its output port.
     pub from_port: String,
+    /// The receiving operator.
     pub to: OperatorId,
+    /// Its input port.
     pub to_port: String,
 }
 
@@ -37,6 +42,7 @@ pub(crate) struct OperatorEntry {
 
 /// Where an enqueue puts its work and what the kernels see.
 pub struct EnqueueTarget<'a> {
+    /// The stream the work is enqueued (captured) on.
     pub stream: &'a Arc<CudaStream>,
     /// Device address of the `FrameDesc` every kernel reads.
     pub frame_desc: DevicePtr,
@@ -49,6 +55,7 @@ pub struct EnqueueTarget<'a> {
     /// Device address of a copy of the claimed slot's header (`SlotHeader`,
     /// device memory, filled when the frame is claimed), 0 where there is none.
     pub slot_header: DevicePtr,
+    /// The loaded kernels, by name.
     pub kernels: &'a dyn KernelLookup,
     /// Where the loop stages a streaming frame, when frames stream.
     pub streamed: Option<StreamedFrame>,
@@ -77,18 +84,22 @@ impl std::fmt::Debug for Fragment {
 }
 
 impl Fragment {
+    /// An empty fragment called `name`.
     pub fn new(name: &str) -> Self {
         Self { name: name.to_owned(), operators: Vec::new(), flows: Vec::new(), handler: None }
     }
 
+    /// The fragment's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// How many operators it holds.
     pub fn len(&self) -> usize {
         self.operators.len()
     }
 
+    /// Whether it holds no operator.
     pub fn is_empty(&self) -> bool {
         self.operators.is_empty()
     }
@@ -106,6 +117,7 @@ impl Fragment {
         matches!(self.operators.as_slice(), [only] if only.op.can_claim_frames())
     }
 
+    /// Its flows, in the order added.
     pub fn flows(&self) -> &[Flow] {
         &self.flows
     }
@@ -129,6 +141,7 @@ impl Fragment {
         Ok(OperatorId(self.operators.len() - 1))
     }
 
+    /// The name of operator `id`, if it is one of this fragment's.
     pub fn operator_name(&self, id: OperatorId) -> Option<&str> {
         self.operators.get(id.0).map(|e| e.name.as_str())
     }
@@ -182,10 +195,12 @@ impl Fragment {
         Ok(())
     }
 
+    /// The data-ready handler fragment, if one was registered.
     pub fn data_ready_handler(&self) -> Option<&Fragment> {
         self.handler.as_deref()
     }
 
+    /// As [`Fragment::data_ready_handler`], to change it.
     pub fn data_ready_handler_mut(&mut self) -> Option<&mut Fragment> {
         self.handler.as_deref_mut()
     }

@@ -14,18 +14,23 @@ pub type DevicePtr = u64;
 /// A range of device memory: its address and its length in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceRegion {
+    /// Its device address.
     pub dptr: DevicePtr,
+    /// Its length in bytes.
     pub bytes: usize,
 }
 
 /// Whether a port is read or written by its operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PortDirection {
+    /// The operator reads it.
     Input,
+    /// The operator writes it.
     Output,
 }
 
 impl PortDirection {
+    /// `"input"` or `"output"`, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
             PortDirection::Input => "input",
@@ -52,8 +57,11 @@ pub enum PortMemory {
 /// One declared port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortSpec {
+    /// The port's name, unique per direction.
     pub name: String,
+    /// Read or written.
     pub direction: PortDirection,
+    /// The memory it declares.
     pub memory: PortMemory,
 }
 
@@ -76,10 +84,12 @@ impl OperatorSpec {
         self.declare(name, PortDirection::Output, memory)
     }
 
+    /// The ports declared, in order.
     pub fn ports(&self) -> &[PortSpec] {
         &self.ports
     }
 
+    /// The port `name` of `direction`, if declared.
     pub fn port(&self, name: &str, direction: PortDirection) -> Option<&PortSpec> {
         self.ports.iter().find(|p| p.name == name && p.direction == direction)
     }
@@ -149,6 +159,7 @@ impl OperatorSpec {
 /// Loaded kernels by name. The GPU kernel library implements it; tests can
 /// use a plain map.
 pub trait KernelLookup {
+    /// The kernel called `name`, if loaded.
     fn function(&self, name: &str) -> Option<&CudaFunction>;
 }
 
@@ -161,8 +172,11 @@ impl KernelLookup for HashMap<String, CudaFunction> {
 /// The port name and the plan's buffer index it is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortBinding {
+    /// The port's name.
     pub port: String,
+    /// Read or written.
     pub direction: PortDirection,
+    /// Index into [`crate::fragment::Plan::buffers`].
     pub buffer: usize,
 }
 

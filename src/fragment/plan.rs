@@ -31,13 +31,20 @@ pub enum BufferSource {
     /// The executor allocates it (device memory of `bytes`).
     Allocated,
     /// An operator owns it; `owner` is `"operator.port"`.
-    OperatorOwned { owner: String, dptr: DevicePtr },
+    OperatorOwned {
+        /// `"operator.port"` of the owner.
+        owner: String,
+        /// The memory's device address.
+        dptr: DevicePtr,
+    },
 }
 
 /// One buffer of the plan and the ports bound to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedBuffer {
+    /// Its size.
     pub bytes: usize,
+    /// Who provides its memory.
     pub source: BufferSource,
     /// `"operator.port"` of every port bound to this buffer, in plan order.
     pub users: Vec<String>,
@@ -46,6 +53,7 @@ pub struct PlannedBuffer {
 /// How serious a planning diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
+    /// Worth a look; the plan is as declared.
     Warning,
     /// The plan still works (rule 3), but a declaration was overridden.
     Error,
@@ -54,7 +62,9 @@ pub enum Severity {
 /// A note produced while applying the connection rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// How serious it is.
     pub severity: Severity,
+    /// What was found, naming the operators and ports.
     pub message: String,
 }
 
@@ -76,6 +86,7 @@ impl Plan {
         &self.order
     }
 
+    /// The buffers, indexed by [`PortBinding::buffer`](crate::fragment::PortBinding::buffer).
     pub fn buffers(&self) -> &[PlannedBuffer] {
         &self.buffers
     }
@@ -90,10 +101,12 @@ impl Plan {
         self.bindings(id).iter().find(|b| b.port == port && b.direction == direction).map(|b| b.buffer)
     }
 
+    /// Everything the planning noted.
     pub fn diagnostics(&self) -> &[Diagnostic] {
         &self.diagnostics
     }
 
+    /// The diagnostics of [`Severity::Warning`].
     pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.severity == Severity::Warning)
     }

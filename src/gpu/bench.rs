@@ -624,7 +624,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
         while head.head() < want {
             if Instant::now() > deadline {
                 let why = match ex.poll() {
-                    Some(Err(e)) => e,
+                    Some(Err(e)) => e.to_string(),
                     _ => "no result within 2 s".to_string(),
                 };
                 return Err(GpuError::Setup(format!("{}: frame {f}: {why}", m.name)));
@@ -1016,12 +1016,21 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
 /// Whether `chain` runs as one tiled kernel on frames of `frame_bytes`
 /// with `shared_limit` bytes of shared memory per block, from the mapped
 /// slot and from device memory; the reason when it does not.
-fn tiled_plan(chain: &[OpSpec], frame_bytes: usize, shared_limit: usize) -> Result<(), String> {
-    let encoded = FusedChain::encode(chain, frame_bytes).map_err(|e| e.to_string())?;
+fn tiled_plan(chain: &[OpSpec], frame_bytes: usize, shared_limit: usize) -> Result<(), NoTiledPlan> {
+    let encoded = FusedChain::encode(chain, frame_bytes)?;
     for source in [FrameSource::MappedSlot, FrameSource::DeviceMemory] {
-        plan_for(&encoded, shared_limit, source).map_err(|e| e.to_string())?;
+        plan_for(&encoded, shared_limit, source)?;
     }
     Ok(())
+}
+
+/// Why a chain has no tiled plan (so the tiled modes are not run).
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum NoTiledPlan {
+    #[error(transparent)]
+    NotFused(#[from] NotFused),
+    #[error(transparent)]
+    NotTiled(#[from] crate::gpu::fused_tiled::NotTiled),
 }
 
 /// The target on `res`'s p99.9 against a graph launched per frame (at most 0.8x).
@@ -1086,7 +1095,7 @@ mod tests {
             OpSpec::Filter2d { width: 40_000, kernel: [0.1; 9] },
             OpSpec::Stats,
         ];
-        let why = tiled_plan(&wide, 8 << 20, limit).unwrap_err();
+        let why = tiled_plan(&wide, 8 << 20, limit).unwrap_err().to_string();
         assert!(why.contains("filter2d rows") || why.contains("halo"), "{why}");
         let fft = crate::config::parse(
             "[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"fft\"\nn = 1024\n",

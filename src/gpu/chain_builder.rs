@@ -5,6 +5,7 @@
 use thiserror::Error;
 
 use super::operators::{ChainLayout, PayloadPath, build_main_fragment_around};
+use crate::backend::Backend;
 use crate::config::FusedChainMode;
 use crate::fragment::{ComputeContext, Fragment, FragmentError, GpuResidentOperator, OperatorSpec};
 use crate::ops::OpSpec;
@@ -94,7 +95,7 @@ impl UserOperators {
     pub fn check(
         &self,
         chain: &[OpSpec],
-        backend: &str,
+        backend: Backend,
         fused: FusedChainMode,
     ) -> Result<(), ChainBuilderError> {
         for (position, op) in &self.entries {
@@ -102,7 +103,7 @@ impl UserOperators {
         }
         match self.entries.first() {
             None => Ok(()),
-            Some((_, op)) if backend != "cuda" => {
+            Some((_, op)) if backend != Backend::Cuda => {
                 Err(ChainBuilderError::HostBackend { operator: op.name().to_string() })
             }
             Some(_) if fused == FusedChainMode::On => {
@@ -362,19 +363,19 @@ mod tests {
     fn host_backend_and_fused_chains_refuse_rust_operators_by_name() {
         let c = chain();
         let mut ops = UserOperators::default();
-        ops.check(&c, "host", FusedChainMode::On).unwrap();
+        ops.check(&c, Backend::Host, FusedChainMode::On).unwrap();
         ops.push(OperatorPosition::End, Box::new(Pass { name: "gain", bytes: Some(4) }));
-        ops.check(&c, "cuda", FusedChainMode::Auto).unwrap();
-        let err = ops.check(&c, "host", FusedChainMode::Auto).unwrap_err();
+        ops.check(&c, Backend::Cuda, FusedChainMode::Auto).unwrap();
+        let err = ops.check(&c, Backend::Host, FusedChainMode::Auto).unwrap_err();
         assert!(matches!(&err, ChainBuilderError::HostBackend { operator } if operator == "gain"));
         assert!(err.to_string().contains("backend = \"cuda\""), "{err}");
-        let err = ops.check(&c, "cuda", FusedChainMode::On).unwrap_err();
+        let err = ops.check(&c, Backend::Cuda, FusedChainMode::On).unwrap_err();
         assert!(
             err.to_string().contains("\"gain\"") && err.to_string().contains("loop.fused_chain"),
             "{err}"
         );
         ops.push(OperatorPosition::After("fft".into()), Box::new(Pass { name: "late", bytes: Some(4) }));
-        let err = ops.check(&c, "host", FusedChainMode::Auto).unwrap_err();
+        let err = ops.check(&c, Backend::Host, FusedChainMode::Auto).unwrap_err();
         assert!(
             matches!(&err, ChainBuilderError::NoSuchEntry { operator, .. } if operator == "late"),
             "{err}"

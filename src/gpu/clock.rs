@@ -43,7 +43,7 @@ impl ClockCalibration {
     }
 }
 
-/// Bytes of mapped memory [`calibrate`] exchanges its words through.
+/// Bytes of mapped memory `calibrate` exchanges its words through.
 pub const PROBE_BYTES: usize = 4 * 64;
 
 /// The memory and stream of the clock probe, allocated once while no graph

@@ -346,7 +346,7 @@ impl ResidentLoop for CudaLoop {
         let mut exec = self.executor();
         let was_running = exec.launched;
         if let Some(Err(e)) = exec.poll() {
-            return Err(BackendError::Other(e));
+            return Err(BackendError::Other(e.to_string()));
         }
         if !was_running && exec.finished.is_none() {
             return Err(BackendError::NotLaunched);

@@ -222,7 +222,7 @@ pub struct ExecutorCore {
     pub(super) _graph: Option<Graph>,
     pub(super) launched: bool,
     /// The terminal outcome once the loop stopped (by tear-down, timeout or fault).
-    pub(super) finished: Option<Result<(), String>>,
+    pub(super) finished: Option<Result<(), Arc<GpuError>>>,
     /// Set when a tear-down timed out or a fault was seen: the device may
     /// still touch this executor's memory, and freeing it may block.
     pub(super) wedged: AtomicBool,
@@ -615,7 +615,7 @@ impl ExecutorCore {
     }
 
     /// Checks whether the graph ended by itself (timeout) or faulted.
-    pub fn poll(&mut self) -> Option<Result<(), String>> {
+    pub fn poll(&mut self) -> Option<Result<(), Arc<GpuError>>> {
         if self.launched && self.opts.style == LaunchStyle::Resident {
             match driver::stream_done(&self.run_stream) {
                 Ok(false) => {}
@@ -625,7 +625,7 @@ impl ExecutorCore {
                 }
                 Err(e) => {
                     self.launched = false;
-                    self.finished = Some(Err(self.fault(e.into()).to_string()));
+                    self.finished = Some(Err(Arc::new(self.fault(e.into()))));
                 }
             }
         }

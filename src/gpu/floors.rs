@@ -51,7 +51,7 @@ const FRESH_COPIES: usize = 21;
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Floors {
     /// Pinned host memory to device memory over the link, bytes per second
-    /// (copies of [`LINK_COPY_BYTES`]).
+    /// (copies of `LINK_COPY_BYTES`).
     pub host_to_device_bytes_per_s: f64,
     /// One frame-sized pinned host-to-device copy in a stream of them, µs.
     pub frame_copy_us: f64,
@@ -60,7 +60,7 @@ pub struct Floors {
     /// costs to move at best.
     pub fresh_frame_copy_us: f64,
     /// Device memory, bytes read plus bytes written per second
-    /// (a device-to-device copy of [`DEVICE_COPY_BYTES`]).
+    /// (a device-to-device copy of `DEVICE_COPY_BYTES`).
     pub device_bytes_per_s: f64,
     /// The persistent-kernel round trip, p50, µs.
     pub round_trip_p50_us: f64,

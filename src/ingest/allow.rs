@@ -1,25 +1,41 @@
 //! The source allowlist (`ingest.allow`): addresses and CIDR blocks, IPv4
 //! and IPv6, matched in the IPv6-mapped space.
 
-use std::net::IpAddr;
+use std::net::{AddrParseError, IpAddr};
+use thiserror::Error;
+
+/// Why an `ingest.allow` entry is not an address or CIDR block.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum CidrError {
+    /// The part before `/` is not an IPv4 or IPv6 address; write one such
+    /// as `10.0.0.1` or `fd00::1`.
+    #[error("not an IP address; write an address or a CIDR block like \"10.0.0.0/8\" or \"fd00::/8\"")]
+    NotAnAddress(#[source] AddrParseError),
+    /// The part after `/` is not a prefix length the address family has;
+    /// write 0 to `bits` (32 for IPv4, 128 for IPv6).
+    #[error("prefix length must be a number from 0 to {bits}")]
+    Prefix {
+        /// The address family's width: 32 or 128.
+        bits: u32,
+    },
+}
 
 /// An `ingest.allow` entry that is not an address or CIDR block, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct InvalidEntry {
     pub entry: String,
-    pub reason: String,
+    pub reason: CidrError,
 }
 
 /// Parses `"a.b.c.d/p"`, `"a:b::/p"` or a bare address into an
 /// IPv6-mapped `(network, mask)` pair.
-pub(super) fn parse_cidr(entry: &str) -> Result<(u128, u128), String> {
+pub(super) fn parse_cidr(entry: &str) -> Result<(u128, u128), CidrError> {
     let (addr, prefix) = match entry.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (entry, None),
     };
-    let ip: IpAddr = addr.trim().parse().map_err(|_| {
-        "not an IP address; write an address or a CIDR block like \"10.0.0.0/8\" or \"fd00::/8\"".to_string()
-    })?;
+    let ip: IpAddr = addr.trim().parse().map_err(CidrError::NotAnAddress)?;
     let (bits, offset) = match ip {
         IpAddr::V4(_) => (32u32, 96u32),
         IpAddr::V6(_) => (128, 0),
@@ -28,7 +44,7 @@ pub(super) fn parse_cidr(entry: &str) -> Result<(u128, u128), String> {
         None => bits,
         Some(p) => match p.trim().parse::<u32>() {
             Ok(p) if p <= bits => p,
-            _ => return Err(format!("prefix length must be a number from 0 to {bits}")),
+            _ => return Err(CidrError::Prefix { bits }),
         },
     };
     let len = prefix + offset;

@@ -5,13 +5,21 @@ use std::io;
 use std::net::SocketAddr;
 use thiserror::Error;
 
+/// Why a thread's start hook refused to let it run (placing it on a core
+/// failed, say): whatever error the layer that set the hook has, kept whole.
+pub type ThreadStartError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors of the UDP receiver; each says what to change.
 #[derive(Debug, Error)]
 pub enum IngestError {
     #[error("ingest.bind = {0:?} is not an address and port; write it like \"0.0.0.0:5000\"")]
     BadBind(String),
     #[error("ingest.allow entry {entry:?}: {reason}")]
-    BadAllow { entry: String, reason: String },
+    BadAllow {
+        entry: String,
+        #[source]
+        reason: super::allow::CidrError,
+    },
     #[error(
         "cannot bind UDP {addr}: {source}; choose a free port in ingest.bind, stop the other listener, or set ingest.reuse_port = true on both"
     )]
@@ -34,13 +42,17 @@ pub enum IngestError {
     )]
     AssemblySpawn(io::Error),
     #[error("the assembly thread (ingest.assembly_thread) could not start: {0}")]
-    AssemblyStart(String),
+    AssemblyStart(#[source] ThreadStartError),
     #[error("the assembly thread (ingest.assembly_thread) stopped while the receiver ran")]
     AssemblyGone,
     #[error("cannot start a reading thread of ingest.reading_threads: {0}; lower ingest.reading_threads")]
     ReadingThreadSpawn(io::Error),
     #[error("reading thread {index} (ingest.reading_threads) could not start: {why}")]
-    ReadingThreadStart { index: usize, why: String },
+    ReadingThreadStart {
+        index: usize,
+        #[source]
+        why: ThreadStartError,
+    },
     #[error("another thread of the receiver (ingest.assembly_thread, ingest.reading_threads) stopped")]
     PeerStopped,
     #[error(

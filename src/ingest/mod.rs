@@ -60,6 +60,7 @@ pub mod tap;
 pub mod transport;
 pub mod udp;
 
+pub use allow::CidrError;
 pub use assembler::FrameAssembler;
 pub use config::{ReassemblyConfig, ReceiveIntoSlots, UdpConfig};
 pub use counters::{CounterClass, IngestCounters, IngestSnapshot};

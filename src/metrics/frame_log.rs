@@ -146,7 +146,7 @@ impl FrameLog {
                 // The log may have been dropped (nobody waits): nothing to tell.
                 let _ = end.send(());
             })
-            .map_err(|e| MetricsError::Spawn(e.to_string()))?;
+            .map_err(MetricsError::Spawn)?;
         let feed = FrameLogFeed { queue, dropped: Arc::clone(&log.dropped) };
         Ok((log, feed))
     }

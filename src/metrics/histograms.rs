@@ -45,11 +45,17 @@ impl FrameCounters {
 /// Percentiles of one segment, in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Percentiles {
+    /// The median.
     pub p50_us: f64,
+    /// The 90th percentile.
     pub p90_us: f64,
+    /// The 99th percentile.
     pub p99_us: f64,
+    /// The 99.9th percentile.
     pub p99_9_us: f64,
+    /// The largest value recorded.
     pub max_us: f64,
+    /// The mean.
     pub mean_us: f64,
 }
 
@@ -143,6 +149,7 @@ impl Default for LatencyHistograms {
 }
 
 impl LatencyHistograms {
+    /// Empty histograms, one per [`Segment`].
     pub fn new() -> Self {
         Self {
             histograms: std::array::from_fn(|_| new_segment_histogram()),
@@ -186,6 +193,7 @@ impl LatencyHistograms {
         self.counters.results_lost += lost;
     }
 
+    /// The histogram of `segment` (nanoseconds).
     pub fn histogram(&self, segment: Segment) -> &Histogram<u64> {
         &self.histograms[segment.index()]
     }
@@ -200,10 +208,12 @@ impl LatencyHistograms {
         self.unstamped[segment.index()]
     }
 
+    /// The frame and result counters.
     pub fn counters(&self) -> &FrameCounters {
         &self.counters
     }
 
+    /// The percentiles of `segment`, in microseconds.
     pub fn percentiles(&self, segment: Segment) -> Percentiles {
         Percentiles::of(self.histogram(segment), self.sums_ns[segment.index()])
     }

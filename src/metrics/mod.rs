@@ -3,14 +3,20 @@
 //! JSON, HdrHistogram interval logs, the per-frame log, and the delivery
 //! counters of the output ring and the result sinks.
 
+#[doc(hidden)]
 pub mod delivery;
+#[doc(hidden)]
 pub mod frame_log;
 pub mod histograms;
+#[doc(hidden)]
 pub mod interval_log;
+#[doc(hidden)]
 pub mod record_file;
 pub mod segment;
+#[doc(hidden)]
 pub mod sink;
 pub mod summary;
+#[doc(hidden)]
 pub mod thread;
 
 pub use delivery::{OutputMetrics, SinkMetrics};
@@ -23,7 +29,7 @@ pub use sink::{ResultCallback, ResultSink};
 pub use summary::{
     CounterSection, RecentWindow, SegmentSummary, Summary, render_counters, render_latency_table,
 };
-pub use thread::{FrameWait, LoopHook, ResultProgress, ResultSpin, ResultThread};
+pub use thread::{FrameWait, LoopHook, PlaceError, ResultProgress, ResultSpin, ResultThread};
 
 use crate::config::problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
@@ -32,17 +38,40 @@ use thiserror::Error;
 
 /// Errors of the metrics layer.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum MetricsError {
+    /// The histogram log (`metrics.histogram_log`) cannot be created; check
+    /// that its directory exists and is writable.
     #[error(
         "cannot create the histogram log {path}: {source}; check that the directory exists and is writable"
     )]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The frame log cannot be created; check that its directory exists and
+    /// is writable.
     #[error(
         "cannot create the frame log {path} (metrics.frame_log or --frame-log): {source}; check that the directory exists and is writable"
     )]
-    OpenFrameLog { path: PathBuf, source: std::io::Error },
+    OpenFrameLog {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The result (or frame log) thread could not be started; raise the
+    /// process thread limit.
     #[error("cannot start the result thread ({0}); check the process thread limit (ulimit -u)")]
-    Spawn(String),
+    Spawn(#[source] std::io::Error),
+    /// The result thread could not be placed; set `service.result_cpu` to a
+    /// core the process may use.
+    #[error("cannot start the result thread ({0}); check service.result_cpu")]
+    Place(#[source] thread::PlaceError),
+    /// The result thread panicked (a bug; see the message above); the
+    /// summary holds what was recorded before.
     #[error(
         "the result thread panicked (see the message above); the summary holds the results recorded before"
     )]
@@ -74,6 +103,7 @@ impl Default for MetricsConfig {
 }
 
 impl MetricsConfig {
+    /// Adds a problem for every `[metrics]` key that cannot be used.
     pub fn validate(&self, problems: &mut Vec<ConfigProblem>) {
         check_range(problems, "metrics.interval_s", self.interval_s, 1, 3600);
         check_file_path(problems, "metrics.histogram_log", self.histogram_log.as_deref(), "latency.hlog");

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 /// Percentiles and counts of one segment.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct SegmentSummary {
+    /// Which segment.
     pub segment: Segment,
     /// Values recorded.
     pub count: u64,
@@ -17,6 +18,7 @@ pub struct SegmentSummary {
     pub negative_clamped: u64,
     /// Results where this segment could not be computed (an end never stamped).
     pub unstamped: u64,
+    /// Its percentiles (flattened into the JSON object).
     #[serde(flatten)]
     pub percentiles: Percentiles,
     /// The percentile distribution (for plots; not in the JSON report).
@@ -28,7 +30,9 @@ pub struct SegmentSummary {
 /// a JSON object.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CounterSection {
+    /// The section's title (its key in JSON).
     pub title: String,
+    /// Counter names and values, in the order added.
     pub counters: Vec<(String, u64)>,
 }
 
@@ -47,6 +51,7 @@ impl serde::Serialize for CounterSection {
 pub struct Summary {
     /// One entry per segment, in [`Segment::ALL`] order.
     pub segments: Vec<SegmentSummary>,
+    /// Frames and results counted.
     pub frames: FrameCounters,
     /// Counter sections added by other parts of the appliance, keyed by title in JSON.
     #[serde(serialize_with = "serialize_sections")]
@@ -60,8 +65,9 @@ pub struct Summary {
 /// p50 and p99 of each segment over one window of time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecentWindow {
-    /// CLOCK_REALTIME ns the window started and ended at.
+    /// CLOCK_REALTIME ns the window started at.
     pub start_ns: u64,
+    /// CLOCK_REALTIME ns the window ended at.
     pub end_ns: u64,
     /// Frames processed in the window.
     pub frames: u64,

@@ -240,7 +240,7 @@ impl ParamType {
     }
 
     /// The little-endian bytes of `value` in this type, or why it does not fit.
-    fn encode(self, value: &ParamValue) -> Result<Vec<u8>, String> {
+    fn encode(self, value: &ParamValue) -> Result<Vec<u8>, BadParamValue> {
         /// A number as written: whole or not.
         #[derive(Clone, Copy)]
         enum Number {
@@ -251,21 +251,18 @@ impl ParamType {
             ParamValue::Int(i) => Number::Int(*i),
             ParamValue::Float(f) => Number::Float(*f),
             ParamValue::NotANumber(what) => {
-                return Err(format!("is {what}; write a number (the parameter is {})", self.name()));
+                return Err(BadParamValue::NotANumber { what: what.clone(), ty: self.name() });
             }
         };
         let int = |v: Number| match v {
             Number::Int(i) => Ok(i),
-            Number::Float(f) => Err(format!(
-                "{f:?} is a float but the parameter is {}; write a whole number without a decimal point",
-                self.name()
-            )),
+            Number::Float(value) => Err(BadParamValue::FloatForInt { value, ty: self.name() }),
         };
         let range = |i: i64, lo: i128, hi: i128| {
             if (lo..=hi).contains(&i128::from(i)) {
                 Ok(i)
             } else {
-                Err(format!("{i} is out of range for {}; use a value from {lo} to {hi}", self.name()))
+                Err(BadParamValue::OutOfRange { value: i, ty: self.name(), lo, hi })
             }
         };
         Ok(match self {
@@ -273,15 +270,13 @@ impl ParamType {
                 Number::Int(i) => {
                     let f = i as f32;
                     if f as i128 != i128::from(i) {
-                        return Err(format!(
-                            "{i} is not exactly representable as f32; declare it f64 or i64"
-                        ));
+                        return Err(BadParamValue::InexactF32 { value: i });
                     }
                     f.to_le_bytes().to_vec()
                 }
                 Number::Float(v) => {
                     if !v.is_finite() || (v as f32).is_infinite() {
-                        return Err(format!("{v:?} is not a finite f32; use a value within ±3.4e38"));
+                        return Err(BadParamValue::NotFiniteF32 { value: v });
                     }
                     (v as f32).to_le_bytes().to_vec()
                 }
@@ -290,13 +285,13 @@ impl ParamType {
                 Number::Int(i) => {
                     let f = i as f64;
                     if f as i128 != i128::from(i) {
-                        return Err(format!("{i} is not exactly representable as f64; declare it i64"));
+                        return Err(BadParamValue::InexactF64 { value: i });
                     }
                     f.to_le_bytes().to_vec()
                 }
                 Number::Float(v) => {
                     if !v.is_finite() {
-                        return Err(format!("{v:?} is not finite; use a finite value"));
+                        return Err(BadParamValue::NotFinite { value: v });
                     }
                     v.to_le_bytes().to_vec()
                 }
@@ -309,6 +304,26 @@ impl ParamType {
             ParamType::U64 => (range(int(value)?, 0, i64::MAX.into())? as u64).to_le_bytes().to_vec(),
         })
     }
+}
+
+/// Why a `params` value does not fit its declared type; each message says
+/// what to write instead.
+#[derive(Debug, thiserror::Error)]
+enum BadParamValue {
+    #[error("is {what}; write a number (the parameter is {ty})")]
+    NotANumber { what: String, ty: &'static str },
+    #[error("{value:?} is a float but the parameter is {ty}; write a whole number without a decimal point")]
+    FloatForInt { value: f64, ty: &'static str },
+    #[error("{value} is out of range for {ty}; use a value from {lo} to {hi}")]
+    OutOfRange { value: i64, ty: &'static str, lo: i128, hi: i128 },
+    #[error("{value} is not exactly representable as f32; declare it f64 or i64")]
+    InexactF32 { value: i64 },
+    #[error("{value:?} is not a finite f32; use a value within ±3.4e38")]
+    NotFiniteF32 { value: f64 },
+    #[error("{value} is not exactly representable as f64; declare it i64")]
+    InexactF64 { value: i64 },
+    #[error("{value:?} is not finite; use a finite value")]
+    NotFinite { value: f64 },
 }
 
 /// One field of the parameter struct.
@@ -457,7 +472,7 @@ impl UserKernelSpec {
             };
             match f.ty.encode(value) {
                 Ok(b) => bytes[f.offset..f.offset + b.len()].copy_from_slice(&b),
-                Err(why) => problems.push(KernelProblem::new(key, why)),
+                Err(why) => problems.push(KernelProblem::new(key, why.to_string())),
             }
         }
         for name in self.params.keys().filter(|n| !layout.fields.iter().any(|f| &f.name == *n)) {

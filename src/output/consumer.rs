@@ -43,7 +43,12 @@ pub struct DeviceSamples {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotSamples {
     /// A host address in this process's mapping of the ring.
-    Host { address: u64, len: usize },
+    Host {
+        /// The first sample's address.
+        address: u64,
+        /// Bytes the slot's samples span.
+        len: usize,
+    },
     /// A device address in this process's CUDA context.
     Device(DeviceSamples),
 }
@@ -102,7 +107,7 @@ impl Consumer {
         stream.write_all(&request.encode()).map_err(connect)?;
         let (hello, fds) = receive_hello(&stream)?;
         let Hello::Accepted { version, kind, geometry, device_ordinal, consumer_index, fd_count, ipc_handle } =
-            Hello::decode(&hello).map_err(OutputError::Handshake)?
+            Hello::decode(&hello)?
         else {
             let Ok(Hello::Refused(reason)) = Hello::decode(&hello) else { unreachable!("decoded above") };
             return Err(OutputError::Refused(reason));
@@ -202,6 +207,7 @@ impl Consumer {
         Ok(consumer)
     }
 
+    /// The ring's shape (slots, stride, samples per slot), as the hello gave it.
     pub fn geometry(&self) -> OutputGeometry {
         self.geometry
     }
@@ -470,6 +476,7 @@ impl OutputFrame<'_> {
         (self.record.output_len as usize).min(self.consumer.geometry.sample_capacity)
     }
 
+    /// Whether the output holds no samples.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

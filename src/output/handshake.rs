@@ -3,6 +3,7 @@
 //! comes with the region file descriptors (SCM_RIGHTS) when accepted.
 
 use super::layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
+use thiserror::Error;
 
 /// Magic of an attach request ("FLOA").
 pub const REQUEST_MAGIC: u32 = u32::from_le_bytes(*b"FLOA");
@@ -61,6 +62,37 @@ pub enum Hello {
     Refused(String),
 }
 
+/// Why a hello could not be decoded: the other end of the socket is not a
+/// frameloop appliance of this release, or its answer is damaged.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum HelloError {
+    /// The answer does not start with [`HELLO_MAGIC`]: the socket belongs
+    /// to something else. Point `--socket` at the appliance's `output.socket`.
+    #[error("the socket did not answer with a frameloop output hello; check --socket")]
+    NotAHello,
+    /// The hello is neither accepted nor refused: the appliance is of
+    /// another release. Use a consumer of the appliance's release.
+    #[error("the hello has an unknown status {0}")]
+    UnknownStatus(u32),
+    /// The hello names a memory kind this build does not know: the
+    /// appliance is of another release. Use a consumer of its release.
+    #[error("the hello names an unknown memory kind {0}")]
+    UnknownMemoryKind(u32),
+    /// The hello's sizes contradict each other, so nothing is mapped. The
+    /// appliance is of another release or the bytes were damaged; restart
+    /// the consumer against an appliance of its release.
+    #[error("the hello's geometry is inconsistent ({slots} slots, stride {stride}, {capacity} samples)")]
+    InconsistentGeometry {
+        /// Slots the hello claims.
+        slots: usize,
+        /// Slot stride (bytes) the hello claims.
+        stride: usize,
+        /// Samples per slot the hello claims.
+        capacity: usize,
+    },
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -117,9 +149,9 @@ impl Hello {
 
     /// Decodes a hello; `Err` says what is wrong with it (a hello that lies
     /// about its sizes is refused here, before anything is mapped).
-    pub fn decode(b: &[u8; HELLO_BYTES]) -> Result<Self, String> {
+    pub fn decode(b: &[u8; HELLO_BYTES]) -> Result<Self, HelloError> {
         if u32_at(b, 0) != HELLO_MAGIC {
-            return Err("the socket did not answer with a frameloop output hello; check --socket".into());
+            return Err(HelloError::NotAHello);
         }
         match u32_at(b, 4) {
             0 => {}
@@ -127,20 +159,18 @@ impl Hello {
                 let len = (u32_at(b, 128) as usize).min(MESSAGE_BYTES);
                 return Ok(Hello::Refused(String::from_utf8_lossy(&b[132..132 + len]).into_owned()));
             }
-            status => return Err(format!("the hello has an unknown status {status}")),
+            status => return Err(HelloError::UnknownStatus(status)),
         }
         let version = u32_at(b, 8);
-        let kind = MemoryKind::from_code(u32_at(b, 12))
-            .ok_or_else(|| format!("the hello names an unknown memory kind {}", u32_at(b, 12)))?;
+        let kind =
+            MemoryKind::from_code(u32_at(b, 12)).ok_or(HelloError::UnknownMemoryKind(u32_at(b, 12)))?;
         let (slots, stride, capacity) =
             (u32_at(b, 16) as usize, u32_at(b, 20) as usize, u32_at(b, 24) as usize);
         let geometry = OutputGeometry::new(slots, capacity)
             .filter(|g| g.slot_stride == stride)
             .filter(|g| g.control_bytes().map(|n| n as u64) == Some(u64_at(b, 40)))
             .filter(|g| g.data_bytes().map(|n| n as u64) == Some(u64_at(b, 48)))
-            .ok_or_else(|| {
-                format!("the hello's geometry is inconsistent ({slots} slots, stride {stride}, {capacity} samples)")
-            })?;
+            .ok_or(HelloError::InconsistentGeometry { slots, stride, capacity })?;
         Ok(Hello::Accepted {
             version,
             kind,
@@ -190,9 +220,9 @@ mod tests {
         }
         .encode();
         b[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(Hello::decode(&b).unwrap_err().contains("inconsistent"));
+        assert!(Hello::decode(&b).unwrap_err().to_string().contains("inconsistent"));
         b[16..20].copy_from_slice(&0u32.to_le_bytes());
         assert!(Hello::decode(&b).is_err());
-        assert!(Hello::decode(&[0; HELLO_BYTES]).unwrap_err().contains("--socket"));
+        assert!(Hello::decode(&[0; HELLO_BYTES]).unwrap_err().to_string().contains("--socket"));
     }
 }

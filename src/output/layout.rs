@@ -136,8 +136,11 @@ pub const fn written_word(seq: u64) -> u64 {
 /// The geometry of an output ring: what the hello carries and both sides check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutputGeometry {
+    /// Slots in the ring.
     pub slot_count: usize,
+    /// Bytes between two slots of the data region.
     pub slot_stride: usize,
+    /// `f32` samples a slot holds.
     pub sample_capacity: usize,
 }
 

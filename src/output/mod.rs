@@ -3,20 +3,28 @@
 //! processes on the same box attach to over a Unix socket and read without
 //! a copy (see docs/outputs.md).
 
+#[doc(hidden)]
 pub mod command;
 pub mod config;
 pub mod consumer;
+#[doc(hidden)]
 pub mod cuda;
+#[doc(hidden)]
 pub mod handshake;
+#[doc(hidden)]
 pub mod layout;
+#[doc(hidden)]
 pub mod memory;
+#[doc(hidden)]
 pub mod ring;
+#[doc(hidden)]
 pub mod server;
 
 pub use command::{ConsumeArgs, consume};
 pub use config::OutputConfig;
 pub use consumer::{Consumer, DeviceSamples, OutputFrame, SlotSamples};
 pub use cuda::DeviceOutputMemory;
+pub use handshake::HelloError;
 pub use layout::{MemoryKind, OUTPUT_LAYOUT_VERSION, OutputGeometry};
 pub use memory::{OutputMemory, SharedHostMemory, SharedRegion};
 pub use ring::{DeviceOutputRing, NewestOutput, OutputRing, OutputWriter, SlotReader};
@@ -28,45 +36,84 @@ use thiserror::Error;
 
 /// Errors of the output ring, its server and its consumers.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum OutputError {
+    /// The ring cannot have that shape; set `output.slots` to 1..=1024 and
+    /// check the chain's frame size.
     #[error(
         "an output ring of {slots} slots of {sample_capacity} samples is impossible; set output.slots to 1..=1024 and check the chain's frame size"
     )]
-    BadGeometry { slots: usize, sample_capacity: usize },
+    BadGeometry {
+        /// Slots asked for.
+        slots: usize,
+        /// Samples per slot asked for.
+        sample_capacity: usize,
+    },
+    /// The data memory given is smaller than the ring needs (a bug of the
+    /// caller: allocate the ring's `data_bytes`).
     #[error("the output ring needs {needed} bytes of data memory but got {available}")]
-    TooSmall { needed: usize, available: usize },
+    TooSmall {
+        /// Bytes the ring needs.
+        needed: usize,
+        /// Bytes given.
+        available: usize,
+    },
     #[error("cannot {what} for the output ring: {source}; check the memlock and open-file limits")]
+    /// Shared memory for the ring could not be created or mapped; check the
+    /// memlock and open-file limits.
     Memory {
+        /// The step that failed.
         what: &'static str,
+        /// Its OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The ring has one writer and it is taken; give each ring one producer.
     #[error("the output ring's writer is already taken; give each output ring one producer")]
     WriterTaken,
+    /// The host tried to publish into a ring in GPU memory, which only the
+    /// GPU writes.
     #[error("the output ring lives in device memory; the host cannot publish into it (the GPU does)")]
     DeviceOnly,
     #[error(
         "cannot listen on the output socket {path}: {source}; check output.socket and that its directory exists and is writable"
     )]
+    /// The appliance cannot listen on `output.socket`; check that its
+    /// directory exists and is writable.
     Listen {
+        /// The socket's path.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     #[error(
         "cannot connect to the output socket {path}: {source}; is the appliance running with [output] enabled = true, and is --socket its output.socket?"
     )]
+    /// A consumer cannot reach the appliance: run it with `[output]
+    /// enabled = true` and give the consumer its `output.socket`.
     Connect {
+        /// The socket's path.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The attach exchange broke off or its descriptors did not match;
+    /// the message says which. Attach again; if it persists, use a consumer
+    /// of the appliance's release.
     #[error("attaching to the output socket failed: {0}")]
     Handshake(String),
+    /// The appliance's hello could not be decoded; see [`handshake::HelloError`].
+    #[error("attaching to the output socket failed: {0}")]
+    Hello(#[from] handshake::HelloError),
+    /// The appliance refused the consumer (all consumer lines taken, another
+    /// layout version); the reason says what to do.
     #[error("the appliance refused this consumer: {0}")]
     Refused(String),
-    /// A CUDA call for a ring in device memory failed; the source keeps
-    /// the driver's status (`CudaError::Driver { source: DriverError(code), .. }`).
+    /// A CUDA call for a ring in device memory failed; check GPU memory, and
+    /// run the consumer on the appliance's machine with its GPU visible. The
+    /// source keeps the driver's status (`CudaError::Driver`).
     #[error(
         "the output ring is in CUDA device memory and a CUDA call for it failed: {0}; the appliance \
          allocates and exports it (check GPU memory and the device), a consumer opens it (run it on the \

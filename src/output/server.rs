@@ -86,6 +86,21 @@ pub struct OutputServer {
     path: PathBuf,
 }
 
+/// Why a connection is refused a consumer line; its text is the reason the
+/// refusing hello carries to the consumer.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("the connection did not start with a frameloop attach request")]
+    NotARequest,
+    #[error(
+        "the consumer (pid {pid}) speaks output layout version {version}, this appliance serves version \
+         {OUTPUT_LAYOUT_VERSION}; use a frameloop consumer of the same release as the appliance"
+    )]
+    Version { pid: u32, version: u32 },
+    #[error("{MAX_CONSUMERS} consumers are attached already; detach one and try again")]
+    Full,
+}
+
 impl OutputServer {
     /// Listens on `path` (replacing a stale socket nobody serves) and starts
     /// the server thread.
@@ -141,7 +156,7 @@ impl OutputServer {
         ours.set_nonblocking(true).map_err(pair_error)?;
         let index = admit_line(&self.ring, std::process::id()).map_err(|reason| {
             self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            OutputError::Refused(reason)
+            OutputError::Refused(reason.to_string())
         })?;
         self.counters.attaches.fetch_add(1, Ordering::Relaxed);
         let conn = Conn { stream: ours, state: ConnState::Attached { index } };
@@ -212,7 +227,7 @@ enum Fate {
 /// after the newest output, or says why none is free. Lines are claimed
 /// with a compare-and-swap: the server thread and [`OutputServer::attach_local`]
 /// may admit at the same time.
-fn admit_line(ring: &OutputRing, pid: u32) -> Result<usize, String> {
+fn admit_line(ring: &OutputRing, pid: u32) -> Result<usize, Refusal> {
     for index in 0..MAX_CONSUMERS {
         let word = ring.consumer_word(index);
         let claimed =
@@ -222,7 +237,7 @@ fn admit_line(ring: &OutputRing, pid: u32) -> Result<usize, String> {
             return Ok(index);
         }
     }
-    Err(format!("{MAX_CONSUMERS} consumers are attached already; detach one and try again"))
+    Err(Refusal::Full)
 }
 
 impl Server {
@@ -301,7 +316,7 @@ impl Server {
                     Err(reason) => {
                         self.counters.refused.fetch_add(1, Ordering::Relaxed);
                         // Best effort: a consumer that does not read its refusal loses it.
-                        let _ = conn.stream.write(&Hello::Refused(reason).encode());
+                        let _ = conn.stream.write(&Hello::Refused(reason.to_string()).encode());
                         Fate::Close
                     }
                 }
@@ -327,14 +342,10 @@ impl Server {
     }
 
     /// Gives an acceptable request a free consumer line, or says why not.
-    fn admit(&self, request: Option<AttachRequest>) -> Result<usize, String> {
-        let request = request.ok_or("the connection did not start with a frameloop attach request")?;
+    fn admit(&self, request: Option<AttachRequest>) -> Result<usize, Refusal> {
+        let request = request.ok_or(Refusal::NotARequest)?;
         if request.version != OUTPUT_LAYOUT_VERSION {
-            return Err(format!(
-                "the consumer (pid {}) speaks output layout version {}, this appliance serves version {}; \
-                 use a frameloop consumer of the same release as the appliance",
-                request.pid, request.version, OUTPUT_LAYOUT_VERSION
-            ));
+            return Err(Refusal::Version { pid: request.pid, version: request.version });
         }
         admit_line(&self.ring, request.pid)
     }

@@ -52,7 +52,10 @@ pub fn device_region(mem: &DeviceRingMemory, export: &Result<OwnedFd, GpuError>)
     RingRegion::Device {
         dptr: mem.dptr(),
         len: mem.len(),
-        dmabuf: export.as_ref().map(|fd| fd.as_raw_fd()).map_err(|e| e.to_string()),
+        dmabuf: export
+            .as_ref()
+            .map(|fd| fd.as_raw_fd())
+            .map_err(|e| super::plan::NoDmabuf::ExportFailed { reason: e.to_string() }),
     }
 }
 

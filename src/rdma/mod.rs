@@ -8,7 +8,7 @@
 //!   slot and control-word addresses, slot header and trailer encoding, credits.
 //! - [`plan`]: the transport decision through the [`Verbs`] trait.
 //! - `verbs` (feature `rdma`): the sideway implementation of [`Verbs`] and
-//!   the listening [`RdmaEndpoint`].
+//!   the listening `RdmaEndpoint`.
 //! - [`dmabuf`]: the registration region of GPU ring memory
 //!   ([`crate::gpu::device_memory`]) with its dma-buf, and GPUDirect RDMA support.
 //! - [`gpu_ring`]: the frame ring in GPU memory with its dma-buf export.
@@ -29,7 +29,7 @@ pub mod verbs;
 pub use config::{RdmaConfig, Transport};
 pub use gpu_ring::GpuFrameRing;
 pub use placement::{ConsumerBackend, RingPlacement, final_placement, first_placement};
-pub use plan::{Decision, RdmaUnavailable, RegistrationMethod, RingRegion, Verbs, decide};
+pub use plan::{Decision, NoDmabuf, RdmaUnavailable, RegistrationMethod, RingRegion, Verbs, decide};
 #[cfg(feature = "rdma")]
 pub use verbs::{RdmaEndpoint, SidewayVerbs};
 
@@ -82,11 +82,9 @@ impl std::fmt::Debug for IngestPlan {
 pub fn ring_region(ring: &FrameRing) -> RingRegion {
     let mem = ring.memory();
     match (mem.is_host_addressable(), mem.device_ptr()) {
-        (false, Some(dptr)) => RingRegion::Device {
-            dptr,
-            len: mem.len(),
-            dmabuf: Err("the ring memory was not exported as a dma-buf".into()),
-        },
+        (false, Some(dptr)) => {
+            RingRegion::Device { dptr, len: mem.len(), dmabuf: Err(plan::NoDmabuf::NotExported) }
+        }
         _ => RingRegion::Host { addr: mem.as_ptr() as u64, len: mem.len() },
     }
 }

@@ -37,16 +37,29 @@ pub enum ConsumerBackend {
     Cuda,
 }
 
+/// Why the GPU's GPUDirect RDMA attributes are not known (the frame ring
+/// then stays in host memory).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuRdmaUnknown {
+    /// They were not read: `ingest.transport = "udp"` takes no RDMA.
+    #[error("not read: ingest.transport = \"udp\"")]
+    NotRead,
+    /// CUDA could not report them; check the driver (the source says why).
+    #[error(transparent)]
+    Query(#[from] crate::gpu::GpuError),
+}
+
 /// The placement to try first, and why GPU memory was ruled out when the
 /// CUDA backend takes RDMA but the GPU cannot serve as its target.
 ///
 /// `gpu` is what the GPU reports about GPUDirect RDMA (or why it could not
 /// be read); it is only looked at for the CUDA backend with a transport
 /// that may take RDMA.
-pub fn first_placement(
+pub fn first_placement<E: std::fmt::Display>(
     backend: ConsumerBackend,
     transport: Transport,
-    gpu: &Result<GpuRdmaSupport, String>,
+    gpu: &Result<GpuRdmaSupport, E>,
 ) -> (RingPlacement, Option<String>) {
     match (backend, transport) {
         (ConsumerBackend::Host, _) => (RingPlacement::Host, None),
@@ -96,7 +109,7 @@ mod tests {
     #[test]
     fn host_backend_always_takes_host_memory() {
         for t in TRANSPORTS {
-            for gpu in [Ok(CAPABLE), Err("no GPU".to_string())] {
+            for gpu in [Ok(CAPABLE), Err("no GPU")] {
                 assert_eq!(first_placement(ConsumerBackend::Host, t, &gpu), (RingPlacement::Host, None));
             }
         }
@@ -106,13 +119,13 @@ mod tests {
 
     #[test]
     fn cuda_with_udp_takes_mapped_host_memory_without_asking_the_gpu() {
-        let unreadable = Err("never read".to_string());
+        let unreadable = Err::<GpuRdmaSupport, _>("never read");
         assert_eq!(
             first_placement(ConsumerBackend::Cuda, Transport::Udp, &unreadable),
             (RingPlacement::HostMapped, None)
         );
         assert_eq!(
-            first_placement(ConsumerBackend::Cuda, Transport::Udp, &Ok(CAPABLE)),
+            first_placement(ConsumerBackend::Cuda, Transport::Udp, &Ok::<_, &str>(CAPABLE)),
             (RingPlacement::HostMapped, None)
         );
     }
@@ -121,11 +134,11 @@ mod tests {
     fn cuda_with_rdma_or_auto_takes_gpu_memory_on_a_capable_gpu() {
         for t in [Transport::Auto, Transport::Rdma] {
             for ordering in [100, 200] {
-                let gpu = Ok(GpuRdmaSupport { writes_ordering: ordering, ..CAPABLE });
+                let gpu = Ok::<_, &str>(GpuRdmaSupport { writes_ordering: ordering, ..CAPABLE });
                 assert_eq!(first_placement(ConsumerBackend::Cuda, t, &gpu), (RingPlacement::Device, None));
             }
             // dma-buf support only decides how it registers, not where it lives.
-            let no_dmabuf = Ok(GpuRdmaSupport { dma_buf: false, ..CAPABLE });
+            let no_dmabuf = Ok::<_, &str>(GpuRdmaSupport { dma_buf: false, ..CAPABLE });
             assert_eq!(first_placement(ConsumerBackend::Cuda, t, &no_dmabuf).0, RingPlacement::Device);
         }
     }
@@ -135,7 +148,7 @@ mod tests {
         let cases = [
             (Ok(GpuRdmaSupport { gpu_direct_rdma: false, ..CAPABLE }), "does not support GPUDirect RDMA"),
             (Ok(GpuRdmaSupport { writes_ordering: 0, ..CAPABLE }), "GPU_DIRECT_RDMA_WRITES_ORDERING = 0"),
-            (Err("CUDA_ERROR_INVALID_VALUE".to_string()), "could not be read (CUDA_ERROR_INVALID_VALUE)"),
+            (Err("CUDA_ERROR_INVALID_VALUE"), "could not be read (CUDA_ERROR_INVALID_VALUE)"),
         ];
         for (gpu, says) in cases {
             for t in [Transport::Auto, Transport::Rdma] {

@@ -16,7 +16,35 @@ pub enum RingRegion {
     Host { addr: u64, len: usize },
     /// `cuMemAlloc`'d GPU memory with the outcome of its dma-buf export
     /// (the descriptor, or why the export failed).
-    Device { dptr: u64, len: usize, dmabuf: Result<RawFd, String> },
+    Device { dptr: u64, len: usize, dmabuf: Result<RawFd, NoDmabuf> },
+}
+
+/// Why a GPU ring has no dma-buf to register (registration then tries
+/// nvidia-peermem).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum NoDmabuf {
+    /// The ring was not exported; build GPU rings with
+    /// [`crate::rdma::GpuFrameRing`], which exports them.
+    #[error("the ring memory was not exported as a dma-buf")]
+    NotExported,
+    /// The export (`cuMemGetHandleForAddressRange`) failed with this CUDA
+    /// error; a driver with dma-buf support (and the open kernel modules)
+    /// provides it.
+    #[error("{reason}")]
+    ExportFailed {
+        /// The CUDA error, as the driver reported it.
+        reason: String,
+    },
+}
+
+/// A shared library the dynamic loader refused, with the loader's message
+/// (`dlerror`); install the library or add its directory to the loader path.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct LibraryNotLoadable {
+    /// The loader's message, naming the library.
+    pub message: String,
 }
 
 /// How the ring was registered.
@@ -75,7 +103,7 @@ pub enum RdmaUnavailable {
     #[error(
         "the RDMA user-space libraries are not installed ({0}); install rdma-core's libraries (Debian/Ubuntu: ibverbs-providers librdmacm1)"
     )]
-    NoLibrary(String),
+    NoLibrary(#[source] LibraryNotLoadable),
     #[error("no RDMA device: {0}")]
     NoDevice(String),
     #[error("RDMA device {wanted:?} (rdma.device) not found; devices here: {found}")]
@@ -97,6 +125,8 @@ pub trait Verbs {
     type Device;
     /// A registered memory region.
     type Region;
+    /// Why a registration was refused (its text goes into the reason).
+    type Error: fmt::Display;
 
     /// Loads the library, finds the device, binds the listener and checks
     /// the port and GID.
@@ -104,7 +134,7 @@ pub trait Verbs {
     /// Name of an opened device, for messages.
     fn device_name(&self, dev: &Self::Device) -> String;
     /// `ibv_reg_mr` on host memory.
-    fn register_host(&self, dev: &Self::Device, addr: u64, len: usize) -> Result<Self::Region, String>;
+    fn register_host(&self, dev: &Self::Device, addr: u64, len: usize) -> Result<Self::Region, Self::Error>;
     /// `ibv_reg_dmabuf_mr` on a dma-buf; the region is addressed remotely from `iova`.
     fn register_dmabuf(
         &self,
@@ -112,14 +142,14 @@ pub trait Verbs {
         fd: RawFd,
         len: usize,
         iova: u64,
-    ) -> Result<Self::Region, String>;
+    ) -> Result<Self::Region, Self::Error>;
     /// `ibv_reg_mr` on a device pointer (nvidia-peermem).
     fn register_device_address(
         &self,
         dev: &Self::Device,
         dptr: u64,
         len: usize,
-    ) -> Result<Self::Region, String>;
+    ) -> Result<Self::Region, Self::Error>;
 }
 
 /// What to ingest with.
@@ -143,20 +173,20 @@ pub fn register<V: Verbs>(
         RingRegion::Host { addr, len } => verbs
             .register_host(dev, *addr, *len)
             .map(|r| (r, RegistrationMethod::HostMemory))
-            .map_err(|why| RegistrationFailure(vec![fail(STEP_HOST_REG, why)])),
+            .map_err(|why| RegistrationFailure(vec![fail(STEP_HOST_REG, why.to_string())])),
         RingRegion::Device { dptr, len, dmabuf } => {
             let mut failed = Vec::new();
             match dmabuf {
                 Ok(fd) => match verbs.register_dmabuf(dev, *fd, *len, *dptr) {
                     Ok(r) => return Ok((r, RegistrationMethod::DmaBuf)),
-                    Err(why) => failed.push(fail(STEP_DMABUF_REG, why)),
+                    Err(why) => failed.push(fail(STEP_DMABUF_REG, why.to_string())),
                 },
-                Err(why) => failed.push(fail(STEP_DMABUF_EXPORT, why.clone())),
+                Err(why) => failed.push(fail(STEP_DMABUF_EXPORT, why.to_string())),
             }
             match verbs.register_device_address(dev, *dptr, *len) {
                 Ok(r) => Ok((r, RegistrationMethod::PeerMem)),
                 Err(why) => {
-                    failed.push(fail(STEP_PEERMEM_REG, why));
+                    failed.push(fail(STEP_PEERMEM_REG, why.to_string()));
                     Err(RegistrationFailure(failed))
                 }
             }
@@ -200,16 +230,26 @@ mod tests {
         calls: RefCell<Vec<String>>,
     }
 
+    /// A registration the fake refused.
+    #[derive(Debug)]
+    struct Refused(String);
+
+    impl fmt::Display for Refused {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
     impl FakeVerbs {
         fn new(open_result: Result<(), RdmaUnavailable>, accepts: &'static [&'static str]) -> Self {
             Self { open_result, accepts, calls: RefCell::new(Vec::new()) }
         }
-        fn try_step(&self, step: &str, detail: String) -> Result<String, String> {
+        fn try_step(&self, step: &str, detail: String) -> Result<String, Refused> {
             self.calls.borrow_mut().push(format!("{step} {detail}"));
             if self.accepts.contains(&step) {
                 Ok(format!("mr:{step}"))
             } else {
-                Err(format!("{step} refused: Operation not supported"))
+                Err(Refused(format!("{step} refused: Operation not supported")))
             }
         }
     }
@@ -217,6 +257,7 @@ mod tests {
     impl Verbs for FakeVerbs {
         type Device = &'static str;
         type Region = String;
+        type Error = Refused;
         fn open(&self, _cfg: &RdmaConfig) -> Result<&'static str, RdmaUnavailable> {
             self.calls.borrow_mut().push("open".into());
             self.open_result.clone().map(|()| "mlx5_0")
@@ -224,7 +265,7 @@ mod tests {
         fn device_name(&self, dev: &&'static str) -> String {
             dev.to_string()
         }
-        fn register_host(&self, _: &&'static str, addr: u64, len: usize) -> Result<String, String> {
+        fn register_host(&self, _: &&'static str, addr: u64, len: usize) -> Result<String, Refused> {
             self.try_step("host", format!("{addr:#x}+{len}"))
         }
         fn register_dmabuf(
@@ -233,17 +274,22 @@ mod tests {
             fd: RawFd,
             len: usize,
             iova: u64,
-        ) -> Result<String, String> {
+        ) -> Result<String, Refused> {
             self.try_step("dmabuf", format!("fd{fd}+{len}@{iova:#x}"))
         }
-        fn register_device_address(&self, _: &&'static str, dptr: u64, len: usize) -> Result<String, String> {
+        fn register_device_address(
+            &self,
+            _: &&'static str,
+            dptr: u64,
+            len: usize,
+        ) -> Result<String, Refused> {
             self.try_step("peermem", format!("{dptr:#x}+{len}"))
         }
     }
 
     const HOST: RingRegion = RingRegion::Host { addr: 0x1000, len: 4096 };
 
-    fn gpu_ring(dmabuf: Result<RawFd, String>) -> RingRegion {
+    fn gpu_ring(dmabuf: Result<RawFd, NoDmabuf>) -> RingRegion {
         RingRegion::Device { dptr: 0x7000_0000, len: 2 << 20, dmabuf }
     }
 
@@ -266,7 +312,9 @@ mod tests {
     fn each_open_failure_falls_back_with_auto_and_fails_with_rdma() {
         let failures = [
             RdmaUnavailable::NotBuilt,
-            RdmaUnavailable::NoLibrary("libibverbs.so.1: cannot open shared object file".into()),
+            RdmaUnavailable::NoLibrary(LibraryNotLoadable {
+                message: "libibverbs.so.1: cannot open shared object file".into(),
+            }),
             RdmaUnavailable::NoDevice("ibv_get_device_list found none".into()),
             RdmaUnavailable::DeviceNotFound { wanted: "mlx5_9".into(), found: "mlx5_0, mlx5_1".into() },
             RdmaUnavailable::Listen { listen: "0.0.0.0:7471".into(), why: "wildcard".into() },
@@ -324,7 +372,7 @@ mod tests {
 
     #[test]
     fn device_ring_falls_back_to_peermem_when_dmabuf_is_refused_or_not_exported() {
-        for dmabuf in [Ok(42), Err("CUDA_ERROR_NOT_SUPPORTED".to_string())] {
+        for dmabuf in [Ok(42), Err(NoDmabuf::ExportFailed { reason: "CUDA_ERROR_NOT_SUPPORTED".into() })] {
             let v = FakeVerbs::new(Ok(()), &["peermem"]);
             match decide(&v, Transport::Rdma, &RdmaConfig::default(), &gpu_ring(dmabuf)).unwrap() {
                 Decision::Rdma { method, .. } => assert_eq!(method, RegistrationMethod::PeerMem),
@@ -345,8 +393,13 @@ mod tests {
 
         let v = FakeVerbs::new(Ok(()), &[]);
         let r = reason(
-            decide(&v, Transport::Auto, &RdmaConfig::default(), &gpu_ring(Err("no dma-buf support".into())))
-                .unwrap(),
+            decide(
+                &v,
+                Transport::Auto,
+                &RdmaConfig::default(),
+                &gpu_ring(Err(NoDmabuf::ExportFailed { reason: "no dma-buf support".into() })),
+            )
+            .unwrap(),
         );
         assert_eq!(
             r,

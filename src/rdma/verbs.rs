@@ -6,7 +6,7 @@
 
 use super::RdmaError;
 use super::config::RdmaConfig;
-use super::plan::{RdmaUnavailable, RegistrationMethod, Verbs};
+use super::plan::{LibraryNotLoadable, RdmaUnavailable, RegistrationMethod, Verbs};
 use super::remote::{DESCRIPTOR_BYTES, RingDescriptor};
 use crate::ring::FrameRing;
 use sideway::ibverbs::AccessFlags;
@@ -56,20 +56,33 @@ pub(crate) fn chain(e: &dyn StdError) -> String {
     s
 }
 
+/// A memory registration the verbs library refused; its text is the error
+/// with its sources (sideway keeps the OS error there).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", chain(self.0.as_ref()))]
+pub struct RegistrationRefused(Box<dyn StdError + Send + Sync>);
+
+impl RegistrationRefused {
+    fn new(e: impl StdError + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+}
+
 /// Checks that a shared library can be loaded, returning the loader's message otherwise.
-fn library_loadable(name: &str) -> Result<(), String> {
+fn library_loadable(name: &str) -> Result<(), LibraryNotLoadable> {
     let c = CString::new(name).expect("library names have no NUL");
     // SAFETY: dlopen with a valid C string; the handle is closed right away.
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if handle.is_null() {
         // SAFETY: dlerror returns NULL or a valid C string owned by the loader.
         let msg = unsafe { libc::dlerror() };
-        return Err(if msg.is_null() {
+        let message = if msg.is_null() {
             format!("{name}: cannot be loaded")
         } else {
             // SAFETY: non-null, NUL-terminated, valid until the next dl* call.
             unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
-        });
+        };
+        return Err(LibraryNotLoadable { message });
     }
     // SAFETY: a handle returned by dlopen, closed once.
     unsafe { libc::dlclose(handle) };
@@ -107,6 +120,7 @@ pub struct SidewayDevice {
 impl Verbs for SidewayVerbs {
     type Device = SidewayDevice;
     type Region = Arc<MemoryRegion>;
+    type Error = RegistrationRefused;
 
     fn open(&self, cfg: &RdmaConfig) -> Result<SidewayDevice, RdmaUnavailable> {
         library_loadable("libibverbs.so.1").map_err(RdmaUnavailable::NoLibrary)?;
@@ -199,10 +213,15 @@ impl Verbs for SidewayVerbs {
         dev.name.clone()
     }
 
-    fn register_host(&self, dev: &SidewayDevice, addr: u64, len: usize) -> Result<Arc<MemoryRegion>, String> {
+    fn register_host(
+        &self,
+        dev: &SidewayDevice,
+        addr: u64,
+        len: usize,
+    ) -> Result<Arc<MemoryRegion>, RegistrationRefused> {
         // SAFETY: callers pass ring memory that outlives the region (the
         // endpoint owns both the ring and the region, and drops the region first).
-        unsafe { dev.pd.reg_mr(addr as usize, len, ring_access()) }.map_err(|e| chain(&e))
+        unsafe { dev.pd.reg_mr(addr as usize, len, ring_access()) }.map_err(RegistrationRefused::new)
     }
 
     fn register_dmabuf(
@@ -211,10 +230,10 @@ impl Verbs for SidewayVerbs {
         fd: RawFd,
         len: usize,
         iova: u64,
-    ) -> Result<Arc<MemoryRegion>, String> {
+    ) -> Result<Arc<MemoryRegion>, RegistrationRefused> {
         // SAFETY: `fd` is a dma-buf exported for `len` bytes of GPU memory that
         // outlives the region (see `gpu::device_memory::DeviceRingMemory`).
-        unsafe { dev.pd.reg_dmabuf_mr(0, len, iova, fd, ring_access()) }.map_err(|e| chain(&e))
+        unsafe { dev.pd.reg_dmabuf_mr(0, len, iova, fd, ring_access()) }.map_err(RegistrationRefused::new)
     }
 
     fn register_device_address(
@@ -222,9 +241,9 @@ impl Verbs for SidewayVerbs {
         dev: &SidewayDevice,
         dptr: u64,
         len: usize,
-    ) -> Result<Arc<MemoryRegion>, String> {
+    ) -> Result<Arc<MemoryRegion>, RegistrationRefused> {
         // SAFETY: as `register_dmabuf`; nvidia-peermem pins the GPU pages.
-        unsafe { dev.pd.reg_mr(dptr as usize, len, ring_access()) }.map_err(|e| chain(&e))
+        unsafe { dev.pd.reg_mr(dptr as usize, len, ring_access()) }.map_err(RegistrationRefused::new)
     }
 }
 

@@ -167,9 +167,10 @@ impl RtpConfig {
                 problems.push(missing("rtp.sampling"));
                 None
             }
-            Some(s) => {
-                s.parse::<Sampling>().map_err(|m| problems.push(ConfigProblem::new("rtp.sampling", m))).ok()
-            }
+            Some(s) => s
+                .parse::<Sampling>()
+                .map_err(|e| problems.push(ConfigProblem::new("rtp.sampling", e.to_string())))
+                .ok(),
         };
         let pixels = match (sampling, depth) {
             (Some(sampling), Some(depth)) => match sampling.pgroup(depth) {

@@ -68,13 +68,22 @@ impl fmt::Display for Sampling {
     }
 }
 
+impl Sampling {
+    /// Every sampling's SDP name, comma-separated (for messages).
+    fn names() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|(_, n)| *n).collect();
+        names.join(", ")
+    }
+}
+
 impl FromStr for Sampling {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL.iter().find(|(_, n)| n.eq_ignore_ascii_case(s.trim())).map(|(v, _)| *v).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|(_, n)| *n).collect();
-            format!("unsupported sampling \"{s}\"; use one of {}", names.join(", "))
-        })
+    type Err = GeometryError;
+    fn from_str(s: &str) -> Result<Self, GeometryError> {
+        Self::ALL
+            .iter()
+            .find(|(_, n)| n.eq_ignore_ascii_case(s.trim()))
+            .map(|(v, _)| *v)
+            .ok_or_else(|| GeometryError::UnknownSampling { name: s.to_owned() })
     }
 }
 
@@ -87,6 +96,8 @@ pub enum GeometryError {
     BadWidth { width: u32, pixels: u32 },
     #[error("height {height} must be between 1 and 32768 (RFC 4175 line numbers have 15 bits)")]
     BadHeight { height: u32 },
+    #[error("unsupported sampling \"{name}\"; use one of {}", Sampling::names())]
+    UnknownSampling { name: String },
 }
 
 /// Geometry of a progressive frame. Construct with [`VideoGeometry::new`].
@@ -224,7 +235,7 @@ mod tests {
             assert_eq!(n.parse::<Sampling>().unwrap(), s);
             assert_eq!(s.to_string(), n);
         }
-        assert!("YCbCr-4:2:0".parse::<Sampling>().unwrap_err().contains("YCbCr-4:2:2"));
+        assert!("YCbCr-4:2:0".parse::<Sampling>().unwrap_err().to_string().contains("YCbCr-4:2:2"));
     }
 
     proptest::proptest! {

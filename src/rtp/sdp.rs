@@ -77,8 +77,10 @@ pub fn parse(text: &str) -> Result<SdpVideo, SdpError> {
         };
         match k.to_ascii_lowercase().as_str() {
             "sampling" => {
-                sampling =
-                    Some(v.parse::<Sampling>().map_err(|message| SdpError::BadLine { line: 0, message })?)
+                sampling = Some(
+                    v.parse::<Sampling>()
+                        .map_err(|e| SdpError::BadLine { line: 0, message: e.to_string() })?,
+                )
             }
             "width" => width = Some(number("width")?),
             "height" => height = Some(number("height")?),

@@ -37,6 +37,7 @@ impl FrameGeometry {
         Ok(FrameGeometry { frame_bytes, packet_bytes, packet_count })
     }
 
+    /// Payload bytes of one frame.
     pub fn frame_bytes(&self) -> u32 {
         self.frame_bytes
     }
@@ -46,6 +47,7 @@ impl FrameGeometry {
         self.packet_bytes
     }
 
+    /// Datagrams one frame takes.
     pub fn packet_count(&self) -> u32 {
         self.packet_count
     }
@@ -91,6 +93,7 @@ pub struct FrameBuffer {
 }
 
 impl FrameBuffer {
+    /// A zeroed frame of `geometry`, headers and payload.
     pub fn new(geometry: FrameGeometry) -> Self {
         FrameBuffer {
             geometry,
@@ -100,6 +103,7 @@ impl FrameBuffer {
         }
     }
 
+    /// The frame's geometry.
     pub fn geometry(&self) -> &FrameGeometry {
         &self.geometry
     }

@@ -6,6 +6,7 @@
 //! Its payload follows a [`Pattern`], so receivers can check every byte.
 
 mod frame;
+#[doc(hidden)]
 pub mod hsb;
 mod pacing;
 mod pattern;
@@ -155,67 +156,163 @@ pub struct SendArgs {
 /// Why the sender could not start or had to stop. Transient send failures
 /// are not errors: they are retried or counted in [`SendErrorCounts`].
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum SendError {
+    /// `--rate` is not positive; give frames per second above 0.
     #[error("--rate {rate} is not a positive number of frames per second")]
-    Rate { rate: f64 },
+    Rate {
+        /// The rate given (frames per second).
+        rate: f64,
+    },
+    /// `--catch-up` is below 1; give a multiple of `--rate` of at least 1.
     #[error("--catch-up {ratio} is not a number of at least 1 (a multiple of --rate)")]
-    CatchUp { ratio: f64 },
+    CatchUp {
+        /// The ratio given.
+        ratio: f64,
+    },
+    /// `--duration` is not positive; give seconds above 0.
     #[error("--duration {seconds} is not a positive number of seconds")]
-    Duration { seconds: f64 },
+    Duration {
+        /// The seconds given.
+        seconds: f64,
+    },
+    /// `--link-gbps` is not positive; give the link speed in Gb/s.
     #[error("--link-gbps {gbps} is not a positive number of gigabits per second")]
-    LinkGbps { gbps: f64 },
+    LinkGbps {
+        /// The link speed given (Gb/s).
+        gbps: f64,
+    },
+    /// The link cannot carry the rate asked for; raise `--link-gbps` or lower `--rate`.
     #[error(
         "--link-gbps {gbps} cannot carry --rate {rate} frames of {frame_wire_bytes} link bytes each \
          (that needs {needed_gbps:.3} Gb/s); raise --link-gbps or lower --rate"
     )]
-    LinkTooSlow { gbps: f64, rate: f64, frame_wire_bytes: u64, needed_gbps: f64 },
+    LinkTooSlow {
+        /// The link speed given (Gb/s).
+        gbps: f64,
+        /// The rate given (frames per second).
+        rate: f64,
+        /// Bytes one frame takes on the link.
+        frame_wire_bytes: u64,
+        /// The speed the rate needs (Gb/s).
+        needed_gbps: f64,
+    },
+    /// `--streams 0`; send at least one stream.
     #[error("--streams must be at least 1")]
     Streams,
+    /// `--format hsb` sends one stream; drop `--streams`.
     #[error("--format hsb sends one stream (the sensor bridge's), not {streams}; drop --streams")]
-    HsbStreams { streams: u32 },
+    HsbStreams {
+        /// The streams asked for.
+        streams: u32,
+    },
+    /// `--packet-bytes` does not fit an HSB datagram; give a size above the HSB header, at most the largest datagram.
     #[error(
         "--packet-bytes {packet_bytes} is out of range for --format hsb: it must exceed the {}-byte HSB header \
          and be at most {MAX_DATAGRAM_BYTES}",
         crate::wire::hsb::HEADER_LEN
     )]
-    HsbPacketBytes { packet_bytes: usize },
+    HsbPacketBytes {
+        /// The datagram size given.
+        packet_bytes: usize,
+    },
+    /// `--packet-bytes` does not fit a native datagram; give a size above the header, at most the largest UDP datagram.
     #[error(
         "--packet-bytes {packet_bytes} is out of range: it must exceed the {HEADER_LEN}-byte header \
          and be at most {MAX_DATAGRAM_BYTES} (the largest UDP datagram)"
     )]
-    PacketBytes { packet_bytes: usize },
+    PacketBytes {
+        /// The datagram size given.
+        packet_bytes: usize,
+    },
+    /// `--frame-bytes` is 0 or above 4 GiB; give 1 to 4294967295.
     #[error("--frame-bytes {frame_bytes} is out of range: use 1 to 4294967295")]
-    FrameBytes { frame_bytes: u64 },
+    FrameBytes {
+        /// The frame size given.
+        frame_bytes: u64,
+    },
+    /// `--to` does not resolve; give HOST:PORT.
     #[error("cannot resolve --to {addr}: {source}; give HOST:PORT, for example 127.0.0.1:5000")]
-    Resolve { addr: String, source: io::Error },
+    Resolve {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `--to` resolves to no address; give HOST:PORT.
     #[error("--to {addr} resolves to no address; give HOST:PORT, for example 127.0.0.1:5000")]
-    NoAddress { addr: String },
+    NoAddress {
+        /// The address.
+        addr: String,
+    },
+    /// `--bind` and `--to` are IPv4 and IPv6; bind an address of the destination's family.
     #[error(
         "--bind {bind} and --to {to} are of different address families; bind an address of the same family"
     )]
-    FamilyMismatch { bind: SocketAddr, to: SocketAddr },
+    FamilyMismatch {
+        /// The source address.
+        bind: SocketAddr,
+        /// The destination.
+        to: SocketAddr,
+    },
+    /// No UDP socket could be created (a process or sandbox limit).
     #[error("cannot create a UDP socket: {source}")]
-    Socket { source: io::Error },
+    Socket {
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `--bind` cannot be bound; give an address of this host and a free port.
     #[error(
         "cannot bind the source address {addr}: {source}; check --bind (address on this host, port free)"
     )]
-    Bind { addr: SocketAddr, source: io::Error },
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The socket cannot be connected to `--to`; check the address and the routing table.
     #[error("cannot connect the UDP socket to {addr}: {source}; check --to and the routing table")]
-    Connect { addr: SocketAddr, source: io::Error },
+    Connect {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `--gso on` but the kernel refused GSO; use `--gso auto` or `off`.
     #[error(
         "--gso on, but the kernel refused UDP segmentation offload ({source}); \
          use --gso auto to fall back or --gso off"
     )]
-    GsoRefused { source: io::Error },
+    GsoRefused {
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `--gso on` with datagrams too large for two per send; lower `--packet-bytes` or use `--gso auto`.
     #[error(
         "--gso on needs at least two datagrams per send, so --packet-bytes at most {max} \
          (got {packet_bytes}); use --gso auto or off"
     )]
-    GsoPacketTooLarge { packet_bytes: usize, max: usize },
+    GsoPacketTooLarge {
+        /// The datagram size given.
+        packet_bytes: usize,
+        /// The largest size that fits two datagrams per send.
+        max: usize,
+    },
+    /// Datagrams larger than the path allows (EMSGSIZE); lower `--packet-bytes`.
     #[error("datagrams of {packet_bytes} bytes are too large for the path ({source}); lower --packet-bytes")]
-    MessageSize { packet_bytes: usize, source: io::Error },
+    MessageSize {
+        /// The datagram size given.
+        packet_bytes: usize,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A send failed for good; check that `--to` is reachable from `--bind`.
     #[error("sending failed: {source}; check that --to is reachable from --bind")]
-    Send { source: io::Error },
+    Send {
+        /// The OS error.
+        source: io::Error,
+    },
 }
 
 /// Send failures that did not stop the run, by kind.
@@ -247,7 +344,9 @@ pub struct SenderStats {
     pub bytes: u64,
     /// Datagrams per frame.
     pub packets_per_frame: u32,
+    /// Send failures that did not stop the run.
     pub errors: SendErrorCounts,
+    /// Whether UDP segmentation offload was used.
     pub gso: GsoStatus,
     /// Seconds from the first frame's due time to now (or to the end of the run).
     pub elapsed_s: f64,

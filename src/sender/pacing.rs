@@ -37,6 +37,7 @@ impl Schedule {
         }
     }
 
+    /// When the first frame was due (CLOCK_REALTIME, ns).
     pub fn start_ns(&self) -> u64 {
         self.start_ns
     }

@@ -153,10 +153,12 @@ impl Transmitter {
         Ok(tx)
     }
 
+    /// Whether UDP segmentation offload is in use.
     pub fn gso(&self) -> GsoStatus {
         self.gso
     }
 
+    /// The UDP socket.
     pub fn socket(&self) -> &Socket {
         &self.socket
     }

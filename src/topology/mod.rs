@@ -1,7 +1,7 @@
 //! The box as frameloop sees it: GPUs, NICs and NUMA nodes read from sysfs,
 //! how close each NIC is to each GPU, and where each stream should run.
 //!
-//! - [`sysfs`]: bounded, tolerant reads of a sysfs tree (live or recorded).
+//! - `sysfs`: bounded, tolerant reads of a sysfs tree (live or recorded).
 //! - [`pci`]: [`PciDevice`], its PCIe path and link, and [`Relationship`].
 //! - [`cpulist`]: [`CpuList`], the CPUs of a NUMA node.
 //! - [`interfaces`]: the addresses of each network interface (getifaddrs).

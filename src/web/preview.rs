@@ -12,6 +12,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Why no preview could be drawn; its text is the message the live view shows.
+#[derive(Debug, thiserror::Error)]
+enum PreviewError {
+    #[error("cannot copy the newest output: {0}")]
+    Copy(#[source] OutputError),
+    #[error("no output yet: the preview shows the newest processed frame once one arrives")]
+    NoOutputYet,
+    #[error("the output has {samples} samples: not one row of {width}")]
+    NotRows { samples: usize, width: u32 },
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
 /// Longest side of a preview image, pixels: larger frames are decimated
 /// (see [`GrayImage::preview`]).
 pub const PREVIEW_MAX_SIDE: u32 = 512;
@@ -145,7 +158,7 @@ impl Previewer {
         {
             return Arc::clone(last);
         }
-        let drawn = Arc::new(self.draw(&mut state.0).unwrap_or_else(|message| self.unavailable(message)));
+        let drawn = Arc::new(self.draw(&mut state.0).unwrap_or_else(|e| self.unavailable(e.to_string())));
         self.renders.fetch_add(1, Ordering::Relaxed);
         state.1 = Some(Arc::clone(&drawn));
         drawn
@@ -174,17 +187,14 @@ impl Previewer {
         }
     }
 
-    fn draw(&self, reader: &mut Option<SlotReader>) -> Result<RenderedPreview, String> {
-        let describe = |e: OutputError| format!("cannot copy the newest output: {e}");
-        if reader.is_none() {
-            *reader = Some(self.ring.slot_reader().map_err(describe)?);
-        }
-        let Some(reader) = reader.as_mut() else { return Err("no reader".into()) };
-        let newest = self.ring.copy_newest(reader).map_err(describe)?.ok_or_else(|| {
-            "no output yet: the preview shows the newest processed frame once one arrives".to_string()
-        })?;
+    fn draw(&self, reader: &mut Option<SlotReader>) -> Result<RenderedPreview, PreviewError> {
+        let reader = match reader {
+            Some(reader) => reader,
+            None => reader.insert(self.ring.slot_reader().map_err(PreviewError::Copy)?),
+        };
+        let newest =
+            self.ring.copy_newest(reader).map_err(PreviewError::Copy)?.ok_or(PreviewError::NoOutputYet)?;
         let taken = Instant::now();
-        let plot_error = |e: PlotError| e.to_string();
         let mut info = PreviewInfo {
             available: true,
             kind: self.kind.name(),
@@ -210,24 +220,22 @@ impl Previewer {
                     _ => 0,
                 };
                 let (image, scaling) = GrayImage::preview(&newest.samples, width, PREVIEW_MAX_SIDE)
-                    .ok_or_else(|| {
-                        format!("the output has {} samples: not one row of {width}", newest.samples.len())
-                    })?;
+                    .ok_or(PreviewError::NotRows { samples: newest.samples.len(), width })?;
                 info.scaling = Some(scaling);
                 (info.image_width, info.image_height) = (image.width, image.height);
                 info.url = Some(format!("/api/preview.png?seq={}", newest.sequence));
-                (Some(image.to_png().map_err(plot_error)?), None)
+                (Some(image.to_png()?), None)
             }
             PreviewKind::Spectrum { bins } => {
                 let row = &newest.samples[..newest.samples.len().min(bins as usize)];
                 info.url = Some(format!("/api/preview.svg?seq={}", newest.sequence));
                 let title = format!("spectrum of output {} (first row, {} bins)", newest.sequence, row.len());
-                (None, Some(samples_svg(&title, "bin", "magnitude", row).map_err(plot_error)?))
+                (None, Some(samples_svg(&title, "bin", "magnitude", row)?))
             }
             PreviewKind::Signal => {
                 info.url = Some(format!("/api/preview.svg?seq={}", newest.sequence));
                 let title = format!("output {} ({} samples)", newest.sequence, newest.samples.len());
-                (None, Some(samples_svg(&title, "sample", "value", &newest.samples).map_err(plot_error)?))
+                (None, Some(samples_svg(&title, "sample", "value", &newest.samples)?))
             }
         };
         Ok(RenderedPreview { info, taken, png, svg })

@@ -64,7 +64,7 @@ pub struct Running {
 impl Running {
     pub fn start(cfg: &Config) -> Self {
         let running = Self::start_any(cfg);
-        assert_eq!(running.app.backend().name, "host");
+        assert_eq!(running.app.backend().name(), "host");
         running
     }
 

@@ -26,7 +26,7 @@ pub fn run_into_fault_at_third_frame(ex: &mut ResidentExecutor, w: &mut RingWrit
         }
         assert!(t.elapsed() < Duration::from_secs(5), "the fault did not surface: the loop hangs");
     };
-    outcome.expect_err("the loop must report the fault")
+    outcome.expect_err("the loop must report the fault").to_string()
 }
 
 /// The context is unusable after a fault; tear-down must still return (with

@@ -66,7 +66,7 @@ pub fn start(cfg: &Config, backend: &str) -> Rig {
         StartOptions { histogram_log: None, on_result: Some(on_result), ..Default::default() },
     )
     .expect("the appliance starts");
-    assert_eq!(app.backend().name, backend);
+    assert_eq!(app.backend().name(), backend);
     Rig { app, results, newest }
 }
 

@@ -33,7 +33,7 @@ mod drain;
 mod one_copy;
 mod threads;
 
-pub use super::error::IngestError;
+pub use super::error::{IngestError, ThreadStartError};
 pub use threads::{ASSEMBLY_THREAD_NAME, OnAssemblyStart, OnReadingThreadStart, READING_THREAD_NAME};
 
 use super::allow::AllowList;

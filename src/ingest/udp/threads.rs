@@ -5,7 +5,7 @@
 use super::UdpReceiver;
 use crate::ingest::assembler::FrameAssembler;
 use crate::ingest::assembly_thread::{AssemblyStage, HandingOver, Shared};
-use crate::ingest::error::IngestError;
+use crate::ingest::error::{IngestError, ThreadStartError};
 use crate::ingest::handoff::{self, HANDOFF_BATCH_BUFFERS, HANDOFF_BATCHES};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -21,11 +21,11 @@ impl Drop for SetOnDrop<'_> {
 }
 
 /// What the assembly thread runs first; see [`UdpReceiver::on_assembly_thread_start`].
-pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub type OnAssemblyStart = Box<dyn FnOnce() -> Result<(), ThreadStartError> + Send>;
 
 /// What each reading thread after the first runs first, given its index
 /// (1 for the second); see [`UdpReceiver::on_reading_thread_start`].
-pub type OnReadingThreadStart = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+pub type OnReadingThreadStart = Arc<dyn Fn(usize) -> Result<(), ThreadStartError> + Send + Sync>;
 
 /// The name of the assembly thread (`ingest.assembly_thread`).
 pub const ASSEMBLY_THREAD_NAME: &str = "frameloop-asm";
