@@ -410,9 +410,11 @@ fn fifty_viewers_and_a_flooding_client_cost_no_frame_and_an_idle_client_is_cut_o
     };
     let (before, watched, after) = (phase(0.5, 4.5), phase(4.5, 8.5), phase(8.5, 12.5));
     let spread = before.abs_diff(after);
-    // The run-to-run spread, with a floor of a quarter of the p99 itself: on
-    // a loaded two-core machine two quiet phases can come out alike by chance.
-    let allowed = before.max(after) + spread.max(before.max(after) / 4);
+    // The run-to-run spread, with a floor of half the quiet p99: on a loaded
+    // two-core machine two quiet phases can come out alike by chance, and
+    // the p99 of 800 frames is the eighth slowest. The server at normal
+    // priority moved it 2.3-fold on this machine, which still fails.
+    let allowed = before.max(after) + spread.max(before.max(after) / 2);
     eprintln!(
         "end-to-end p99: {before} ns quiet, {watched} ns watched, {after} ns quiet; allowed {allowed} ns"
     );
