@@ -4,6 +4,7 @@
 //! each one while every segment of its latency goes into HDR histograms.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod actuate;
 pub mod app;
 pub mod backend;
 pub mod capture;

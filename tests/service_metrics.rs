@@ -39,6 +39,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
         loops: Vec::new(),
         outputs: None,
         nats_sink: None,
+        actuation: None,
     }
 }
 

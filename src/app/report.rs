@@ -34,6 +34,9 @@ pub struct Report {
     /// The NATS sink's counters at stop, when `[sink.nats]` is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_sink: Option<crate::metrics::SinkMetrics>,
+    /// The actuation outputs at stop, when `[[actuate]]` is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actuation: Option<crate::actuate::ActuationMetrics>,
     /// What the frame log holds, when `metrics.frame_log` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frame_log: Option<crate::metrics::FrameLogReport>,
@@ -114,6 +117,9 @@ impl Report {
         }
         if let Some(sink) = &self.nats_sink {
             summary.add_counters("nats sink", sink.counters());
+        }
+        if let Some(a) = &self.actuation {
+            summary.add_counters("actuation", a.counter_rows());
         }
         let frame_log = match &self.frame_log {
             None => String::new(),

@@ -113,6 +113,9 @@ pub(super) fn deliver<A: FrameAssembler + ?Sized>(
         return 1;
     }
     let allowed = allow.allows(info.source.map(|s| s.ip()));
+    if allowed {
+        allow.admitted(info.source, buf);
+    }
     let now_ns = info.batch_ns.max(info.rx_ns);
     let mut segments = 0u64;
     if allowed && tap.is_none() {
@@ -425,6 +428,22 @@ impl<A: FrameAssembler> UdpReceiver<A> {
 
     /// Calls `tap` for every datagram received from now on (replacing any
     /// earlier tap, which is returned).
+    /// Notes each admitted source in `book`, for actuation outputs that
+    /// reply to the sensor; call before [`UdpReceiver::run`].
+    pub fn note_sources_in(&mut self, book: Arc<super::ReplyBook>) {
+        self.allow.note_sources_in(book);
+    }
+
+    /// A second handle on the receiving socket, for sending replies from the
+    /// port the sensor sends to (so a sensor's connected socket accepts them).
+    pub fn send_socket(&self) -> io::Result<std::net::UdpSocket> {
+        // SAFETY: the descriptor is open (owned by `self.socket`) for the
+        // duration of this call; `try_clone` dups it into a new owned one.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) };
+        let owned = borrowed.try_clone_to_owned()?;
+        Ok(std::net::UdpSocket::from(owned))
+    }
+
     pub fn set_tap(&mut self, tap: Box<dyn DatagramTap>) -> Option<Box<dyn DatagramTap>> {
         self.tap.replace(tap)
     }
@@ -842,6 +861,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     let allowed = self.allow.allows(info.source.map(|s| s.ip()));
                     let targets = group.start..group.start + landed;
                     if allowed {
+                        if let Some(k) = targets.clone().next() {
+                            self.allow.admitted(info.source, self.batch.head(k).as_slice());
+                        }
                         let batch = &self.batch;
                         let mut heads = targets.map(|k| (k, batch.head(k).as_slice()));
                         self.assembler.on_landed_run_at(
