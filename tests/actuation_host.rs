@@ -271,6 +271,16 @@ fn the_sender_matches_every_answer_to_its_frame_and_times_the_round_trip() {
 }
 
 #[test]
+fn the_shipped_actuation_config_plans_one_reply_output() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/configs/actuate-reply.toml");
+    let cfg = frameloop::config::load(&path).expect("the bench config is valid");
+    let plan = cfg.actuation_plan();
+    assert_eq!(plan.outputs.len(), 1);
+    assert_eq!(plan.outputs[0].destination, frameloop::actuate::Destination::Reply);
+    assert_eq!(plan.max_message_bytes(), 64 + 192 + 64 * 4);
+}
+
+#[test]
 fn bad_actuation_tables_stop_validate_naming_the_key() {
     let dir = std::env::temp_dir().join(format!("frameloop-actuate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -397,6 +397,29 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seeds_decode_as_their_names_say() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/actuation_message");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            match decode(&bytes) {
+                Ok(m) => {
+                    assert!(!name.starts_with("lying"), "{name} decoded");
+                    assert_eq!((m.header.stream_id, m.header.frame_seq), (3, 41), "{name}");
+                    if let Some(r) = m.record {
+                        assert_eq!((r.frame_seq, r.sender_ts_ns), (41, 123_456_789), "{name}");
+                    }
+                }
+                Err(e) => assert!(name.starts_with("lying"), "{name}: {e}"),
+            }
+            seen += 1;
+        }
+        assert!(seen >= 5);
+    }
+
+    #[test]
     fn every_lie_is_a_typed_error_not_a_panic() {
         let r = record();
         let mut buf = [0u8; 512];
