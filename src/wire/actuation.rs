@@ -62,6 +62,26 @@ pub const FLAG_SAMPLES_SHORT: u16 = 1 << 3;
 /// The largest UDP payload, and so the largest message.
 pub const MAX_MESSAGE_BYTES: usize = 65_507;
 
+/// Byte offset of each header field, named as `handlers/actuation.cuh`'s
+/// `ActuationHeader` names it (the layout test checks the CUDA struct
+/// against this table, a unit test checks [`form`] against it).
+pub const HEADER_FIELDS: &[(&str, usize)] = &[
+    ("magic", 0),
+    ("version", 4),
+    ("parts", 5),
+    ("header_len", 6),
+    ("stream_id", 8),
+    ("output", 12),
+    ("flags", 14),
+    ("frame_seq", 16),
+    ("ring_seq", 24),
+    ("sender_ts_ns", 32),
+    ("message_seq", 40),
+    ("param_generation", 48),
+    ("payload_len", 52),
+    ("sample_count", 56),
+];
+
 /// A parsed actuation header. Field meanings are in `docs/wire-format.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ActuationHeader {
@@ -394,6 +414,44 @@ mod tests {
         let n = form(MessageShape { parts: 0, samples: 0 }, &input, &mut buf).unwrap();
         assert_eq!(n, HEADER_LEN, "a header-only message");
         assert_eq!(decode(&buf[..n]).unwrap().header.payload_len, 0);
+    }
+
+    #[test]
+    fn the_header_field_table_is_where_form_writes_each_field() {
+        let r = ResultRecord {
+            stream_id: 0x0a0b_0c0d,
+            frame_seq: 0x1111_2222_3333_4444,
+            ring_seq: 0x5555_6666_7777_8888,
+            sender_ts_ns: 0x9999_aaaa_bbbb_cccc,
+            param_generation: 0x0102_0304,
+            ..Default::default()
+        };
+        let input = MessageInput {
+            output: 0x0e0f,
+            message_seq: 0xdddd_eeee_ffff_0123,
+            flags: 0x0607,
+            record: &r,
+            user: &[0; 12],
+            samples: &[1.0; 3],
+        };
+        let mut buf = [0u8; 256];
+        let n = form(MessageShape { parts: PART_SAMPLES, samples: 3 }, &input, &mut buf).unwrap();
+        let field = |name: &str| HEADER_FIELDS.iter().find(|(f, _)| *f == name).unwrap().1;
+        let at = |name: &str, len: usize| buf[field(name)..field(name) + len].to_vec();
+        assert_eq!(at("magic", 4), MAGIC);
+        assert_eq!(at("version", 1), [VERSION]);
+        assert_eq!(at("parts", 1), [PART_SAMPLES]);
+        assert_eq!(at("header_len", 2), (HEADER_LEN as u16).to_le_bytes());
+        assert_eq!(at("stream_id", 4), r.stream_id.to_le_bytes());
+        assert_eq!(at("output", 2), 0x0e0fu16.to_le_bytes());
+        assert_eq!(at("flags", 2), 0x0607u16.to_le_bytes());
+        assert_eq!(at("frame_seq", 8), r.frame_seq.to_le_bytes());
+        assert_eq!(at("ring_seq", 8), r.ring_seq.to_le_bytes());
+        assert_eq!(at("sender_ts_ns", 8), r.sender_ts_ns.to_le_bytes());
+        assert_eq!(at("message_seq", 8), 0xdddd_eeee_ffff_0123u64.to_le_bytes());
+        assert_eq!(at("param_generation", 4), r.param_generation.to_le_bytes());
+        assert_eq!(at("payload_len", 4), ((n - HEADER_LEN) as u32).to_le_bytes());
+        assert_eq!(at("sample_count", 4), 3u32.to_le_bytes());
     }
 
     #[test]
