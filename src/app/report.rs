@@ -155,6 +155,18 @@ impl Report {
                 self.hung.join("; ")
             )
         };
+        let actuation: String = self
+            .actuation
+            .iter()
+            .flat_map(|a| &a.outputs)
+            .map(|o| {
+                let p = &o.ready_to_sent;
+                format!(
+                    "actuation {} -> {}: result ready to sent p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+                    o.name, o.destination, p.p50_us, p.p99_us, p.max_us
+                )
+            })
+            .collect();
         let clock = if self.clock_error_ns > 0 {
             format!(
                 "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
@@ -165,7 +177,7 @@ impl Report {
             String::new()
         };
         format!(
-            "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{actuation}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name,
             self.backend.reason,
             self.frame_ring.describe(),
