@@ -2,9 +2,10 @@
 //! replies and fixed destinations, each frame's message matched to its frame
 //! and its payload checked against the CPU chain (result record, user words
 //! from a host user stage, output samples); detection-only and flag-only
-//! outputs send exactly the frames they should; a full transmit ring and a
-//! destination the kernel refuses are counted while every frame is still
-//! processed; `frameloop send --expect-actuation`'s matcher sees every
+//! outputs send exactly the frames they should; a destination the kernel
+//! refuses and a transmit ring too small for the messages are counted while
+//! every frame is still processed (the deterministic full-ring case is in
+//! tests/host_loop_core.rs); `frameloop send --expect-actuation`'s matcher sees every
 //! answer; bad `[[actuate]]` tables stop `frameloop validate` naming the key.
 
 mod appliance_support;
@@ -212,13 +213,13 @@ fn fixed_destinations_and_detection_and_flag_outputs_send_exactly_the_right_fram
 }
 
 #[test]
-fn a_full_transmit_ring_and_a_refused_destination_are_counted_while_every_frame_is_processed() {
+fn a_refused_destination_and_a_small_transmit_ring_are_counted_while_every_frame_is_processed() {
     let _serial = one_at_a_time();
     let mut cfg = host_config(default_chain());
     // Broadcast without SO_BROADCAST: the kernel refuses every send.
     let refused = output(&["255.255.255.255:9"], vec![Part::Record], 0, When::Every);
     cfg.actuate = vec![refused; 8];
-    // Eight messages a frame into two slots: the loop outruns the sender.
+    // Eight messages a frame into two slots: the loop may outrun the sender.
     cfg.ring.transmit_slots = 2;
     let running = start(&cfg);
     let sent =
@@ -237,7 +238,8 @@ fn a_full_transmit_ring_and_a_refused_destination_are_counted_while_every_frame_
         a.outputs.iter().fold((0, 0, 0), |(s, e, d), o| (s + o.sent, e + o.send_errors, d + o.dropped));
     assert_eq!(sent, 0, "the kernel refused every send");
     assert!(errors > 0, "refused sends are counted: {a:?}");
-    assert!(dropped > 0, "messages that found the ring full are counted: {a:?}");
+    // How many found the ring full depends on how the threads ran (the
+    // deterministic case is tests/host_loop_core.rs); none goes uncounted.
     assert_eq!(errors + dropped, 8 * FRAMES, "every message accounted for: {a:?}");
 }
 
