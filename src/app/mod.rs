@@ -450,7 +450,7 @@ pub struct BenchArgs {
     /// sweeps over frame sizes.
     #[arg(long, requires = "compare")]
     pub paths_only: bool,
-    /// With [[actuate]] outputs in the config: also measure, in the same
+    /// With `[[actuate]]` outputs in the config: also measure, in the same
     /// run, a UDP ping-pong over the same loopback path with the frame's
     /// datagrams out and one actuation-sized message back (the network
     /// floor under the sensor-to-actuator round trip).

@@ -519,7 +519,7 @@ pub fn run_sender_on(
 /// How `frameloop send --expect-actuation` waits for the appliance's answers.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ExpectArgs {
-    /// Wait for the appliance's actuation messages ([[actuate]] outputs),
+    /// Wait for the appliance's actuation messages (`[[actuate]]` outputs),
     /// match each to its frame and record the sensor-to-actuator round trip
     /// on this host's clock: `every` (each frame answered by each output;
     /// frames without an answer count as missing; the default when the flag
