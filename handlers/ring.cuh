@@ -91,7 +91,7 @@ struct alignas(64) ResultRecord {
   uint64_t skipped_before;
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's fl_user_result words (kernels/frameloop.cuh)
   uint32_t param_generation;  // parameter generation the frame ran with (LoopParams::param_generation)
-  uint32_t _reserved1;
+  uint32_t actuate_request;   // non-zero: a user kernel asked for an actuation (ResultRecord::actuate_request)
 };
 
 // Filled by the data-ready handler for the frame of this loop iteration; every
@@ -321,7 +321,7 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
   r.param_generation = p.param_ctl != nullptr ? d.param_generation : p.param_generation;
-  r._reserved1 = 0u;
+  r.actuate_request = 0u;
   r.done_ns = fl_globaltimer();
   return r;
 }

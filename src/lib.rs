@@ -85,6 +85,8 @@ pub mod app;
 // binary, integration tests, fuzz targets, examples and Python module; they
 // are not part of the API.
 #[doc(hidden)]
+pub mod actuate;
+#[doc(hidden)]
 pub mod backend;
 #[doc(hidden)]
 pub mod capture;

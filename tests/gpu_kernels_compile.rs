@@ -214,3 +214,20 @@ fn handed_claim_words_round_trip() {
     );
     assert!(nvrtc::compile("handed_bad.cu", &wrong, "sm_90").is_err(), "a false static_assert compiled");
 }
+
+#[test]
+fn the_actuation_former_compiles_for_every_arch() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let probe = "#include \"actuation.cuh\"\n\
+                 extern \"C\" __global__ void fl_actuate_probe(TxState* tx, const ResultRecord* r, \
+                 const float* samples, uint32_t n) {\n\
+                   if (blockIdx.x == 0 && threadIdx.x == 0) fl_actuate(tx, *r, samples, n);\n\
+                 }\n";
+    for arch in ARCHES {
+        let cubin = nvrtc::compile("actuation_probe.cu", probe, arch)
+            .unwrap_or_else(|e| panic!("actuation.cuh for {arch}: {e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF");
+    }
+}

@@ -389,3 +389,42 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_full_transmit_ring_drops_and_counts_while_every_frame_completes() {
+    use frameloop::actuate::{ActuationPlan, Actuator, Destination, OutputPlan, TxRing, When};
+    use frameloop::wire::actuation::{MessageShape, PART_RECORD, decode};
+    let mut rig = rig(OverrunPolicy::Every, LoopConfig::default(), Trigger::RingHead);
+    let output = |name: &str| OutputPlan {
+        name: name.into(),
+        destination: Destination::Fixed(vec!["127.0.0.1:9".parse().unwrap()]),
+        shape: MessageShape { parts: PART_RECORD, samples: 0 },
+        when: When::Every,
+        max_rate: 1000,
+    };
+    let plan = ActuationPlan { outputs: vec![output("a"), output("b")] };
+    // Two slots and nobody sending: the first frame's two messages fill it.
+    let tx = TxRing::host(2, 512).unwrap();
+    rig.core.set_actuator(Actuator::new(plan, tx.writer().unwrap()));
+    for frame in 0..5 {
+        publish(&mut rig.writer, frame);
+        let t = T0 + frame * 10_000;
+        assert!(detect(&mut rig.core, t).is_some());
+        assert!(rig.core.complete(t + 500).is_some(), "frame {frame} completes whatever the ring holds");
+    }
+    assert_eq!(drain(&mut rig.results).len(), 5, "every frame has its result");
+    assert_eq!(tx.head(), 2);
+    assert_eq!((tx.dropped(0), tx.dropped(1)), (4, 4), "each output's four later messages dropped, counted");
+    let first = tx.message(1).unwrap();
+    let m = decode(first.bytes()).unwrap();
+    assert_eq!((m.header.frame_seq, m.header.output, m.header.message_seq), (1000, 0, 1));
+    assert_eq!(first.ready_ns, T0 + 500, "stamped with the frame's done time");
+    // The sender frees the slots: the next frame's messages go in, their
+    // sequence showing the gap.
+    tx.release(2);
+    publish(&mut rig.writer, 5);
+    assert!(detect(&mut rig.core, T0 + 60_000).is_some());
+    rig.core.complete(T0 + 60_500);
+    let m = decode(tx.message(3).unwrap().bytes()).unwrap().header;
+    assert_eq!((m.frame_seq, m.output, m.message_seq), (1005, 0, 6));
+}

@@ -40,6 +40,7 @@ fn snapshot(iterations: u64) -> MetricsSnapshot {
         logs: Vec::new(),
         outputs: None,
         nats_sink: None,
+        actuation: None,
     }
 }
 

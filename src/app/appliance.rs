@@ -8,7 +8,7 @@
 
 use super::AppError;
 use super::backend_factory::{BackendPick, OpenedBackend, open_backend, pick_backend_on};
-use super::receivers::start_ingest;
+use super::receivers::{ActuationWiring, start_ingest};
 use super::report::{RecordingReport, Report, RingMemoryReport};
 use crate::backend::{Backend, ClockEstimate, LoopStats, ResidentLoop};
 use crate::config::Config;
@@ -72,6 +72,10 @@ pub struct StartOptions {
     /// [`Appliance::take_ring_writer`], for the one receiver of a UDP port
     /// that several loops share (it routes each loop its streams).
     pub shared_port: bool,
+    /// Host backend: a Rust function run after the chain on every frame
+    /// that writes the frame's user result words and may ask for an
+    /// actuation (the host twin of a user kernel; see [`crate::host::UserStage`]).
+    pub user_stage: Option<crate::host::UserStage>,
 }
 
 /// Starts an appliance with Rust GPU operators inserted into the configured
@@ -143,6 +147,9 @@ pub struct Appliance {
     /// The output ring's attach server (`[output]`); declared after
     /// `resident` so that the loop is gone before the ring is freed.
     outputs: Option<crate::output::OutputServer>,
+    /// The actuation sender (`[[actuate]]`): sends what the loop forms into
+    /// the transmit ring, which it keeps alive.
+    actuation: Option<crate::actuate::ActuationSender>,
     /// The NATS sink's counters (`[sink.nats]`).
     nats_sink: Option<crate::sink::nats::SinkSender>,
     /// The frame log's writer (`metrics.frame_log`), finished at stop.
@@ -225,6 +232,8 @@ impl Appliance {
             Ok(addr) if !opts.shared_port && addr.port() != 0 => Some(super::PortClaim::take(addr)?),
             _ => None,
         };
+        let mut opts = opts;
+        let user_stage = opts.user_stage.take();
         pick.check_handler(cfg)?;
         operators.check(&cfg.chain, pick.backend, cfg.loop_.fused_chain)?;
         // Built (and its ports checked) before any memory is allocated; the
@@ -253,8 +262,8 @@ impl Appliance {
         let result_bytes = result_ring_bytes(cfg.ring.results)
             .ok_or_else(|| AppError::Unsupported("ring.results is too large; lower it".into()))?;
 
-        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs } =
-            open_backend(&pick, gpu, cfg, user_handler, user_chain, frame_bytes, result_bytes)?;
+        let OpenedBackend { frame_ring, result_ring, mut resident, plan, placement, outputs, transmit } =
+            open_backend(&pick, gpu, cfg, (user_handler, user_chain, user_stage), frame_bytes, result_bytes)?;
         tracing::info!(ring = ?placement, "frame ring in {}", placement.describe());
         let frame_ring_pages = log_ring_pages(cfg.ring.huge_pages, frame_ring.memory());
         if !opts.defer_launch {
@@ -326,6 +335,15 @@ impl Appliance {
 
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
+        let wiring = ActuationWiring {
+            book: transmit.as_ref().and_then(|(_, plan)| {
+                plan.outputs
+                    .iter()
+                    .any(|o| o.destination == crate::actuate::Destination::Reply)
+                    .then(Arc::default)
+            }),
+            want_socket: transmit.is_some(),
+        };
         let (ingest, ring_writer) = if opts.shared_port {
             if record.is_some() {
                 return Err(AppError::Unsupported(
@@ -335,10 +353,12 @@ impl Appliance {
             }
             (None, Some(frame_ring.writer().ok_or(AppError::WriterTaken)?))
         } else {
-            (Some(start_ingest(plan, cfg, &frame_ring, &counters, &rx_stop, record)?), None)
+            (Some(start_ingest(plan, cfg, &frame_ring, &counters, &rx_stop, record, &wiring)?), None)
         };
+        let mut send_socket = None;
         let (local_addr, gro_active, rtp_counters, recording, rx_thread, rx_poll_loops) = match ingest {
             Some(i) => {
+                send_socket = i.send_socket;
                 (i.local_addr, i.gro_active, i.rtp_counters, i.recording, Some(i.thread), i.poll_loops)
             }
             // Until the shared port's receiver is bound (set_shared_receiver).
@@ -359,7 +379,17 @@ impl Appliance {
             held => held,
         };
 
+        let actuation = match transmit {
+            Some((ring, plan)) => {
+                // The host loop wakes the sender after each message.
+                let wait = crate::actuate::SenderWait::Woken(Duration::from_millis(10));
+                Some(crate::actuate::ActuationSender::start(ring, plan, send_socket, wiring.book, wait, 0)?)
+            }
+            None => None,
+        };
+
         Ok(Self {
+            actuation,
             pick,
             local_addr,
             gro_active,
@@ -557,6 +587,7 @@ impl Appliance {
             outputs: self.output_metrics(),
             nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
             logs: self.log_metrics(),
+            actuation: self.actuation_metrics(),
         }
     }
 
@@ -569,6 +600,11 @@ impl Appliance {
             .chain(histogram_log)
             .map(|(log, c)| crate::service::LogMetrics::of(log, &c))
             .collect()
+    }
+
+    /// The actuation outputs' counters and latency, when `[[actuate]]` is configured.
+    pub fn actuation_metrics(&self) -> Option<crate::actuate::ActuationMetrics> {
+        self.actuation.as_ref().map(crate::actuate::ActuationSender::snapshot)
     }
 
     /// The output ring and its consumers, when `[output]` is enabled.
@@ -769,6 +805,8 @@ impl Appliance {
                 stats_before
             }
         };
+        // After the loop: the sender sends what the loop formed, then stops.
+        let actuation = self.actuation.take().map(crate::actuate::ActuationSender::stop);
         let outputs = output_server.as_ref().map(|s| s.snapshot().into());
         if hung.is_empty() {
             // Closes every consumer's connection and removes the socket.
@@ -845,6 +883,7 @@ impl Appliance {
             recording,
             outputs,
             nats_sink: self.nats_sink.as_ref().map(|s| s.counters().into()),
+            actuation,
             frame_log,
             histogram_log: self.histogram_log.as_ref().map(|(path, c)| HistogramLogReport::of(path, c)),
             latency,

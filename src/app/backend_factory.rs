@@ -78,24 +78,45 @@ pub(super) struct OpenedBackend {
     pub(super) placement: RingPlacement,
     /// The output ring's attach server, when `[output]` is enabled.
     pub(super) outputs: Option<crate::output::OutputServer>,
+    /// The transmit ring the loop forms actuation messages into, and the
+    /// outputs' plan, when the config has `[[actuate]]` outputs.
+    pub(super) transmit: Option<(Arc<crate::actuate::TxRing>, crate::actuate::ActuationPlan)>,
 }
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
 /// picked backend needs them and builds its resident loop over them (the
 /// CUDA one on GPU `gpu`, with `user_chain`, the chain with Rust operators,
-/// when given).
+/// when given; the host one with `user_stage`, when given).
 pub(super) fn open_backend(
     pick: &BackendPick,
     gpu: usize,
     cfg: &Config,
-    user_handler: Option<UserHandlerSource>,
-    user_chain: Option<UserChain>,
+    (user_handler, user_chain, user_stage): (
+        Option<UserHandlerSource>,
+        Option<UserChain>,
+        Option<crate::host::UserStage>,
+    ),
     frame_bytes: usize,
     result_bytes: usize,
 ) -> Result<OpenedBackend, AppError> {
     let transport = cfg.ingest.transport;
+    let actuation = cfg.actuation_plan();
     Ok(match pick.backend {
         Backend::Cuda => {
+            if user_stage.is_some() {
+                return Err(AppError::Unsupported(
+                    "a host user stage runs on the host backend; on the CUDA backend write a user kernel \
+                     ([[chain]] op = \"kernel\")"
+                        .into(),
+                ));
+            }
+            if !actuation.is_empty() {
+                return Err(AppError::Unsupported(
+                    "[[actuate]] outputs are formed by the host backend's loop in this build; the CUDA \
+                     backend does not form actuation messages yet: set backend = \"host\" or remove [[actuate]]"
+                        .into(),
+                ));
+            }
             let rt = crate::gpu::executor::GpuRuntime::open(gpu, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
@@ -140,6 +161,7 @@ pub(super) fn open_backend(
                 plan,
                 placement,
                 outputs,
+                transmit: None,
             }
         }
         Backend::Host => {
@@ -161,6 +183,19 @@ pub(super) fn open_backend(
             )
             .map_err(AppError::HostLoop)?;
             lp.place_thread(cfg.service.loop_cpu, cfg.service.realtime_priority);
+            if let Some(stage) = user_stage {
+                lp.set_user_stage(stage).map_err(AppError::HostLoop)?;
+            }
+            let transmit = if actuation.is_empty() {
+                None
+            } else {
+                let ring =
+                    crate::actuate::TxRing::host(cfg.ring.transmit_slots, actuation.max_message_bytes())?;
+                let writer = ring.writer().ok_or(AppError::WriterTaken)?;
+                lp.actuate(crate::actuate::Actuator::new(actuation.clone(), writer))
+                    .map_err(AppError::HostLoop)?;
+                Some((ring, actuation))
+            };
             let outputs =
                 match crate::output::serve_host_outputs(&cfg.output, &cfg.chain, cfg.ring.slot_bytes)? {
                     Some(o) => {
@@ -176,6 +211,7 @@ pub(super) fn open_backend(
                 plan,
                 placement: RingPlacement::Host,
                 outputs,
+                transmit,
             }
         }
     })

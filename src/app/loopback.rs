@@ -44,10 +44,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         args.streams.to_string(),
     ];
     let send = <SendOnly as clap::Parser>::try_parse_from(argv).map_err(AppError::SenderSettings)?.args;
+    let plan = cfg.actuation_plan();
+    let expect = bench_expectation(&plan);
+    let geometry = send.validate().map_err(AppError::Sender)?;
     let stop = signals::stop_flag();
+    let expecting = expect.clone();
     let sender = std::thread::Builder::new()
         .name("frameloop-sender".into())
-        .spawn(move || crate::sender::run_sender(&send, stop, |_| {}))
+        .spawn(move || crate::sender::run_sender_expecting(&send, &expecting, stop, |_| {}))
         .map_err(|source| AppError::Spawn { thread: "sender", source })?;
     let mut progress = Progress::new();
     let mut last_calibration = std::time::Instant::now();
@@ -62,7 +66,25 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     progress.done();
-    let sent = sender.join().map_err(|_| AppError::SenderPanicked)?.map_err(AppError::Sender)?;
+    let (sent, round_trip) =
+        sender.join().map_err(|_| AppError::SenderPanicked)?.map_err(AppError::Sender)?;
+    let floor = match (&round_trip, args.ping_pong_floor) {
+        (Some(_), true) => {
+            let rounds = ((args.rate * args.duration) as usize).clamp(100, 20_000);
+            let ip = app.local_addr().ip();
+            Some(
+                crate::sender::ping_pong::ping_pong_floor(geometry, plan.max_message_bytes(), rounds, ip)
+                    .map_err(AppError::Sender)?,
+            )
+        }
+        (None, true) => {
+            tracing::warn!(
+                "--ping-pong-floor compares with the actuation round trip: the config has no [[actuate]] output for this sender"
+            );
+            None
+        }
+        _ => None,
+    };
     // Let the last frames through reassembly and the loop.
     std::thread::sleep(std::time::Duration::from_millis(50));
     app.drain(std::time::Duration::from_secs(2));
@@ -72,7 +94,17 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         [("frames_sent", sent.frames), ("packets_sent", sent.packets), ("bytes_sent", sent.bytes)],
     );
     let sender_json = serde_json::to_value(&sent).unwrap_or_default();
-    print_report(&report, Some(("sender", sender_json.clone())), args.json);
+    let mut extra = vec![("sender", sender_json.clone())];
+    if let Some(rt) = &round_trip {
+        extra.push(("actuation_round_trip", serde_json::to_value(rt).unwrap_or_default()));
+    }
+    if let Some(f) = &floor {
+        extra.push(("ping_pong_floor", serde_json::to_value(f).unwrap_or_default()));
+    }
+    print_report(&report, extra, args.json);
+    if let (Some(rt), false) = (&round_trip, args.json) {
+        print!("{}", round_trip_table(rt, floor.as_ref()));
+    }
     if let Some(path) = &args.report {
         let config = super::html_report::config_text(args.config.as_deref(), &cfg);
         let title = format!("frameloop bench: {} frames/s of {frame_bytes} bytes", args.rate);
@@ -82,6 +114,72 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         )?;
     }
     Ok(())
+}
+
+/// How the bench's sender waits for the config's actuation outputs: on its
+/// own socket for replies, else on the first fixed destination; `every` when
+/// every output it hears answers every frame. No expectation without outputs.
+fn bench_expectation(plan: &crate::actuate::ActuationPlan) -> crate::sender::ExpectArgs {
+    use crate::actuate::{Destination, When};
+    let mut expect =
+        crate::sender::ExpectArgs { actuation_wait_ms: 300, actuation_late_ms: 100.0, ..Default::default() };
+    let reply: Vec<_> = plan.outputs.iter().filter(|o| o.destination == Destination::Reply).collect();
+    let heard: Vec<_> = if reply.is_empty() {
+        let Some(first) = plan.outputs.iter().find_map(|o| match &o.destination {
+            Destination::Fixed(a) => a.first().copied(),
+            Destination::Reply => None,
+        }) else {
+            return expect;
+        };
+        expect.actuation_listen = Some(first);
+        plan.outputs
+            .iter()
+            .filter(|o| matches!(&o.destination, Destination::Fixed(a) if a.contains(&first)))
+            .collect()
+    } else {
+        reply
+    };
+    let every = heard.iter().all(|o| o.when == When::Every);
+    expect.expect_actuation = Some(if every {
+        crate::sender::ExpectActuation::Every
+    } else {
+        crate::sender::ExpectActuation::Some
+    });
+    expect.actuation_outputs = heard.len() as u32;
+    expect
+}
+
+/// The round-trip rows of the bench: sensor to actuator, and the ping-pong
+/// floor (round trip and its half, the one-way) when measured.
+fn round_trip_table(
+    rt: &crate::sender::RoundTripReport,
+    floor: Option<&crate::metrics::Percentiles>,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out =
+        String::from("\nround trip (us)            p50        p90        p99      p99.9        max\n");
+    let mut row = |name: &str, p: &crate::metrics::Percentiles, scale: f64| {
+        let _ = writeln!(
+            out,
+            "{name:<22}{:>11.1}{:>11.1}{:>11.1}{:>11.1}{:>11.1}",
+            p.p50_us * scale,
+            p.p90_us * scale,
+            p.p99_us * scale,
+            p.p99_9_us * scale,
+            p.max_us * scale
+        );
+    };
+    row("sensor->actuator", &rt.round_trip, 1.0);
+    if let Some(f) = floor {
+        row("udp ping-pong floor", f, 1.0);
+        row("  one way (half)", f, 0.5);
+    }
+    let _ = writeln!(
+        out,
+        "actuation messages: {} matched, {} missing, {} late, {} duplicate, {} malformed, {} unmatched",
+        rt.matched, rt.missing, rt.late, rt.duplicate, rt.malformed, rt.unmatched
+    );
+    out
 }
 
 fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
@@ -139,6 +237,9 @@ pub struct SendCommand {
     /// Where and what to send.
     #[command(flatten)]
     pub send: crate::sender::SendArgs,
+    /// Which actuation messages to wait for after sending (`--expect-actuation`).
+    #[command(flatten)]
+    pub expect: crate::sender::ExpectArgs,
     /// udp (native datagrams; the default), or rdma (RDMA WRITE into the
     /// appliance's registered ring; --to is the appliance's rdma.listen).
     #[arg(long, value_enum, default_value = "udp")]
@@ -160,6 +261,11 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
     signals::install().map_err(AppError::Signals)?;
     let mut progress = Progress::new();
     if args.transport == crate::rdma::Transport::Rdma {
+        if args.expect.expect_actuation.is_some() {
+            return Err(AppError::Unsupported(
+                "--expect-actuation listens for UDP answers to UDP frames; use --transport udp".into(),
+            ));
+        }
         if let Some(gbps) = args.send.link_gbps {
             return Err(AppError::Unsupported(format!(
                 "--link-gbps {gbps} paces UDP datagrams and RDMA writes are not paced; drop --link-gbps or use --transport udp"
@@ -191,12 +297,17 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
             )
         });
     };
-    let stats = match args.format {
+    let (stats, round_trip) = match args.format {
         crate::sender::hsb::SendFormat::Native => {
-            crate::sender::run_sender(&args.send, signals::stop_flag(), show)
+            crate::sender::run_sender_expecting(&args.send, &args.expect, signals::stop_flag(), show)
+        }
+        crate::sender::hsb::SendFormat::Hsb if args.expect.expect_actuation.is_some() => {
+            return Err(AppError::Unsupported(
+                "--expect-actuation matches native frames; drop it with --format hsb".into(),
+            ));
         }
         crate::sender::hsb::SendFormat::Hsb => {
-            crate::sender::hsb::run_hsb_sender(&args.send, signals::stop_flag(), show)
+            crate::sender::hsb::run_hsb_sender(&args.send, signals::stop_flag(), show).map(|s| (s, None))
         }
     }
     .map_err(AppError::Sender)?;
@@ -204,6 +315,12 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
     if let Some(warning) = stats.link_lag_warning(args.send.link_gbps) {
         tracing::warn!("{warning}");
     }
-    println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default());
+    match round_trip {
+        None => println!("{}", serde_json::to_string_pretty(&stats).unwrap_or_default()),
+        Some(rt) => {
+            let both = serde_json::json!({ "sender": stats, "actuation": rt });
+            println!("{}", serde_json::to_string_pretty(&both).unwrap_or_default());
+        }
+    }
     Ok(())
 }

@@ -321,6 +321,7 @@ impl LoopSet {
                 on_result: on_result(&spec.name),
                 defer_launch: true,
                 shared_port,
+                user_stage: None,
             };
             let started = {
                 let _bound = bind_current_thread(&spec.name, plan.cpus.as_ref(), plan.numa_node);

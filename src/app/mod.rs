@@ -191,6 +191,12 @@ pub enum AppError {
     /// names the `ingest.*` key to change.
     #[error("cannot start the UDP receiver: {0}")]
     Receiver(#[source] crate::ingest::IngestError),
+    /// The transmit ring of the `[[actuate]]` outputs could not be built.
+    #[error(transparent)]
+    Actuate(#[from] crate::actuate::ActuateError),
+    /// The actuation sender could not start.
+    #[error(transparent)]
+    ActuationSender(#[from] crate::actuate::SenderError),
     /// The `[rtp]` assembler refused its settings (the message names the key).
     #[error(transparent)]
     Rtp(#[from] crate::rtp::AssemblerError),
@@ -444,6 +450,12 @@ pub struct BenchArgs {
     /// sweeps over frame sizes.
     #[arg(long, requires = "compare")]
     pub paths_only: bool,
+    /// With `[[actuate]]` outputs in the config: also measure, in the same
+    /// run, a UDP ping-pong over the same loopback path with the frame's
+    /// datagrams out and one actuation-sized message back (the network
+    /// floor under the sensor-to-actuator round trip).
+    #[arg(long, conflicts_with = "compare")]
+    pub ping_pong_floor: bool,
     /// With --compare: bytes the streamed modes' publisher writes between
     /// two received marks, i.e. what one receive batch of the UDP receiver
     /// holds: 65536 models GRO buffers, one datagram's payload (8924 for
@@ -511,11 +523,13 @@ pub struct RunArgs {
     pub report: Option<PathBuf>,
 }
 
-fn print_report(report: &Report, extra: Option<(&str, serde_json::Value)>, json: bool) {
+fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bool) {
     if json {
         let mut v = serde_json::to_value(report).unwrap_or_default();
-        if let (Some((k, e)), Some(obj)) = (extra, v.as_object_mut()) {
-            obj.insert(k.to_string(), e);
+        if let Some(obj) = v.as_object_mut() {
+            for (k, e) in extra {
+                obj.insert(k.to_string(), e);
+            }
         }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
@@ -677,7 +691,7 @@ pub fn run(args: &RunArgs) -> Result<(), AppError> {
     }
     drop(pid_file);
     tracing::info!(frames = report.latency.frames.processed, "summary\n{}", report.render());
-    print_report(&report, None, args.json);
+    print_report(&report, Vec::new(), args.json);
     if let Some(path) = &args.report {
         let config = html_report::config_text(args.config.as_deref(), &cfg);
         html_report::write(path, &html_report::run_report("frameloop run", &report, config, None)?)?;

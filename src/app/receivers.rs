@@ -37,13 +37,32 @@ pub(super) struct IngestParts {
     pub(super) thread: JoinHandle<Result<(), ReceiverError>>,
     /// The receiver's poll-loop count, for the watchdog (UDP receivers only).
     pub(super) poll_loops: Option<Arc<AtomicU64>>,
+    /// A handle on the UDP receiver's socket for the actuation sender, when
+    /// [`ActuationWiring::want_socket`] asked for one.
+    pub(super) send_socket: Option<std::net::UdpSocket>,
+}
+
+/// What the actuation outputs need of the UDP receiver: the reply book it
+/// notes admitted sources in, and a handle on its socket to send from.
+#[derive(Default)]
+pub(super) struct ActuationWiring {
+    pub(super) book: Option<Arc<crate::ingest::ReplyBook>>,
+    pub(super) want_socket: bool,
 }
 
 impl IngestParts {
     /// A receiver with no GRO, RTP counters, recording or poll-loop count
     /// (the HSB and RDMA receivers).
     fn plain(local_addr: SocketAddr, thread: JoinHandle<Result<(), ReceiverError>>) -> Self {
-        Self { local_addr, gro_active: false, rtp_counters: None, recording: None, thread, poll_loops: None }
+        Self {
+            local_addr,
+            gro_active: false,
+            rtp_counters: None,
+            recording: None,
+            thread,
+            poll_loops: None,
+            send_socket: None,
+        }
     }
 }
 
@@ -295,6 +314,7 @@ pub(super) fn start_shared_udp(
         recording: None,
         thread,
         poll_loops: Some(poll_loops),
+        send_socket: None,
     })
 }
 
@@ -306,6 +326,7 @@ fn start_udp(
     counters: &Arc<IngestCounters>,
     rx_stop: &Arc<AtomicBool>,
     record: Option<&std::path::Path>,
+    actuation: &ActuationWiring,
 ) -> Result<IngestParts, AppError> {
     if cfg.ingest.format == crate::ingest::hsb::IngestFormat::Hsb {
         if record.is_some() {
@@ -342,6 +363,14 @@ fn start_udp(
         }
         None => None,
     };
+    if let Some(book) = &actuation.book {
+        receiver.note_sources_in(Arc::clone(book));
+    }
+    let send_socket = if actuation.want_socket {
+        Some(receiver.send_socket().map_err(crate::actuate::SenderError::Socket)?)
+    } else {
+        None
+    };
     let local_addr = receiver.local_addr();
     let gro_active = receiver.gro_active();
     let rx_thread = spawn_udp(cfg, receiver, rx_stop)?;
@@ -353,6 +382,7 @@ fn start_udp(
         recording,
         thread: rx_thread,
         poll_loops: Some(poll_loops),
+        send_socket,
     })
 }
 
@@ -407,6 +437,7 @@ pub(super) fn start_ingest(
     counters: &Arc<IngestCounters>,
     rx_stop: &Arc<AtomicBool>,
     record: Option<&Path>,
+    actuation: &ActuationWiring,
 ) -> Result<IngestParts, AppError> {
     let transport = cfg.ingest.transport;
     Ok(match plan {
@@ -414,7 +445,7 @@ pub(super) fn start_ingest(
             if transport != Transport::Udp {
                 tracing::info!("{reason}; using UDP");
             }
-            start_udp(cfg, frame_ring, counters, rx_stop, record)?
+            start_udp(cfg, frame_ring, counters, rx_stop, record, actuation)?
         }
         #[cfg(feature = "rdma")]
         IngestPlan::Rdma(mut endpoint) => {

@@ -41,6 +41,9 @@ pub struct Report {
     /// The NATS sink's counters at stop, when `[sink.nats]` is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_sink: Option<crate::metrics::SinkMetrics>,
+    /// The actuation outputs at stop, when `[[actuate]]` is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actuation: Option<crate::actuate::ActuationMetrics>,
     /// What the frame log holds, when `metrics.frame_log` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frame_log: Option<crate::metrics::FrameLogReport>,
@@ -138,6 +141,9 @@ impl Report {
         if let Some(sink) = &self.nats_sink {
             summary.add_counters("nats sink", sink.counters());
         }
+        if let Some(a) = &self.actuation {
+            summary.add_counters("actuation", a.counter_rows());
+        }
         let lost_because =
             |e: &Option<String>| e.as_ref().map_or(String::new(), |e| format!(" (last error: {e})"));
         let mut frame_log = match &self.frame_log {
@@ -188,6 +194,18 @@ impl Report {
                 self.hung.join("; ")
             )
         };
+        let actuation: String = self
+            .actuation
+            .iter()
+            .flat_map(|a| &a.outputs)
+            .map(|o| {
+                let p = &o.ready_to_sent;
+                format!(
+                    "actuation {} -> {}: result ready to sent p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+                    o.name, o.destination, p.p50_us, p.p99_us, p.max_us
+                )
+            })
+            .collect();
         let clock = if self.clock_error_ns > 0 {
             format!(
                 "GPU times on the host clock: offset {} ns, within ±{:.1} µs\n",
@@ -198,7 +216,7 @@ impl Report {
             String::new()
         };
         format!(
-            "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
+            "backend: {} ({})\nframe ring: {}\n{clock}{recording}{frame_log}{actuation}{hung}listening on {} (UDP GRO {}), ran {:.1} s\n{}",
             self.backend.name(),
             self.backend.reason,
             self.frame_ring.describe(),

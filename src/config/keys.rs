@@ -123,6 +123,7 @@ const SECTION_TABLES: &[(&str, Fields)] = &[
     ("output", field_names::<crate::output::OutputConfig>),
     ("sink", field_names::<crate::sink::SinkConfig>),
     ("sink.nats", field_names::<crate::sink::nats::NatsSinkConfig>),
+    ("actuate[]", field_names::<crate::actuate::ActuateConfig>),
 ];
 
 /// Whether `table` (a dotted path, without `[]`) has an entry in [`SECTION_TABLES`].

@@ -46,11 +46,13 @@ pub struct LoopSpec {
     pub chain: Vec<OpSpec>,
     /// The resident-loop keys (`poll_budget_us`, ...) of this table.
     pub settings: LoopConfig,
+    /// Its `[[loop.actuate]]` outputs, or the top-level `[[actuate]]` ones.
+    pub actuate: Vec<crate::actuate::ActuateConfig>,
 }
 
 /// Keys of a `[[loop]]` table other than the resident-loop ones.
 pub(crate) const OWN_KEYS: &[&str] =
-    &["name", "gpu", "placement", "streams", "cpus", "ingest", "ring", "chain"];
+    &["name", "gpu", "placement", "streams", "cpus", "ingest", "ring", "chain", "actuate"];
 
 /// `top`'s table `key` with `own`'s keys laid over it (one level deep,
 /// except that `own` replaces a nested table as a whole).
@@ -213,10 +215,14 @@ pub(super) fn parse(
             None => chain.to_vec(),
             Some(v) => parse_chain(&key("chain"), v, problems).unwrap_or_else(|| chain.to_vec()),
         };
+        let actuate = match table.get("actuate").or(top.get("actuate")) {
+            None => Vec::new(),
+            Some(v) => crate::actuate::config::parse_tables(&key("actuate"), v, problems),
+        };
         let mut rest = table.clone();
         rest.retain(|k, _| !OWN_KEYS.contains(&k));
         let settings = section::<LoopConfig>(&prefix, Some(&toml::Value::Table(rest)), problems);
-        loops.push(LoopSpec { name, gpu, streams, cpus, ingest, ring, chain, settings });
+        loops.push(LoopSpec { name, gpu, streams, cpus, ingest, ring, chain, settings, actuate });
     }
     loops
 }
@@ -353,6 +359,11 @@ pub(super) fn problems(cfg: &Config, problems: &mut Vec<ConfigProblem>) {
         prefixed(&prefix, problems, |p| spec.ring.validate(p));
         prefixed(&prefix, problems, |p| spec.settings.validate(p));
         prefixed(&prefix, problems, |p| spec.ingest.validate(p));
+        let cx = crate::actuate::config::LoopContext {
+            ingest: &spec.ingest,
+            has_threshold: spec.chain.iter().any(|op| matches!(op, OpSpec::Threshold { .. })),
+        };
+        crate::actuate::config::plan(&format!("{prefix}.actuate"), &spec.actuate, &cx, problems);
         if let Err(errs) = ops::validate_chain(&spec.chain) {
             for e in errs {
                 problems.push(ConfigProblem::new(format!("{prefix}.chain"), e.to_string()));
@@ -490,6 +501,7 @@ pub fn loop_config(cfg: &Config, spec: &LoopSpec) -> Config {
     one.ring = spec.ring.clone();
     one.chain = spec.chain.clone();
     one.loop_ = spec.settings.clone();
+    one.actuate = spec.actuate.clone();
     one.metrics.histogram_log = cfg.metrics.histogram_log.as_deref().map(|p| per_loop_path(p, &spec.name));
     one.metrics.frame_log = cfg.metrics.frame_log.as_deref().map(|p| per_loop_path(p, &spec.name));
     one

@@ -182,11 +182,22 @@ pub struct RingConfig {
     /// Back the frame ring (in host memory) with 2 MiB transparent huge
     /// pages: fewer TLB misses for the receiver's copies into the slots.
     pub huge_pages: bool,
+    /// Slots of the transmit ring (one actuation message each), when the
+    /// loop has `[[actuate]]` outputs: how many messages may wait for the
+    /// network before more are dropped and counted.
+    pub transmit_slots: usize,
 }
 
 impl Default for RingConfig {
     fn default() -> Self {
-        Self { slots: 64, slot_bytes: 65536, policy: OverrunPolicy::Every, results: 4096, huge_pages: true }
+        Self {
+            slots: 64,
+            slot_bytes: 65536,
+            policy: OverrunPolicy::Every,
+            results: 4096,
+            huge_pages: true,
+            transmit_slots: 256,
+        }
     }
 }
 
@@ -196,6 +207,7 @@ impl RingConfig {
         check_range(problems, "ring.slots", self.slots, 2, 65536);
         check_range(problems, "ring.slot_bytes", self.slot_bytes, 1, 1 << 30);
         check_range(problems, "ring.results", self.results, 16, 1 << 20);
+        check_range(problems, "ring.transmit_slots", self.transmit_slots, 2, 65536);
         match crate::ring::layout::ring_bytes(self.slots.max(2), self.slot_bytes.max(1)) {
             Some(total) if total <= 16 << 30 => {}
             Some(total) => problems.push(ConfigProblem::new(
@@ -268,6 +280,10 @@ pub struct Config {
     /// `[sink.*]`: where results are streamed off the box.
     #[serde(default)]
     pub sink: crate::sink::SinkConfig,
+    /// `[[actuate]]`: the loop's actuation outputs (each `[[loop]]` inherits
+    /// them unless it has its own `[[loop.actuate]]`).
+    #[serde(default)]
+    pub actuate: Vec<crate::actuate::ActuateConfig>,
     /// `[[loop]]`: several resident loops (empty: one loop, as configured above).
     #[serde(skip)]
     pub loops: Vec<loops::LoopSpec>,
@@ -288,6 +304,7 @@ impl Default for Config {
             handler: None,
             output: Default::default(),
             sink: Default::default(),
+            actuate: Vec::new(),
             loops: Vec::new(),
         }
     }
@@ -306,6 +323,9 @@ impl Config {
         self.output.validate(&mut p);
         self.sink.validate(&mut p);
         loops::problems(self, &mut p);
+        if self.loops.is_empty() {
+            self.actuation_plan_into(&mut p);
+        }
         if let Some(rtp) = &self.rtp {
             match rtp.resolve() {
                 Err(problems) => p.extend(problems),
@@ -345,6 +365,23 @@ impl Config {
             }
         }
         p
+    }
+}
+
+impl Config {
+    /// This (one) loop's checked actuation outputs; problems go to `problems`.
+    pub fn actuation_plan_into(&self, problems: &mut Vec<ConfigProblem>) -> crate::actuate::ActuationPlan {
+        let cx = crate::actuate::config::LoopContext {
+            ingest: &self.ingest,
+            has_threshold: self.chain.iter().any(|op| matches!(op, OpSpec::Threshold { .. })),
+        };
+        crate::actuate::config::plan("actuate", &self.actuate, &cx, problems)
+    }
+
+    /// This (one) loop's actuation outputs (empty when the config has
+    /// none; a config that passed validation has no problems here).
+    pub fn actuation_plan(&self) -> crate::actuate::ActuationPlan {
+        self.actuation_plan_into(&mut Vec::new())
     }
 }
 
@@ -388,7 +425,7 @@ impl ConfigError {
 /// The top-level keys [`parse`] accepts; [`keys::all_keys`] lists what is in them.
 pub(crate) const SECTIONS: &[&str] = &[
     "backend", "ring", "loop", "chain", "ingest", "metrics", "service", "rdma", "rtp", "handler", "output",
-    "sink",
+    "sink", "actuate",
 ];
 
 /// Parses a config from TOML text, reporting every problem at once.
@@ -442,6 +479,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let handler = table.get("handler").map(|v| section("handler", Some(v), &mut problems));
     let output = section("output", table.get("output"), &mut problems);
     let sink = section("sink", table.get("sink"), &mut problems);
+    let actuate = table
+        .get("actuate")
+        .map(|v| crate::actuate::config::parse_tables("actuate", v, &mut problems))
+        .unwrap_or_default();
     let loops = loop_tables.map_or_else(Vec::new, |items| loops::parse(items, &table, &chain, &mut problems));
     let config = Config {
         backend,
@@ -456,6 +497,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         handler,
         output,
         sink,
+        actuate,
         loops,
     };
     // Keys that failed to parse fell back to their (valid) defaults, so the

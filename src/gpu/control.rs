@@ -200,13 +200,45 @@ pub fn layout_facts() -> Vec<(String, usize)> {
         ("FL_STAGE_FIRST_OP".into(), STAGE_FIRST_OP as usize),
         ("FL_STAGE_END_MARKER".into(), STAGE_END_MARKER as usize),
     ];
+    {
+        use crate::actuate::ring::*;
+        use crate::wire::actuation as act;
+        v.extend([
+            ("sizeof(TxRingHeader)".into(), size_of::<TxRingHeader>()),
+            ("sizeof(TxSlotHeader)".into(), size_of::<TxSlotHeader>()),
+            ("FL_TX_MAGIC".into(), TX_MAGIC as usize),
+            ("FL_TX_LAYOUT_VERSION".into(), TX_LAYOUT_VERSION as usize),
+            ("FL_TX_SLOTS_OFFSET".into(), TX_SLOTS_OFFSET),
+            ("FL_TX_DATAGRAM_OFFSET".into(), TX_DATAGRAM_OFFSET),
+            ("FL_TX_MAX_OUTPUTS".into(), TX_MAX_OUTPUTS),
+            ("FL_ACT_MAGIC".into(), u32::from_le_bytes(act::MAGIC) as usize),
+            ("FL_ACT_VERSION".into(), act::VERSION as usize),
+            ("FL_ACT_HEADER_LEN".into(), act::HEADER_LEN),
+            ("sizeof(ActuationHeader)".into(), act::HEADER_LEN),
+            ("FL_ACT_PART_RECORD".into(), act::PART_RECORD as usize),
+            ("FL_ACT_PART_USER".into(), act::PART_USER as usize),
+            ("FL_ACT_PART_SAMPLES".into(), act::PART_SAMPLES as usize),
+            ("FL_ACT_FLAG_DETECTED".into(), act::FLAG_DETECTED as usize),
+            ("FL_ACT_FLAG_USER_REQUEST".into(), act::FLAG_USER_REQUEST as usize),
+            ("FL_ACT_FLAG_INCOMPLETE".into(), act::FLAG_INCOMPLETE as usize),
+            ("FL_ACT_FLAG_SAMPLES_SHORT".into(), act::FLAG_SAMPLES_SHORT as usize),
+        ]);
+        for (field, offset) in act::HEADER_FIELDS {
+            v.push((format!("offsetof(ActuationHeader, {field})"), *offset));
+        }
+    }
     macro_rules! offsets {
         ($t:ident: $($f:ident),*) => { $( v.push((format!("offsetof({}, {})", stringify!($t), stringify!($f)), offset_of!($t, $f))); )* };
     }
     offsets!(RingHeader: magic, version, slot_count, slot_stride, payload_capacity, policy, slots_offset, head_seq, claimed_seq, consumed_seq);
     offsets!(SlotHeader: ring_seq, frame_seq, stream_id, flags, payload_len, packets_expected, packets_received, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, received_mark);
     offsets!(ResultRingHeader: magic, capacity, head_seq);
-    offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before, user, param_generation);
+    {
+        use crate::actuate::ring::{TxRingHeader, TxSlotHeader};
+        offsets!(TxRingHeader: magic, version, slot_count, slot_stride, max_datagram, head_seq, consumed_seq, dropped);
+        offsets!(TxSlotHeader: seq, ready_ns, len, output, stream_id);
+    }
+    offsets!(ResultRecord: result_seq, ring_seq, frame_seq, stream_id, slot_flags, sender_ts_ns, first_rx_ns, last_rx_ns, published_ns, detect_ns, done_ns, sum, min, max, mean, detect_count, first_detect_index, output_len, result_flags, skipped_before, user, param_generation, actuate_request);
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped, params_dptr, param_generation);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
@@ -226,7 +258,7 @@ pub fn layout_facts() -> Vec<(String, usize)> {
 /// `offsetof` usable in a constant expression).
 pub fn layout_check_source() -> String {
     let mut s = String::from(
-        "#include \"ring.cuh\"\n#define FL_OFF(T, f) ((unsigned long long)((const char*)&((const T*)base)->f - (const char*)base))\n",
+        "#include \"actuation.cuh\"\n#define FL_OFF(T, f) ((unsigned long long)((const char*)&((const T*)base)->f - (const char*)base))\n",
     );
     let mut stores = String::new();
     let mut i = 0;

@@ -7,6 +7,7 @@ pub const LOOP_HEADERS: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../../handlers/prelude.cuh")),
     ("ring.cuh", include_str!("../../handlers/ring.cuh")),
     ("ring_ready.cuh", include_str!("../../handlers/ring_ready.cuh")),
+    ("actuation.cuh", include_str!("../../handlers/actuation.cuh")),
 ];
 
 /// The resident loop's kernels: data-ready handler, controller, end and stage

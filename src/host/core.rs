@@ -154,6 +154,22 @@ impl LoopControl {
     }
 }
 
+/// What a host user stage gives back for a frame: the twin of a user
+/// kernel's `fl_user_result` words and its `fl_request_actuation` flag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserStageResult {
+    /// The frame's user result words (`ResultRecord::user`).
+    pub words: [u32; USER_RESULT_WORDS],
+    /// Ask the `when = "flag"` actuation outputs to send for this frame.
+    pub request_actuation: bool,
+}
+
+/// A Rust function the host loop runs after the chain on every frame, with
+/// the chain's final samples and the frame's record so far: the host
+/// backend's counterpart of a user kernel that writes the user result and
+/// may ask for an actuation. It runs on the loop thread: keep it short.
+pub type UserStage = Box<dyn FnMut(&[f32], &ResultRecord) -> UserStageResult + Send>;
+
 /// A chain waiting for the loop to switch to it, with its parameter generation.
 struct StagedChain {
     chain: CpuChain,
@@ -262,6 +278,10 @@ pub struct LoopCore {
     switch: Arc<ChainSwitch>,
     /// Parameter generation of `chain`, stamped on every result it computes.
     generation: u32,
+    /// The user stage run after the chain, if any.
+    user_stage: Option<UserStage>,
+    /// The actuation outputs' former, when the loop has `[[actuate]]` outputs.
+    actuator: Option<crate::actuate::Actuator>,
 }
 
 impl LoopCore {
@@ -287,6 +307,8 @@ impl LoopCore {
             output: None,
             switch: Arc::default(),
             generation: 0,
+            user_stage: None,
+            actuator: None,
         }
     }
 
@@ -312,6 +334,17 @@ impl LoopCore {
     pub fn set_output(&mut self, writer: OutputWriter) {
         debug_assert!(writer.device_layout().is_none());
         self.output = Some(writer);
+    }
+
+    /// Runs `stage` after the chain on every frame from the next claim on.
+    pub fn set_user_stage(&mut self, stage: UserStage) {
+        self.user_stage = Some(stage);
+    }
+
+    /// Forms every frame's actuation messages with `actuator` as the last
+    /// step of its result.
+    pub fn set_actuator(&mut self, actuator: crate::actuate::Actuator) {
+        self.actuator = Some(actuator);
     }
 
     pub fn control(&self) -> &Arc<LoopControl> {
@@ -407,6 +440,11 @@ impl LoopCore {
         let out = self.chain.run(slot.payload);
         let mut record = result_record(ring_seq, &header, skipped, &out, detect_ns);
         record.param_generation = self.generation;
+        if let Some(stage) = &mut self.user_stage {
+            let got = stage(self.chain.output(&out), &record);
+            record.user = got.words;
+            record.actuate_request = u32::from(got.request_actuation);
+        }
         self.pending = Some(record);
         self.iteration_start_ns = None;
         self.last_frame_ns = Some(detect_ns);
@@ -421,13 +459,16 @@ impl LoopCore {
         self.control.enter(LoopStage::Result);
         record.done_ns = done_ns;
         let result_seq = self.results.push(&record);
+        record.result_seq = result_seq;
+        // The chain's buffers still hold this frame's samples: the next
+        // frame runs only after this call.
+        let last = ChainOutput { output_len: record.output_len as usize, ..ChainOutput::default() };
         if let Some(output) = &mut self.output {
-            record.result_seq = result_seq;
-            // The chain's buffers still hold this frame's samples: the next
-            // frame runs only after this call.
-            let last = ChainOutput { output_len: record.output_len as usize, ..ChainOutput::default() };
             // Host memory (checked by `set_output`), so publishing cannot fail.
-            let _ = output.publish(&record, &[0; USER_RESULT_WORDS], self.chain.output(&last));
+            let _ = output.publish(&record, &record.user, self.chain.output(&last));
+        }
+        if let Some(actuator) = &mut self.actuator {
+            actuator.on_result(&record, self.chain.output(&last), done_ns);
         }
         self.reader.finish(record.ring_seq);
         bump(&self.control.frames_processed, 1);

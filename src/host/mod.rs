@@ -6,7 +6,9 @@
 pub mod core;
 pub mod resident;
 
-pub use self::core::{ChainSwitch, LoopControl, LoopCore, LoopEnd, LoopStage, Step, Trigger};
+pub use self::core::{
+    ChainSwitch, LoopControl, LoopCore, LoopEnd, LoopStage, Step, Trigger, UserStage, UserStageResult,
+};
 pub use self::resident::{HostLiveChain, HostLoop, SPIN_BELOW_NS};
 
 use crate::backend::BackendError;
@@ -26,6 +28,8 @@ pub enum HostError {
     OutputInDeviceMemory,
     #[error("the output ring must be given to the host loop before it is launched")]
     OutputWhileLaunched,
+    #[error("{what} must be given to the host loop before it is launched")]
+    Launched { what: &'static str },
     #[error("the operator chain cannot run: {}", join_errors(.0))]
     Chain(Vec<ChainError>),
 }
@@ -43,7 +47,8 @@ impl From<HostError> for BackendError {
             HostError::ReaderTaken
             | HostError::ResultWriterTaken
             | HostError::OutputInDeviceMemory
-            | HostError::OutputWhileLaunched => BackendError::Other(e.to_string()),
+            | HostError::OutputWhileLaunched
+            | HostError::Launched { .. } => BackendError::Other(e.to_string()),
         }
     }
 }

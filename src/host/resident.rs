@@ -125,6 +125,24 @@ impl HostLoop {
         Ok(())
     }
 
+    /// Runs `stage` after the chain on every frame from the next launch on
+    /// (the host twin of a user kernel writing the user result words and
+    /// asking for an actuation). The loop must not be launched.
+    pub fn set_user_stage(&mut self, stage: super::UserStage) -> Result<(), HostError> {
+        self.core.as_mut().ok_or(HostError::Launched { what: "a user stage" })?.set_user_stage(stage);
+        Ok(())
+    }
+
+    /// Forms each frame's actuation messages into `actuator`'s transmit ring
+    /// from the next launch on. The loop must not be launched.
+    pub fn actuate(&mut self, actuator: crate::actuate::Actuator) -> Result<(), HostError> {
+        self.core
+            .as_mut()
+            .ok_or(HostError::Launched { what: "the actuation outputs" })?
+            .set_actuator(actuator);
+        Ok(())
+    }
+
     /// Pins the loop thread to `cpu` and runs it under SCHED_FIFO `priority`
     /// from the next launch on; `launch` fails if either is refused.
     pub fn place_thread(&mut self, cpu: Option<usize>, priority: Option<u8>) {

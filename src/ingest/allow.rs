@@ -65,6 +65,9 @@ fn mapped(ip: IpAddr) -> u128 {
 pub(super) struct AllowList {
     /// `(network, mask)` pairs in the IPv6-mapped space; `network & !mask == 0`.
     nets: Vec<(u128, u128)>,
+    /// Where admitted sources are noted for replies, when an actuation
+    /// output replies to the sensor.
+    reply: Option<std::sync::Arc<super::ReplyBook>>,
 }
 
 impl AllowList {
@@ -73,7 +76,20 @@ impl AllowList {
             .iter()
             .map(|e| parse_cidr(e).map_err(|reason| InvalidEntry { entry: e.clone(), reason }))
             .collect::<Result<_, _>>()?;
-        Ok(Self { nets })
+        Ok(Self { nets, reply: None })
+    }
+
+    /// Notes every admitted source (with the stream its datagram names) in `book`.
+    pub(super) fn note_sources_in(&mut self, book: std::sync::Arc<super::ReplyBook>) {
+        self.reply = Some(book);
+    }
+
+    /// After [`AllowList::allows`] admitted `source`: notes it for replies to
+    /// the stream `datagram` names, when replies are asked for.
+    pub(super) fn admitted(&self, source: Option<std::net::SocketAddr>, datagram: &[u8]) {
+        if let (Some(book), Some(source)) = (&self.reply, source) {
+            book.note(crate::wire::native::peek_stream_id(datagram), source);
+        }
     }
 
     pub(super) fn allows(&self, source: Option<IpAddr>) -> bool {

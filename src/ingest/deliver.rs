@@ -32,6 +32,9 @@ pub(super) fn deliver<A: FrameAssembler + ?Sized>(
         return 1;
     }
     let allowed = allow.allows(info.source.map(|s| s.ip()));
+    if allowed {
+        allow.admitted(info.source, buf);
+    }
     let now_ns = info.batch_ns.max(info.rx_ns);
     let mut segments = 0u64;
     if allowed && tap.is_none() {

@@ -164,7 +164,10 @@ pub struct ResultRecord {
     /// appliance started with, one more for each reload applied since
     /// (always 0 on the CUDA backend, which applies changes on restart).
     pub param_generation: u32,
-    pub _reserved1: u32,
+    /// Non-zero when a user kernel (or, on the host backend, a user stage)
+    /// asked for an actuation for this frame (`fl_request_actuation`):
+    /// what `[[actuate]]` outputs with `when = "flag"` send on.
+    pub actuate_request: u32,
 }
 
 /// Words of a frame's user result ([`ResultRecord::user`], `FL_USER_RESULT_WORDS`).

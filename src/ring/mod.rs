@@ -6,7 +6,7 @@ pub mod layout;
 pub mod memory;
 pub mod pages;
 pub mod prefetch;
-mod reader_wake;
+pub(crate) mod reader_wake;
 pub mod result_ring;
 
 pub use frame_ring::{

@@ -5,13 +5,16 @@
 //! `k % streams` with sequence `k / streams` and is due at `t0 + k / rate`.
 //! Its payload follows a [`Pattern`], so receivers can check every byte.
 
+pub mod actuation;
 mod frame;
 #[doc(hidden)]
 pub mod hsb;
 mod pacing;
 mod pattern;
+pub mod ping_pong;
 mod socket;
 
+pub use actuation::{ActuationWatch, ExpectActuation, RoundTripReport, SentFrames};
 pub use frame::{FrameBuffer, FrameGeometry, MAX_DATAGRAM_BYTES, build_frame_datagrams};
 pub use pacing::{
     CATCH_UP_BURST_NS, CatchUp, LINK_FRAMING_BYTES, LinkPace, MAX_CATCH_UP_NS, Pacing, SPIN_NS, Schedule,
@@ -25,6 +28,7 @@ use crate::wire::native::HEADER_LEN;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use thiserror::Error;
@@ -507,7 +511,76 @@ pub fn run_sender_on(
     socket: Socket,
     args: &SendArgs,
     stop: &AtomicBool,
+    progress: impl FnMut(&SenderStats),
+) -> Result<SenderStats, SendError> {
+    run_stamping(socket, args, stop, progress, None)
+}
+
+/// How `frameloop send --expect-actuation` waits for the appliance's answers.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExpectArgs {
+    /// Wait for the appliance's actuation messages (`[[actuate]]` outputs),
+    /// match each to its frame and record the sensor-to-actuator round trip
+    /// on this host's clock: `every` (each frame answered by each output;
+    /// frames without an answer count as missing; the default when the flag
+    /// is given bare) or `some` (outputs that send on detection or on a
+    /// user flag). Replies come to the sending socket; see --actuation-listen.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "every", value_name = "WHICH")]
+    pub expect_actuation: Option<ExpectActuation>,
+    /// Read actuation messages on this address (an output with a fixed
+    /// destination) instead of on the socket the frames leave from (an
+    /// output with destination = "reply").
+    #[arg(long, value_name = "ADDR", requires = "expect_actuation")]
+    pub actuation_listen: Option<SocketAddr>,
+    /// Outputs that answer each frame (with `every`); 0: as many as answered any.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub actuation_outputs: u32,
+    /// A round trip longer than this counts as late (milliseconds; still in the histogram).
+    #[arg(long, value_name = "MS", default_value_t = 100.0)]
+    pub actuation_late_ms: f64,
+    /// After the last frame, wait this long for the last answers (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 300)]
+    pub actuation_wait_ms: u64,
+}
+
+/// [`run_sender`] that, with `expect.expect_actuation`, also waits for the
+/// appliance's actuation messages and reports the round trip.
+pub fn run_sender_expecting(
+    args: &SendArgs,
+    expect: &ExpectArgs,
+    stop: &AtomicBool,
+    progress: impl FnMut(&SenderStats),
+) -> Result<(SenderStats, Option<RoundTripReport>), SendError> {
+    let Some(which) = expect.expect_actuation else {
+        return run_sender(args, stop, progress).map(|s| (s, None));
+    };
+    args.validate()?;
+    let socket = open_socket(args.destination()?, args.bind)?;
+    let listen = match expect.actuation_listen {
+        None => socket.try_clone().map_err(|source| SendError::Socket { source })?,
+        Some(addr) => {
+            let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+                .map_err(|source| SendError::Socket { source })?;
+            s.bind(&SockAddr::from(addr)).map_err(|source| SendError::Bind { addr, source })?;
+            s
+        }
+    };
+    let late_ns = (expect.actuation_late_ms.max(0.0) * 1e6) as u64;
+    let watch = ActuationWatch::start(listen, late_ns).map_err(|source| SendError::Socket { source })?;
+    let sent = Arc::clone(watch.sent());
+    let stats = run_stamping(socket, args, stop, progress, Some(&sent))?;
+    let report =
+        watch.finish(Duration::from_millis(expect.actuation_wait_ms), which, expect.actuation_outputs);
+    Ok((stats, Some(report)))
+}
+
+/// [`run_sender_on`], noting each frame's send time in `sent` when given.
+fn run_stamping(
+    socket: Socket,
+    args: &SendArgs,
+    stop: &AtomicBool,
     mut progress: impl FnMut(&SenderStats),
+    sent: Option<&SentFrames>,
 ) -> Result<SenderStats, SendError> {
     let geometry = args.validate()?;
     let mut tx = Transmitter::new(socket, args.gso, geometry.packet_bytes())?;
@@ -538,7 +611,11 @@ pub fn run_sender_on(
             due
         };
         catch_up.sent(woke);
-        frame.write_headers(stream, seq, realtime_ns());
+        let ts = realtime_ns();
+        frame.write_headers(stream, seq, ts);
+        if let Some(sent) = sent {
+            sent.stamped(stream, seq, ts);
+        }
         let sent = tx.send_frame(&frame, link, monotonic_ns(), stop, &mut run.stats.errors)?;
         run.frame_sent(sent, woke - due, woke);
         k += 1;

@@ -101,6 +101,8 @@ pub struct MetricsSnapshot {
     pub outputs: Option<crate::metrics::OutputMetrics>,
     /// The NATS sink's counters, when `[sink.nats]` is configured.
     pub nats_sink: Option<crate::metrics::SinkMetrics>,
+    /// The actuation outputs' counters and latency, when `[[actuate]]` is configured.
+    pub actuation: Option<crate::actuate::ActuationMetrics>,
     /// The operator parameter generation the loop runs (0: the start-up config).
     pub param_generation: u32,
     /// Config reloads by outcome, for example ("applied_params", n).
@@ -350,6 +352,9 @@ pub fn render(snap: &MetricsSnapshot) -> String {
     if let Some(o) = &snap.outputs {
         render_outputs(&mut out, o);
     }
+    if let Some(a) = &snap.actuation {
+        render_actuation(&mut out, a);
+    }
     if let Some(n) = &snap.nats_sink {
         family(
             &mut out,
@@ -362,6 +367,39 @@ pub fn render(snap: &MetricsSnapshot) -> String {
         }
     }
     out
+}
+
+/// The actuation outputs' families: messages by fate, and result ready to sent.
+fn render_actuation(out: &mut String, a: &crate::actuate::ActuationMetrics) {
+    family(
+        out,
+        "frameloop_actuation_messages_total",
+        "counter",
+        "Actuation messages per output by fate: sent, send_errors, dropped (transmit ring full), \
+         rate_limited, no_reply_address.",
+    );
+    for o in &a.outputs {
+        for (fate, v) in o.fates() {
+            sample(out, "frameloop_actuation_messages_total", &[("output", &o.name), ("fate", fate)], v);
+        }
+    }
+    family(
+        out,
+        "frameloop_actuation_ready_to_sent_seconds",
+        "gauge",
+        "Actuation: from the frame's result ready to its message handed to the kernel, per output.",
+    );
+    for o in &a.outputs {
+        let p = &o.ready_to_sent;
+        for (q, us) in [("0.5", p.p50_us), ("0.99", p.p99_us), ("0.999", p.p99_9_us), ("1", p.max_us)] {
+            sample(
+                out,
+                "frameloop_actuation_ready_to_sent_seconds",
+                &[("output", &o.name), ("quantile", q)],
+                us / 1e6,
+            );
+        }
+    }
 }
 
 /// The output ring's families: outputs written, consumers attached and each one's lag.
@@ -465,6 +503,7 @@ mod tests {
             outputs: None,
             nats_sink: None,
             logs: vec![LogMetrics { log: "frame_log".into(), written: 6532, lost: 3443, failing: true }],
+            actuation: None,
         }
     }
 

@@ -215,7 +215,7 @@ pub fn decode_result(buf: &[u8]) -> Result<ResultRecord, DecodeError> {
         skipped_before,
         user,
         param_generation,
-        _reserved1: 0,
+        actuate_request: 0,
     })
 }
 
@@ -277,7 +277,7 @@ mod tests {
             skipped_before: 2,
             user: [0; 12],
             param_generation: 0x0102_0304,
-            _reserved1: 0,
+            actuate_request: 0,
         }
     }
 

@@ -70,13 +70,19 @@ impl Running {
 
     /// Starts on whatever backend `cfg` asks for.
     pub fn start_any(cfg: &Config) -> Self {
+        Self::start_with_options(cfg, |_| {})
+    }
+
+    /// Starts with the options `adjust` sets besides the result collector.
+    pub fn start_with_options(cfg: &Config, adjust: impl FnOnce(&mut StartOptions)) -> Self {
         let results = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&results);
-        let opts = StartOptions {
+        let mut opts = StartOptions {
             histogram_log: None,
             on_result: Some(Box::new(move |r: &ResultRecord| sink.lock().unwrap().push(*r))),
             ..Default::default()
         };
+        adjust(&mut opts);
         let app = Appliance::start(cfg, opts).expect("the appliance starts");
         Running { app, results }
     }

@@ -216,6 +216,22 @@ impl<A: FrameAssembler> UdpReceiver<A> {
         &self.counters
     }
 
+    /// Notes each admitted source in `book`, for actuation outputs that
+    /// reply to the sensor; call before [`UdpReceiver::run`].
+    pub fn note_sources_in(&mut self, book: Arc<crate::ingest::ReplyBook>) {
+        self.allow.note_sources_in(book);
+    }
+
+    /// A second handle on the receiving socket, for sending replies from the
+    /// port the sensor sends to (so a sensor's connected socket accepts them).
+    pub fn send_socket(&self) -> io::Result<std::net::UdpSocket> {
+        // SAFETY: the descriptor is open (owned by `self.socket`) for the
+        // duration of this call; `try_clone` dups it into a new owned one.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) };
+        let owned = borrowed.try_clone_to_owned()?;
+        Ok(std::net::UdpSocket::from(owned))
+    }
+
     /// Calls `tap` for every datagram received from now on (replacing any
     /// earlier tap, which is returned).
     pub fn set_tap(&mut self, tap: Box<dyn DatagramTap>) -> Option<Box<dyn DatagramTap>> {

@@ -79,6 +79,9 @@ impl<A: FrameAssembler> UdpReceiver<A> {
                     let allowed = self.allow.allows(info.source.map(|s| s.ip()));
                     let targets = group.start..group.start + landed;
                     if allowed {
+                        if let Some(k) = targets.clone().next() {
+                            self.allow.admitted(info.source, self.batch.head(k).as_slice());
+                        }
                         let batch = &self.batch;
                         let mut heads = targets.map(|k| (k, batch.head(k).as_slice()));
                         self.assembler.on_landed_run_at(

@@ -1,0 +1,39 @@
+//! Actuation outputs: the messages a loop sends back onto the network for
+//! the frames it processed (docs/actuation.md). Each loop has a transmit
+//! ring ([`ring`]) that the loop's last step for a frame writes whole
+//! datagrams into ([`former`] on the host backend, the CUDA former on the
+//! GPU) and a host thread that sends them ([`sender`]); [`config`] checks
+//! the `[[actuate]]` tables into the plan both follow. The message format
+//! is `crate::wire::actuation`.
+
+pub mod config;
+pub mod former;
+pub mod ring;
+pub mod sender;
+
+pub use config::{ActuateConfig, ActuationPlan, Destination, OutputPlan, When};
+pub use former::Actuator;
+pub use ring::{TxRing, TxWriter};
+pub use sender::{ActuationMetrics, ActuationSender, OutputMetrics, SenderError, SenderWait};
+
+use thiserror::Error;
+
+/// Errors building a transmit ring.
+#[derive(Debug, Error)]
+pub enum ActuateError {
+    #[error(
+        "a transmit ring of {slots} slots for {max_datagram}-byte messages is impossible; set \
+         ring.transmit_slots to 2..=65536 and the outputs' max_bytes to at most 65507"
+    )]
+    RingGeometry { slots: usize, max_datagram: usize },
+    #[error("the transmit ring needs host-addressable, 64-byte aligned memory, not {0}")]
+    RingMemory(&'static str),
+    #[error("the transmit ring needs {needed} bytes of memory but got {available}")]
+    RingTooSmall { needed: usize, available: usize },
+    #[error("cannot allocate {len} bytes for the transmit ring: {source}; check the memlock limit")]
+    Memory {
+        len: usize,
+        #[source]
+        source: std::io::Error,
+    },
+}
