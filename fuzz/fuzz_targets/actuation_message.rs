@@ -34,9 +34,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let user = m.user.unwrap_or_default();
-    let input =
-        MessageInput { output: h.output, message_seq: h.message_seq, flags: h.flags, record: &record, user: &user, samples: &samples };
+    let input = MessageInput {
+        output: h.output,
+        message_seq: h.message_seq,
+        flags: h.flags,
+        record: &record,
+        user: &user,
+        samples: &samples,
+    };
     let mut again = vec![0u8; data.len()];
-    let n = form(MessageShape { parts: h.parts, samples: h.sample_count }, &input, &mut again).expect("it fits");
+    let n =
+        form(MessageShape { parts: h.parts, samples: h.sample_count }, &input, &mut again).expect("it fits");
     assert_eq!(&again[..n], data, "formed again byte for byte");
 });
