@@ -139,6 +139,20 @@ impl Consumer {
                 DataView::Device { mapping: IpcMapping::open(&ipc_handle, device_ordinal)?, device_ordinal }
             }
         };
+        Ok(Self::admitted(stream, control, data, geometry, index))
+    }
+
+    /// The reader of consumer line `index`, admitted by the appliance:
+    /// it starts after the output the appliance admitted it at, not at the
+    /// head seen now, since outputs published while the ring was being
+    /// mapped belong to this consumer too.
+    fn admitted(
+        stream: UnixStream,
+        control: SharedHostMemory,
+        data: DataView,
+        geometry: OutputGeometry,
+        index: usize,
+    ) -> Self {
         let mut consumer = Self {
             stream,
             control,
@@ -150,13 +164,10 @@ impl Consumer {
             lost: 0,
             spin: DEFAULT_SPIN,
         };
-        // Start after the output the appliance admitted this consumer at,
-        // not at the head seen now: outputs published while the ring was
-        // being mapped belong to this consumer too.
         let word = consumer.consumer_word();
-        debug_assert_ne!(word.attached.load(Ordering::Acquire), 0, "admitted before the hello");
-        consumer.next_seq = word.last_read_seq.load(Ordering::Relaxed) + 1;
-        Ok(consumer)
+        debug_assert_ne!(word.attached.load(Ordering::Acquire), 0, "admitted before it was mapped");
+        consumer.next_seq = word.last_read_seq.load(Ordering::Acquire) + 1;
+        consumer
     }
 
     /// Attaches to the output ring `server` serves in this process (an
@@ -191,20 +202,7 @@ impl Consumer {
             None => DataView::Host(share(ring.data().share(), geometry.data_bytes())?),
         };
         let (stream, index) = server.attach_local()?;
-        let mut consumer = Self {
-            stream,
-            control,
-            data,
-            geometry,
-            index,
-            next_seq: 0,
-            read: 0,
-            lost: 0,
-            spin: DEFAULT_SPIN,
-        };
-        let word = consumer.consumer_word();
-        consumer.next_seq = word.last_read_seq.load(Ordering::Acquire) + 1;
-        Ok(consumer)
+        Ok(Self::admitted(stream, control, data, geometry, index))
     }
 
     /// The ring's shape (slots, stride, samples per slot), as the hello gave it.
