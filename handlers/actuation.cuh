@@ -90,6 +90,7 @@ struct TxState {
   uint32_t max_datagram;
   uint32_t outputs;
   uint64_t head;                                 // the producer's copy of head_seq
+  uint64_t consumed;                             // the last consumed_seq read (a PCIe read: only when full)
   uint64_t message_seq[FL_TX_MAX_OUTPUTS];       // messages formed per output
   TxOutput out[FL_TX_MAX_OUTPUTS];
 };
@@ -134,8 +135,10 @@ FL_DEVICE void fl_actuate(TxState* tx, const ResultRecord& r, const float* sampl
     const uint32_t count = with_samples ? (n < out.samples ? n : out.samples) : 0u;
     const uint32_t payload = ((out.parts & FL_ACT_PART_RECORD) ? (uint32_t)sizeof(ResultRecord) : 0u) +
                              ((out.parts & FL_ACT_PART_USER) ? FL_RESULT_USER_WORDS * 4u : 0u) + count * 4u;
-    if (seq - fl_load_acquire_sys(&tx->ring->consumed_seq) > tx->slot_count ||
-        FL_ACT_HEADER_LEN + payload > tx->max_datagram) {
+    // The ring looks full by the last consumed value read: read it again
+    // (over the bus, so only then).
+    if (seq - tx->consumed > tx->slot_count) tx->consumed = fl_load_acquire_sys(&tx->ring->consumed_seq);
+    if (seq - tx->consumed > tx->slot_count || FL_ACT_HEADER_LEN + payload > tx->max_datagram) {
       atomicAdd((unsigned long long*)&tx->ring->dropped[o], 1ull);
       continue;
     }
@@ -170,8 +173,15 @@ FL_DEVICE void fl_actuate(TxState* tx, const ResultRecord& r, const float* sampl
       for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) words[i] = r.user[i];
       at += FL_RESULT_USER_WORDS * 4u;
     }
+    // Whole 16-byte stores where both sides allow (the payload offset is a
+    // multiple of 16; a buffer in shared or device memory is too), then the tail.
     float* to = (float*)(datagram + at);
-    for (uint32_t i = 0; i < count; ++i) to[i] = samples[i];
+    uint32_t i = 0;
+    if (((uint64_t)samples & 15u) == 0u) {
+      fl_copy16(to, samples, (count / 4u) * 16u);
+      i = (count / 4u) * 4u;
+    }
+    for (; i < count; ++i) to[i] = samples[i];
     TxSlotHeader* sh = (TxSlotHeader*)slot;
     sh->ready_ns = ready_ns;
     sh->len = FL_ACT_HEADER_LEN + payload;

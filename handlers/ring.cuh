@@ -163,6 +163,12 @@ struct alignas(64) LoopControl {
   FlLine heartbeat_ns;     // %globaltimer at the last controller run
 };
 
+// The actuation former (handlers/actuation.cuh, included at the end of
+// this file): fl_publish_record runs it after each result.
+struct TxState;
+struct ResultRecord;
+FL_DEVICE void fl_actuate(TxState* tx, const ResultRecord& r, const float* samples, uint32_t n);
+
 // Device-memory state of the loop.
 struct alignas(64) DeviceLoopState {
   FrameDesc desc;
@@ -182,6 +188,8 @@ struct alignas(64) DeviceLoopState {
   uint64_t counters_ns;  // %globaltimer when the handler last published the counters
   uint32_t user[FL_RESULT_USER_WORDS];  // the frame's user result words: zeroed after each publish (and by
                                        // a prologue), published in ResultRecord::user
+  uint32_t actuate_request;  // fl_user_result::request_actuation: follows the words, zeroed with them
+  uint32_t _pad_user;
   uint64_t param_select;  // the ParamControl::select value the handler last took (and acknowledged)
   // While frames stream into device memory (kernels/stream.cuh): the received
   // mark of the frame being pulled (mapped), and the value it must pass for a
@@ -189,7 +197,14 @@ struct alignas(64) DeviceLoopState {
   // pull runs (fl_poll_watching). Null: nothing to watch.
   const uint64_t* pull_watch_mark;
   uint64_t pull_watch_above;
-  uint64_t _pad1[5];
+  // The loop's actuation outputs (handlers/actuation.cuh), or null: the
+  // former's state, and where the chain's final samples are when the
+  // result is published from the loop state (fl_publish_result).
+  TxState* tx;
+  const float* act_samples;
+  uint32_t act_capacity;  // floats act_samples holds
+  uint32_t _pad_act;
+  uint64_t _pad1[1];
 };
 
 // The live parameter banks (src/gpu/param_banks.rs): two copies of the
@@ -321,7 +336,7 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) r.user[i] = p.st->user[i];
   r.param_generation = p.param_ctl != nullptr ? d.param_generation : p.param_generation;
-  r.actuate_request = 0u;
+  r.actuate_request = p.st->actuate_request;
   r.done_ns = fl_globaltimer();
   return r;
 }
@@ -330,9 +345,12 @@ FL_DEVICE ResultRecord fl_make_record(const LoopParams& p, const FrameDesc& d, c
 // into the mapped result ring (after a fence ordering the previous head
 // before it, the protocol of src/ring/result_ring.rs), releases the result
 // head (the only ordering the host waits on), then hands the slot back to the
-// writer and raises result-ready. Run by one thread.
+// writer and raises result-ready. Last, when the loop has actuation outputs
+// (st->tx), it forms the frame's messages (fl_actuate) with the chain's
+// final samples: `samples` (null: none), at most `capacity` of them. Run by
+// one thread.
 FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const ChainResult& c,
-                                 const SlotHeader& s, uint64_t seq) {
+                                 const SlotHeader& s, uint64_t seq, const float* samples, uint32_t capacity) {
   const ResultRecord r = fl_make_record(p, d, c, s, seq);
 
   // p.result_capacity is the ring's slot count: one more than the results the
@@ -356,19 +374,32 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
   fl_store_relaxed_sys(&p.ring->consumed_seq, d.ring_seq);
   if (p.sync_with_host) __threadfence_system();
   fl_store_relaxed_sys(&p.ctl->results.v, seq);
+  // The loop's last step for the frame: its actuation messages, formed
+  // after the result so they add nothing to the result's latency.
+  TxState* tx = p.st->tx;
+  if (tx != nullptr) {
+    const uint32_t n = samples == nullptr ? 0u : (d.n_samples < capacity ? d.n_samples : capacity);
+    fl_actuate(tx, r, samples, n);
+  }
 }
 
 // fl_publish_record of the loop state's frame, numbered after the last
 // result: what the end marker kernel, or the epilogue of the chain's last
-// built-in kernel, runs (one thread). It then zeroes the user result words
-// for the next frame: a user kernel wrapped into its entry kernel
+// built-in kernel, runs (one thread), with the final samples the host noted
+// in the loop state. It then zeroes the user result words and the
+// actuation request for the next frame: a user kernel wrapped into its entry kernel
 // (gpu::user_kernel) finds them zero without a node of its own to clear them
 // (the loop state starts zeroed).
 FL_DEVICE void fl_publish_result(const LoopParams& p) {
   DeviceLoopState* st = p.st;
   const uint64_t seq = st->result_seq + 1;
   st->result_seq = seq;
-  fl_publish_record(p, st->desc, st->chain, st->slot, seq);
+  fl_publish_record(p, st->desc, st->chain, st->slot, seq, st->act_samples, st->act_capacity);
 #pragma unroll
   for (int i = 0; i < FL_RESULT_USER_WORDS; ++i) st->user[i] = 0u;
+  st->actuate_request = 0u;
 }
+
+// The actuation former's definitions (fl_actuate, declared above).
+#include "actuation.cuh"
+

@@ -15,7 +15,7 @@
 #pragma once
 #include "prelude.cuh"
 
-#define FL_ABI_VERSION 1u
+#define FL_ABI_VERSION 2u  // 2: fl_user_result gained request_actuation
 
 // fl_frame::flags (the same bits as the frame ring's slot flags).
 #define FL_FRAME_COMPLETE (1u << 0)    // every packet of the frame arrived
@@ -47,6 +47,9 @@ struct fl_frame {
 #define FL_USER_RESULT_WORDS 12
 struct fl_user_result {
   uint32_t words[FL_USER_RESULT_WORDS];
+  // Set non-zero to send this frame's actuation outputs configured with
+  // when = "flag" (docs/actuation.md); zeroed for each frame like the words.
+  uint32_t request_actuation;
 };
 
 // The user kernel signature:
@@ -62,7 +65,7 @@ struct fl_user_result {
 // params: the parameter struct in device memory, laid out as `param_types`
 //         declares it (C layout, natural alignment); cast it to the struct
 //         the kernel declares with FL_PARAMS. Null when there are none.
-// user:   this frame's user result words.
+// user:   this frame's user result words, and its actuation request.
 //
 // The launch is one thread per output sample in blocks of 256 threads unless
 // the config fixes `threads` and/or `blocks`; with a fixed grid, loop over
@@ -77,6 +80,11 @@ typedef void (*fl_kernel_fn)(const fl_frame* frame, const float* in, float* out,
 // This thread's index in the whole grid, and the grid's thread count.
 FL_DEVICE uint32_t fl_thread_index() { return blockIdx.x * blockDim.x + threadIdx.x; }
 FL_DEVICE uint32_t fl_thread_count() { return gridDim.x * blockDim.x; }
+
+// Asks for this frame's actuation outputs configured with when = "flag"
+// (docs/actuation.md): the same as setting user->request_actuation. Any
+// thread of any user kernel of the chain may ask; the request lasts the frame.
+FL_DEVICE void fl_request_actuation(fl_user_result* user) { user->request_actuation = 1u; }
 
 // ---- data-ready handlers ----
 
@@ -137,6 +145,6 @@ struct fl_same<A, A> {
 };
 
 static_assert(sizeof(fl_frame) == 64, "fl_frame");
-static_assert(sizeof(fl_user_result) == 48, "fl_user_result");
+static_assert(sizeof(fl_user_result) == 52, "fl_user_result: 12 words, then the actuation request");
 static_assert(sizeof(fl_slot) == 32, "fl_slot");
 static_assert(sizeof(fl_handler_state) == 64, "fl_handler_state");

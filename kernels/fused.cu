@@ -89,6 +89,19 @@ FL_DEVICE void fl_run_step(const FusedStep& s, const FusedBuffers& buf, FrameDes
 }
 
 // Bytes of the dummy frame of fl_warm_up.
+// The buffer holding the chain's final samples: the output of the last
+// step that writes samples (reductions pass theirs through), or null.
+FL_DEVICE const float* fl_fused_final(const FusedStep* steps, uint32_t step_count, const FusedBuffers& buf) {
+  const float* last = nullptr;
+  for (uint32_t i = 0; i < step_count; ++i) {
+    const uint32_t k = steps[i].kind;
+    if (k == FL_STEP_UNPACK_U8 || k == FL_STEP_UNPACK_U16 || k == FL_STEP_UNPACK_U12 || k == FL_STEP_FIR ||
+        k == FL_STEP_FILTER2D)
+      last = (steps[i].output & 1u) ? buf.b1 : buf.b0;
+  }
+  return last;
+}
+
 #define FL_WARM_UP_BYTES 256u
 
 // Runs every step but delays (and the diagnostic fault) once on a small dummy frame (`payload`, any
@@ -193,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     if (threadIdx.x == 0) {
       // From shared memory and a register: no global read on the way out.
       result_seq += 1;
-      fl_publish_record(p, desc, chain, slot, result_seq);
+      fl_publish_record(p, desc, chain, slot, result_seq, fl_fused_final(steps, step_count, buf), buf.capacity);
       st->result_seq = result_seq;
     }
     // Thread 0 publishes before it polls again; the others must not reuse

@@ -7,6 +7,8 @@
 #include "frameloop.cuh"
 
 static_assert(FL_USER_RESULT_WORDS == FL_RESULT_USER_WORDS, "fl_user_result is the record's user words");
+// The loop state keeps the request right after the words (DeviceLoopState::actuate_request).
+static_assert(sizeof(fl_user_result) == FL_RESULT_USER_WORDS * 4 + 4, "fl_user_result: the words, then the request");
 
 // Fills *frame for this frame (one thread). slot: the loop state's copy of
 // the claimed slot's header (device memory, filled by the handler), read by

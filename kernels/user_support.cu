@@ -28,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(FL_USER_PROLOGUE_THREADS)
   fl_let_dependents_launch();
   const uint32_t t = threadIdx.x;
   if (first == nullptr && t < FL_USER_RESULT_WORDS) user->words[t] = 0u;
+  if (first == nullptr && t == 0) user->request_actuation = 0u;
   if (const FusedStep* live = fl_live_step(fd, param_step)) {
     const uint32_t* words = (const uint32_t*)live->coeffs;
     for (uint32_t w = t; w * 4u < param_bytes && w < FL_FUSED_COEFFS; w += blockDim.x) params[w] = words[w];

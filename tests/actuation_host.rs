@@ -8,15 +8,17 @@
 //! tests/host_loop_core.rs); `frameloop send --expect-actuation`'s matcher sees every
 //! answer; bad `[[actuate]]` tables stop `frameloop validate` naming the key.
 
+mod actuation_support;
 mod appliance_support;
 
+use actuation_support::{collect, listener, output};
 use appliance_support::{PATIENCE, Running, host_config, one_at_a_time, wait_for};
-use frameloop::actuate::{ActuateConfig, When, config::Part};
+use frameloop::actuate::{When, config::Part};
 use frameloop::host::{UserStage, UserStageResult};
-use frameloop::ops::{CpuChain, OpSpec, default_chain};
+use frameloop::ops::{OpSpec, default_chain};
 use frameloop::ring::ResultRecord;
 use frameloop::sender::{
-    ExpectActuation, ExpectArgs, GsoMode, Pattern, SendArgs, run_sender_expecting, run_sender_on,
+    ExpectActuation, ExpectArgs, Pattern, SendArgs, run_sender_expecting, run_sender_on,
 };
 use frameloop::wire::actuation::{FLAG_DETECTED, FLAG_USER_REQUEST, decode};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -30,31 +32,7 @@ const FRAMES: u64 = 24;
 const SAMPLES: u32 = 37;
 
 fn send_args(to: SocketAddr, count: u64) -> SendArgs {
-    SendArgs {
-        to: to.to_string(),
-        rate: 400.0,
-        frame_bytes: FRAME_BYTES as u64,
-        packet_bytes: 1472,
-        count: Some(count),
-        duration: None,
-        streams: 1,
-        pattern: Pattern::Counter,
-        gso: GsoMode::Off,
-        pacing: Default::default(),
-        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
-        bind: None,
-        link_gbps: None,
-    }
-}
-
-fn output(destination: &[&str], send: Vec<Part>, samples: u32, when: When) -> ActuateConfig {
-    ActuateConfig {
-        destination: destination.iter().map(|d| d.to_string()).collect(),
-        send,
-        samples,
-        when,
-        ..Default::default()
-    }
+    actuation_support::send_args(to, count, FRAME_BYTES, Pattern::Counter, 400.0)
 }
 
 /// User words: the frame sequence and its sample count; asks for an
@@ -73,32 +51,9 @@ fn start(cfg: &frameloop::config::Config) -> Running {
     appliance_support::Running::start_with_options(cfg, |opts| opts.user_stage = Some(user_stage()))
 }
 
-/// A UDP socket on loopback (port 0) that receives with a short timeout.
-fn listener() -> (UdpSocket, SocketAddr) {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-    let addr = s.local_addr().unwrap();
-    (s, addr)
-}
-
-/// Every datagram `socket` receives until `done` says enough or PATIENCE ends.
-fn collect(socket: &UdpSocket, done: impl Fn(&[Vec<u8>]) -> bool) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + PATIENCE;
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 65_536];
-    while !done(&got) && Instant::now() < deadline {
-        if let Ok(n) = socket.recv(&mut buf) {
-            got.push(buf[..n].to_vec());
-        }
-    }
-    got
-}
-
 /// The CPU chain's final samples for frame `seq`.
 fn chain_samples(chain: &[OpSpec], seq: u64) -> Vec<f32> {
-    let mut cpu = CpuChain::new(chain, FRAME_BYTES).unwrap();
-    let out = cpu.run(&Pattern::Counter.frame(0, seq, FRAME_BYTES));
-    cpu.output(&out).to_vec()
+    actuation_support::chain_samples(chain, seq, FRAME_BYTES, Pattern::Counter)
 }
 
 #[test]

@@ -336,8 +336,9 @@ impl Appliance {
         let counters = Arc::new(IngestCounters::default());
         let rx_stop = Arc::new(AtomicBool::new(false));
         let wiring = ActuationWiring {
-            book: transmit.as_ref().and_then(|(_, plan)| {
-                plan.outputs
+            book: transmit.as_ref().and_then(|t| {
+                t.plan
+                    .outputs
                     .iter()
                     .any(|o| o.destination == crate::actuate::Destination::Reply)
                     .then(Arc::default)
@@ -380,11 +381,14 @@ impl Appliance {
         };
 
         let actuation = match transmit {
-            Some((ring, plan)) => {
-                // The host loop wakes the sender after each message.
-                let wait = crate::actuate::SenderWait::Woken(Duration::from_millis(10));
-                Some(crate::actuate::ActuationSender::start(ring, plan, send_socket, wiring.book, wait, 0)?)
-            }
+            Some(t) => Some(crate::actuate::ActuationSender::start(
+                t.ring,
+                t.plan,
+                send_socket,
+                wiring.book,
+                t.wait,
+                t.ready_offset_ns,
+            )?),
             None => None,
         };
 

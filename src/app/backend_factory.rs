@@ -78,9 +78,20 @@ pub(super) struct OpenedBackend {
     pub(super) placement: RingPlacement,
     /// The output ring's attach server, when `[output]` is enabled.
     pub(super) outputs: Option<crate::output::OutputServer>,
-    /// The transmit ring the loop forms actuation messages into, and the
-    /// outputs' plan, when the config has `[[actuate]]` outputs.
-    pub(super) transmit: Option<(Arc<crate::actuate::TxRing>, crate::actuate::ActuationPlan)>,
+    /// The transmit ring the loop forms actuation messages into, when the
+    /// config has `[[actuate]]` outputs.
+    pub(super) transmit: Option<Transmit>,
+}
+
+/// A loop's actuation outputs as the sender needs them.
+pub(super) struct Transmit {
+    pub(super) ring: Arc<crate::actuate::TxRing>,
+    pub(super) plan: crate::actuate::ActuationPlan,
+    /// How the sender learns of new messages: the host loop wakes it; a GPU
+    /// former wakes nobody, so the sender spins on the ring's head.
+    pub(super) wait: crate::actuate::SenderWait,
+    /// Turns a slot's ready time (the loop's clock) into the host clock.
+    pub(super) ready_offset_ns: i64,
 }
 
 /// Allocates the rings (`frame_bytes` and `result_bytes` long) where the
@@ -110,13 +121,6 @@ pub(super) fn open_backend(
                         .into(),
                 ));
             }
-            if !actuation.is_empty() {
-                return Err(AppError::Unsupported(
-                    "[[actuate]] outputs are formed by the host backend's loop in this build; the CUDA \
-                     backend does not form actuation messages yet: set backend = \"host\" or remove [[actuate]]"
-                        .into(),
-                ));
-            }
             let rt = crate::gpu::executor::GpuRuntime::open(gpu, crate::gpu::nvrtc::CacheDir::Default)
                 .map_err(AppError::GpuOpen)?;
             let (fr, plan, placement) = cuda_frame_ring(cfg, &rt, gpu, frame_bytes)?;
@@ -143,6 +147,18 @@ pub(super) fn open_backend(
                 rt.info.ordinal as i32,
             )?;
             let (writer, outputs) = served.map(|o| (o.writer, o.server)).unzip();
+            let device_actuation = if actuation.is_empty() {
+                None
+            } else {
+                Some(
+                    crate::gpu::actuation::DeviceActuation::new(
+                        &rt,
+                        cfg.ring.transmit_slots,
+                        actuation.clone(),
+                    )
+                    .map_err(AppError::GpuLoop)?,
+                )
+            };
             let lp = crate::gpu::CudaLoop::with_extras(
                 Arc::clone(&rt),
                 Arc::clone(&fr),
@@ -152,8 +168,15 @@ pub(super) fn open_backend(
                 user_handler,
                 user_chain,
                 writer,
+                device_actuation,
             )
             .map_err(AppError::GpuLoop)?;
+            let transmit = lp.transmit_ring().map(|ring| Transmit {
+                ring: Arc::clone(ring),
+                plan: actuation,
+                wait: crate::actuate::SenderWait::Spin,
+                ready_offset_ns: crate::backend::ResidentLoop::clock_offset_ns(&lp),
+            });
             OpenedBackend {
                 frame_ring: fr,
                 result_ring: rr,
@@ -161,7 +184,7 @@ pub(super) fn open_backend(
                 plan,
                 placement,
                 outputs,
-                transmit: None,
+                transmit,
             }
         }
         Backend::Host => {
@@ -194,7 +217,9 @@ pub(super) fn open_backend(
                 let writer = ring.writer().ok_or(AppError::WriterTaken)?;
                 lp.actuate(crate::actuate::Actuator::new(actuation.clone(), writer))
                     .map_err(AppError::HostLoop)?;
-                Some((ring, actuation))
+                // The host loop wakes the sender after each message.
+                let wait = crate::actuate::SenderWait::Woken(std::time::Duration::from_millis(10));
+                Some(Transmit { ring, plan: actuation, wait, ready_offset_ns: 0 })
             };
             let outputs =
                 match crate::output::serve_host_outputs(&cfg.output, &cfg.chain, cfg.ring.slot_bytes)? {

@@ -81,6 +81,10 @@ pub struct DeviceLoopState {
     /// [`ResultRecord::user`](crate::ring::layout::ResultRecord::user);
     /// zeroed after each publish (and by a stand-alone user prologue).
     pub user: [u32; USER_RESULT_WORDS],
+    /// A user kernel's `fl_user_result::request_actuation` (the word after
+    /// `user`), published in `ResultRecord::actuate_request`; zeroed with `user`.
+    pub actuate_request: u32,
+    pub _pad_user: u32,
     /// The [`ParamControl::select`] value the handler last took (and acknowledged).
     pub param_select: u64,
     /// While frames stream into device memory: the device address of the
@@ -89,7 +93,15 @@ pub struct DeviceLoopState {
     /// `pull_watch_above`, so the next pull runs (kernels/stream.cuh).
     pub pull_watch_mark: u64,
     pub pull_watch_above: u64,
-    pub _pad1: [u64; 5],
+    /// Device address of the actuation former's state (`TxState`,
+    /// [`super::actuation`]), 0 without actuation outputs.
+    pub tx: u64,
+    /// Device address of the chain's final samples where the result is
+    /// published from the loop state (0: none), and how many floats it holds.
+    pub act_samples: u64,
+    pub act_capacity: u32,
+    pub _pad_act: u32,
+    pub _pad1: [u64; 1],
 }
 
 /// The live parameter banks' control block (mapped host memory; see
@@ -242,9 +254,21 @@ pub fn layout_facts() -> Vec<(String, usize)> {
     offsets!(FrameDesc: payload_dptr, slot_dptr, ring_seq, payload_len, n_samples, detect_ns, skipped, params_dptr, param_generation);
     offsets!(ChainResult: sum, min, max, mean, detect_count, first_detect_index);
     offsets!(LoopControl: tear_down, data_ready, state, stage, stage_seq, iterations, idle_iterations, frames, skipped, results, handler_ns, heartbeat_ns);
-    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user, param_select, pull_watch_mark, pull_watch_above);
+    offsets!(DeviceLoopState: desc, chain, slot, last_claimed, last_frame_ns, result_seq, handler_ns, skipped, verdict, stop_state, iterations, idle_iterations, frames, counters_ns, user, actuate_request, param_select, pull_watch_mark, pull_watch_above, tx, act_samples, act_capacity);
     offsets!(LoopParams: ring, results, ctl, st, poll_budget_ns, poll_interval_ns, sleep_ns, timeout_ns, if_handle, while_handle, slot_count, slot_stride, payload_capacity, policy, result_capacity, host_driven, sync_with_host, chain_flags, handler_sets_if, stage_markers, program, param_generation, param_ctl, banks, bank_bytes);
     offsets!(ParamControl: select, ack);
+    {
+        use super::actuation::{TxOutput, TxState};
+        v.extend([
+            ("sizeof(TxState)".into(), size_of::<TxState>()),
+            ("sizeof(TxOutput)".into(), size_of::<TxOutput>()),
+            ("FL_ACT_WHEN_EVERY".into(), super::actuation::WHEN_EVERY as usize),
+            ("FL_ACT_WHEN_DETECTION".into(), super::actuation::WHEN_DETECTION as usize),
+            ("FL_ACT_WHEN_FLAG".into(), super::actuation::WHEN_FLAG as usize),
+        ]);
+        offsets!(TxState: ring, slot_count, slot_stride, max_datagram, outputs, head, consumed, message_seq, out);
+        offsets!(TxOutput: when, parts, samples);
+    }
     offsets!(FusedStep: kind, input, output, count, a, b, delay_ns, coeffs);
     offsets!(FusedProgram: step_count, capacity, stage_bytes, shared_buffers, buffers, steps);
     v

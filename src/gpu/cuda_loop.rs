@@ -2,6 +2,7 @@
 //! sees it (a [`ResidentLoop`]).
 
 use super::GpuError;
+use super::actuation::DeviceActuation;
 use super::chain_builder::UserChain;
 use super::control::*;
 use super::driver;
@@ -32,6 +33,9 @@ pub struct CudaLoop {
     /// The output ring the graph writes (`[output]`); declared after `exec`
     /// so that the graph is gone before the ring is freed.
     output: Option<DeviceOutput>,
+    /// The actuation outputs' transmit ring and former state; after `exec`
+    /// for the same reason.
+    actuation: Option<DeviceActuation>,
     /// The reload path's handle on the chain; taken once.
     live: Option<CudaLiveChain>,
 }
@@ -139,7 +143,7 @@ impl CudaLoop {
         cfg: LoopConfig,
         handler: Option<UserHandlerSource>,
     ) -> Result<Self, GpuError> {
-        Self::with_extras(rt, frame_ring, result_ring, chain, cfg, handler, None, None)
+        Self::with_extras(rt, frame_ring, result_ring, chain, cfg, handler, None, None, None)
     }
 
     /// As [`CudaLoop::with_handler`], with two optional extras:
@@ -152,6 +156,9 @@ impl CudaLoop {
     ///   published. The loop keeps the writer. The fused chain cannot take
     ///   that node: with `output`, `loop.fused_chain = "auto"` runs the chain
     ///   one kernel per operator.
+    /// - `actuation`: the loop's actuation outputs: every result publish
+    ///   (in every path) then forms the frame's messages into its transmit
+    ///   ring. The loop keeps it; the sender reads its ring.
     #[allow(clippy::too_many_arguments)]
     pub fn with_extras(
         rt: Arc<GpuRuntime>,
@@ -162,6 +169,7 @@ impl CudaLoop {
         handler: Option<UserHandlerSource>,
         user_chain: Option<UserChain>,
         output: Option<OutputWriter>,
+        actuation: Option<DeviceActuation>,
     ) -> Result<Self, GpuError> {
         if output.is_some() && cfg.fused_chain == FusedChainMode::On {
             return Err(GpuError::Setup(
@@ -251,6 +259,9 @@ impl CudaLoop {
             opts.user_handler = Some(h);
         }
         opts.fused = fused;
+        if let Some(a) = &actuation {
+            opts.actuation = a.state_dptr();
+        }
         let exec = ResidentExecutor::new(rt, fragment, frame_ring, result_ring, chain_flags(chain), opts)?;
         let exec = Arc::new(Mutex::new(exec));
         let live = CudaLiveChain {
@@ -261,7 +272,28 @@ impl CudaLoop {
             mode: SwapMode::Update,
             use_banks: true,
         };
-        Ok(Self { exec, output, live: Some(live) })
+        let lp = Self { exec, output, actuation, live: Some(live) };
+        lp.check_actuation_samples()?;
+        Ok(lp)
+    }
+
+    /// Refuses outputs that send samples where the workload keeps no final
+    /// samples to send (the tiled kernel for large frames writes none).
+    fn check_actuation_samples(&self) -> Result<(), GpuError> {
+        let Some(a) = &self.actuation else { return Ok(()) };
+        let exec = self.executor();
+        if a.wants_samples() && exec.opts.fused.is_none() && exec.final_samples().0 == 0 {
+            return Err(GpuError::Setup(
+                "an [[actuate]] output sends \"samples\" but this chain's kernel keeps no final samples                  (the tiled kernel for frames larger than the fused chain's shared memory); send \"record\"                  or \"user\" only, or use smaller frames (ring.slot_bytes)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The transmit ring the loop forms actuation messages into, when it has outputs.
+    pub fn transmit_ring(&self) -> Option<&Arc<crate::actuate::TxRing>> {
+        self.actuation.as_ref().map(DeviceActuation::ring)
     }
 
     /// The executor, locked (a reload swapping the chain holds the same lock).
@@ -278,10 +310,11 @@ impl CudaLoop {
 }
 
 impl Drop for CudaLoop {
-    /// Stops the graph before the output ring goes; a device that stopped
-    /// answering may still write the ring, which is then leaked, not freed.
+    /// Stops the graph before the output and transmit rings go; a device
+    /// that stopped answering may still write them, so they are then
+    /// leaked, not freed.
     fn drop(&mut self) {
-        if self.output.is_none() {
+        if self.output.is_none() && self.actuation.is_none() {
             return;
         }
         let mut exec = self.exec.lock().unwrap_or_else(PoisonError::into_inner);
@@ -293,6 +326,12 @@ impl Drop for CudaLoop {
         {
             tracing::warn!("the GPU stopped answering: the output ring is leaked, not freed");
             std::mem::forget(output);
+        }
+        if exec.is_wedged()
+            && let Some(actuation) = self.actuation.take()
+        {
+            tracing::warn!("the GPU stopped answering: the transmit ring is leaked, not freed");
+            std::mem::forget(actuation);
         }
     }
 }

@@ -99,6 +99,11 @@ pub struct ExecutorOptions {
     /// kernel, no stage markers, no output node, not host-driven. Off:
     /// `handler ; IF { workload }` (for comparisons).
     pub workload_claims_frames: bool,
+    /// Device address of the actuation former's state
+    /// ([`super::actuation::DeviceActuation::state_dptr`]), 0 without
+    /// actuation outputs: every result publish then forms the frame's
+    /// messages. The caller keeps the state alive as long as the executor.
+    pub actuation: u64,
 }
 
 impl ExecutorOptions {
@@ -118,6 +123,7 @@ impl ExecutorOptions {
             stream: false,
             param_banks: None,
             workload_claims_frames: true,
+            actuation: 0,
         }
     }
 }
@@ -527,10 +533,14 @@ impl ExecutorCore {
             s.reset(s.select());
             s.select()
         });
+        let (act_samples, act_capacity) = self.final_samples();
         let st = DeviceLoopState {
             last_claimed: consumed,
             result_seq: self.result_writer.ring().head(),
             param_select,
+            tx: self.opts.actuation,
+            act_samples,
+            act_capacity,
             ..Default::default()
         };
         // SAFETY: DeviceLoopState is plain old data (integers, floats, padding zeroed by Default).

@@ -417,6 +417,22 @@ impl ExecutorCore {
         self.enqueue_end_marker(stream)
     }
 
+    /// Where the chain's final samples are when the result is published
+    /// from the loop state (the last operator's `out` port; reductions pass
+    /// theirs through), and how many floats that buffer holds; `(0, 0)` when
+    /// the workload has none there (the fused chain passes its own, the
+    /// tiled kernel keeps none).
+    pub(super) fn final_samples(&self) -> (u64, u32) {
+        self.workload_plan
+            .as_ref()
+            .and_then(|bound| {
+                let last = *bound.plan.order().last()?;
+                let index = bound.plan.port_buffer(last, "out", PortDirection::Output)?;
+                bound.buffers.get(index)
+            })
+            .map_or((0, 0), |region| (region.dptr, u32::try_from(region.bytes / 4).unwrap_or(u32::MAX)))
+    }
+
     fn enqueue_end_marker(&self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
         if let Some(output) = self.opts.output {
             self.enqueue_output_publish(stream, output)?;
@@ -432,14 +448,10 @@ impl ExecutorCore {
     /// output buffer (the last operator's `out` port), the frame's record and
     /// user words into the next slot of the device output ring.
     fn enqueue_output_publish(&self, stream: &Arc<CudaStream>, mut o: OutputPublish) -> Result<(), GpuError> {
-        let output_buffer = self.workload_plan.as_ref().and_then(|bound| {
-            let last = *bound.plan.order().last()?;
-            let index = bound.plan.port_buffer(last, "out", PortDirection::Output)?;
-            bound.buffers.get(index)
-        });
-        if let Some(region) = output_buffer {
-            o.samples = region.dptr;
-            o.buffer_capacity = u32::try_from(region.bytes / 4).unwrap_or(u32::MAX);
+        let (samples, capacity) = self.final_samples();
+        if samples != 0 {
+            o.samples = samples;
+            o.buffer_capacity = capacity;
         }
         let mut p = self.params;
         let f = self.rt.library.function("fl_output_publish")?;

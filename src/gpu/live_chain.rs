@@ -378,6 +378,10 @@ impl ExecutorCore {
         self.state.write(std::mem::offset_of!(DeviceLoopState, last_frame_ns), &0u64.to_ne_bytes())?;
         // The new graph's pulls (if it streams) set their own watch.
         self.state.write(std::mem::offset_of!(DeviceLoopState, pull_watch_mark), &0u64.to_ne_bytes())?;
+        // The new chain's final samples may sit in another buffer.
+        let (samples, capacity) = self.final_samples();
+        self.state.write(std::mem::offset_of!(DeviceLoopState, act_samples), &samples.to_ne_bytes())?;
+        self.state.write(std::mem::offset_of!(DeviceLoopState, act_capacity), &capacity.to_ne_bytes())?;
         if let Some(select) = &self.param_select {
             let word = select.select();
             self.state.write(std::mem::offset_of!(DeviceLoopState, param_select), &word.to_ne_bytes())?;

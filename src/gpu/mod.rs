@@ -11,6 +11,7 @@
 //! (an opened GPU), graph building, [`executor`] (run control: launch,
 //! tear-down, drop) and [`CudaLoop`] (the loop as the appliance sees it).
 
+pub mod actuation;
 pub mod bench;
 pub mod chain_builder;
 pub mod clock;

@@ -1,0 +1,70 @@
+//! Shared by the actuation tests (host and CUDA backends): the sensor's
+//! sending arguments, `[[actuate]]` tables, loopback listeners and the CPU
+//! chain's samples for a frame.
+
+#![allow(dead_code)]
+
+use crate::appliance_support::PATIENCE;
+use frameloop::actuate::{ActuateConfig, When, config::Part};
+use frameloop::ops::{CpuChain, OpSpec};
+use frameloop::sender::{GsoMode, Pattern, SendArgs};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// `count` frames of `frame_bytes` in `pattern` to `to` at `rate` frames/s.
+pub fn send_args(to: SocketAddr, count: u64, frame_bytes: usize, pattern: Pattern, rate: f64) -> SendArgs {
+    SendArgs {
+        to: to.to_string(),
+        rate,
+        frame_bytes: frame_bytes as u64,
+        packet_bytes: 1472,
+        count: Some(count),
+        duration: None,
+        streams: 1,
+        pattern,
+        gso: GsoMode::Off,
+        pacing: Default::default(),
+        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
+        bind: None,
+        link_gbps: None,
+    }
+}
+
+/// One `[[actuate]]` table.
+pub fn output(destination: &[&str], send: Vec<Part>, samples: u32, when: When) -> ActuateConfig {
+    ActuateConfig {
+        destination: destination.iter().map(|d| d.to_string()).collect(),
+        send,
+        samples,
+        when,
+        ..Default::default()
+    }
+}
+
+/// A UDP socket on loopback (port 0) that receives with a short timeout.
+pub fn listener() -> (UdpSocket, SocketAddr) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let addr = s.local_addr().unwrap();
+    (s, addr)
+}
+
+/// Every datagram `socket` receives until `done` says enough or PATIENCE ends.
+pub fn collect(socket: &UdpSocket, done: impl Fn(&[Vec<u8>]) -> bool) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + PATIENCE;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while !done(&got) && Instant::now() < deadline {
+        if let Ok(n) = socket.recv(&mut buf) {
+            got.push(buf[..n].to_vec());
+        }
+    }
+    got
+}
+
+/// The CPU chain's final samples for frame `seq` of `frame_bytes` in `pattern`.
+pub fn chain_samples(chain: &[OpSpec], seq: u64, frame_bytes: usize, pattern: Pattern) -> Vec<f32> {
+    let mut cpu = CpuChain::new(chain, frame_bytes).unwrap();
+    let out = cpu.run(&pattern.frame(0, seq, frame_bytes));
+    cpu.output(&out).to_vec()
+}
