@@ -6,11 +6,13 @@
 //! actuation through `fl_request_actuation`, and the tiled kernel for 2 MiB
 //! frames; sample counts that are not multiples of 4 or of the block size,
 //! an output asking for more samples than a frame has (sent short, flagged),
-//! and a `"samples"` output the tiled kernel cannot serve (refused at start).
+//! and a `"samples"` output the tiled kernel cannot serve (refused at start);
+//! two loops on one GPU, each answering its own stream from its own graph.
 //! Needs a GPU: `cargo test --test gpu_actuation -- --include-ignored`.
 
 mod actuation_support;
 mod appliance_support;
+mod loops_support;
 
 use actuation_support::{chain_samples, collect, listener, output, send_args};
 use appliance_support::{PATIENCE, Running, one_at_a_time};
@@ -307,4 +309,53 @@ fn large_frames_on_the_tiled_kernel_reply_with_their_records() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("samples") && err.contains("tiled"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn two_loops_on_one_gpu_each_answer_their_own_stream() {
+    let _one = one_at_a_time();
+    let (fixed, fixed_addr) = listener();
+    let table = format!(
+        "[[loop.actuate]]\ndestination = \"{fixed_addr}\"\nsend = [\"record\", \"samples\"]\nsamples = 5\n"
+    );
+    let text = loops_support::TWO_LOOPS
+        .replace("backend = \"host\"", "backend = \"cuda\"")
+        .replace("frame_timeout_ms = 1000", "frame_timeout_ms = 1000\ntransport = \"udp\"")
+        .replace("name = \"cam0\"", "name = \"cam0\"\ngpu = 0")
+        .replace("name = \"cam1\"", "name = \"cam1\"\ngpu = 0")
+        .replace(
+            "data_not_ready_sleep_interval_us = 100\n",
+            &format!("data_not_ready_sleep_interval_us = 100\n{table}"),
+        );
+    let cfg = frameloop::config::parse(&text).unwrap();
+    assert_eq!(cfg.loops.iter().map(|l| l.actuate.len()).collect::<Vec<_>>(), [1, 1], "{text}");
+    let (set, seen) = loops_support::start(&cfg, None);
+    let (a, b) = (loops_support::addr(&set, "cam0"), loops_support::addr(&set, "cam1"));
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let frames = loops_support::FRAMES;
+    for seq in 0..frames {
+        loops_support::send_frame(&socket, a, 1, seq);
+        loops_support::send_frame(&socket, b, 2, seq);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let got = collect(&fixed, |g| g.len() as u64 >= 2 * frames);
+    let report = set.stop();
+    assert!(report.down().is_empty(), "{:?}", report.down());
+    let seen = seen.lock().unwrap();
+    let mut per_stream: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for bytes in &got {
+        let m = decode(bytes).expect("a well-formed message");
+        let (stream, seq) = (m.header.stream_id, m.header.frame_seq);
+        let name = if stream == 1 { "cam0" } else { "cam1" };
+        let r = seen[name].iter().find(|r| r.frame_seq == seq).expect("a frame the loop processed");
+        assert_eq!(m.record.as_ref(), Some(r), "{name} frame {seq}: its own loop's record");
+        assert_eq!(m.samples().count(), 5, "{name} frame {seq}");
+        per_stream.entry(stream).or_default().push(seq);
+    }
+    for (stream, seqs) in per_stream.iter_mut() {
+        seqs.sort_unstable();
+        assert_eq!(*seqs, (0..frames).collect::<Vec<_>>(), "stream {stream}: one message per frame");
+    }
+    assert_eq!(per_stream.keys().copied().collect::<Vec<_>>(), [1, 2]);
 }
