@@ -14,7 +14,7 @@ mod actuation_support;
 mod appliance_support;
 mod loops_support;
 
-use actuation_support::{chain_samples, collect, listener, output, send_args};
+use actuation_support::{chain_samples, collect_in_background, listener, output, send_args};
 use appliance_support::{PATIENCE, Running, one_at_a_time};
 use frameloop::actuate::{When, config::Part};
 use frameloop::config::{BackendChoice, Config, FusedChainMode};
@@ -103,11 +103,13 @@ fn every_path_output_matches_the_cpu(mode: FusedChainMode) {
     let running = Running::start_any(&cfg);
     assert_eq!(running.app.backend().name(), "cuda");
     let (socket, replies) = sensor(running.addr());
+    let replies = collect_in_background(replies, |g| g.len() as u64 >= FRAMES);
+    let want_fixed = FRAMES as usize + detects.len();
+    let at_fixed = collect_in_background(fixed, move |g| g.len() >= want_fixed);
     let args = send_args(running.addr(), FRAMES, FRAME_BYTES, Pattern::Random, 1000.0);
     let sent = run_sender_on(socket, &args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, FRAMES);
-    let got = collect(&replies, |g| g.len() as u64 >= FRAMES);
-    let at_fixed = collect(&fixed, |g| g.len() >= FRAMES as usize + detects.len());
+    let (got, at_fixed) = (replies.join().unwrap(), at_fixed.join().unwrap());
     let (report, results) = running.stop();
     let results = by_frame(results);
     assert_eq!(results.len() as u64, FRAMES, "{mode:?}: every frame processed");
@@ -226,10 +228,12 @@ fn a_user_kernel_asks_for_actuation_on_the_frames_it_flags() {
     assert!(cfg.problems().is_empty(), "{:?}", cfg.problems());
     let running = Running::start_any(&cfg);
     let flagged: Vec<u64> = (0..FRAMES).filter(|s| s % 3 == 1).collect();
+    let want = FRAMES as usize + flagged.len();
+    let got = collect_in_background(fixed, move |g| g.len() >= want);
     let args = send_args(running.addr(), FRAMES, FRAME_BYTES, Pattern::Random, 1000.0);
     let sent = run_sender(&args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, FRAMES);
-    let got = collect(&fixed, |g| g.len() >= FRAMES as usize + flagged.len());
+    let got = got.join().unwrap();
     let (report, results) = running.stop();
     let results = by_frame(results);
     assert_eq!(results.len() as u64, FRAMES);
@@ -283,10 +287,11 @@ fn large_frames_on_the_tiled_kernel_reply_with_their_records() {
     let running = Running::start_any(&cfg);
     let (socket, replies) = sensor(running.addr());
     socket.set_send_buffer_size(8 << 20).unwrap();
+    let got = collect_in_background(replies, |g| g.len() as u64 >= LARGE_FRAMES);
     let args = send_args(running.addr(), LARGE_FRAMES, LARGE_BYTES, Pattern::Random, 50.0);
     let sent = run_sender_on(socket, &args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, LARGE_FRAMES);
-    let got = collect(&replies, |g| g.len() as u64 >= LARGE_FRAMES);
+    let got = got.join().unwrap();
     let (report, results) = running.stop();
     let results = by_frame(results);
     assert_eq!(results.len() as u64, LARGE_FRAMES, "every frame processed: {:?}", report.loop_stats);
@@ -334,12 +339,13 @@ fn two_loops_on_one_gpu_each_answer_their_own_stream() {
     let (a, b) = (loops_support::addr(&set, "cam0"), loops_support::addr(&set, "cam1"));
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let frames = loops_support::FRAMES;
+    let got = collect_in_background(fixed, move |g| g.len() as u64 >= 2 * frames);
     for seq in 0..frames {
         loops_support::send_frame(&socket, a, 1, seq);
         loops_support::send_frame(&socket, b, 2, seq);
         std::thread::sleep(Duration::from_millis(1));
     }
-    let got = collect(&fixed, |g| g.len() as u64 >= 2 * frames);
+    let got = got.join().unwrap();
     let report = set.stop();
     assert!(report.down().is_empty(), "{:?}", report.down());
     let seen = seen.lock().unwrap();

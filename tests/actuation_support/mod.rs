@@ -41,12 +41,24 @@ pub fn output(destination: &[&str], send: Vec<Part>, samples: u32, when: When) -
     }
 }
 
-/// A UDP socket on loopback (port 0) that receives with a short timeout.
+/// A UDP socket on loopback (port 0) that receives with a short timeout,
+/// its receive buffer as large as the system allows (many messages may
+/// arrive before the test reads them).
 pub fn listener() -> (UdpSocket, SocketAddr) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let _ = socket2::SockRef::from(&s).set_recv_buffer_size(16 << 20);
     let addr = s.local_addr().unwrap();
     (s, addr)
+}
+
+/// [`collect`] on a thread of its own, started now: the datagrams are read
+/// while the frames are still being sent, so none overflows the socket.
+pub fn collect_in_background(
+    socket: UdpSocket,
+    done: impl Fn(&[Vec<u8>]) -> bool + Send + 'static,
+) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+    std::thread::spawn(move || collect(&socket, done))
 }
 
 /// Every datagram `socket` receives until `done` says enough or PATIENCE ends.
