@@ -11,7 +11,8 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// CPU threads run the chain ([`crate::host::HostLoop`]).
+    /// CPU threads run the chain (`HostLoop`, which the `host` module builds
+    /// on this module's [`ResidentLoop`]).
     Host,
     /// A persistent GPU-resident CUDA graph runs the chain.
     Cuda,

@@ -14,8 +14,9 @@
 //! `length` is in bytes, `offset` in pixels from the start of the line, and
 //! the marker bit of the RTP header is set on the last packet of a frame.
 //! Geometry checks (does a segment lie inside the frame) need the frame's
-//! sampling and size and belong to the assembler (`crate::rtp`); this module
-//! only guarantees that every segment's bytes are present in the packet.
+//! sampling and size and belong to the assembler above it (the `rtp`
+//! module); this module only guarantees that every segment's bytes are
+//! present in the packet.
 
 use thiserror::Error;
 
