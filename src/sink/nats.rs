@@ -225,10 +225,15 @@ impl SinkSender {
 
 /// Errors starting the sink.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SinkError {
-    #[error("cannot start the tokio runtime of the [sink.nats] thread")]
+    /// The sink's async runtime could not start; check the process's thread and memory limits.
+    #[error(
+        "cannot start the tokio runtime of the [sink.nats] thread; check the process's thread and memory limits"
+    )]
     Runtime(#[source] std::io::Error),
-    #[error("cannot spawn the [sink.nats] thread")]
+    /// The sink's thread could not start; check the process's thread limit (`ulimit -u`).
+    #[error("cannot spawn the [sink.nats] thread; check the process's thread limit (ulimit -u)")]
     Spawn(#[source] std::io::Error),
 }
 
