@@ -26,11 +26,14 @@ fn library_modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
     let lib = fs::read_to_string(src.join("lib.rs")).expect("src/lib.rs");
     let mut modules = BTreeMap::new();
     for line in lib.lines() {
+        // `mod x;`, `pub mod x;`, `#[doc(hidden)] pub(crate) mod x;`.
         let line = line.trim();
         let Some(rest) = line.strip_suffix(';') else { continue };
-        let rest = rest.strip_prefix("pub(crate) ").or_else(|| rest.strip_prefix("pub ")).unwrap_or(rest);
-        let Some(name) = rest.strip_prefix("mod ") else { continue };
-        let name = name.trim();
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let [.., "mod", name] = words[..] else { continue };
+        if line.starts_with("//") {
+            continue;
+        }
         let file = src.join(format!("{name}.rs"));
         let dir = src.join(name);
         let mut files = Vec::new();
@@ -160,7 +163,7 @@ fn the_layering_check_finds_a_cycle() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     fs::create_dir_all(src.join("low")).unwrap();
-    fs::write(src.join("lib.rs"), "pub mod low;\nmod high;\npub(crate) mod side;\n").unwrap();
+    fs::write(src.join("lib.rs"), "pub mod low;\n#[doc(hidden)] mod high;\npub(crate) mod side;\n").unwrap();
     fs::write(src.join("low/mod.rs"), "//! Low.\nmod inner;\n").unwrap();
     fs::write(src.join("low/inner.rs"), "use crate::{side::X, high::{self, Y}};\n").unwrap();
     fs::write(src.join("high.rs"), "pub fn f() -> crate::low::T { todo!() }\nuse my_crate::side;\n").unwrap();
