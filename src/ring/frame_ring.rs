@@ -63,9 +63,10 @@ pub enum RingError {
     /// A slot payload capacity of 0 or above 1 GiB; set `ring.slot_bytes` within range.
     #[error("payload capacity must be between 1 byte and 1 GiB (got {0}); set ring.slot_bytes")]
     BadCapacity(usize),
-    /// Ring memory without a device address; allocate the ring in mapped (host and device) memory.
+    /// Device-only ring memory without a device address; give the memory one, or allocate the ring
+    /// mapped (host and device).
     #[error(
-        "device-only ring memory ({0}) has no device address; it cannot hold a ring: allocate it mapped (host and device)"
+        "device-only ring memory ({0}) has no device address; it cannot hold a ring: give the memory a device address, or allocate the ring mapped (host and device)"
     )]
     NoDeviceAddress(&'static str),
     /// A ring larger than the address space; lower `ring.slots` or `ring.slot_bytes`.
