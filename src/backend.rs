@@ -11,7 +11,8 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// CPU threads run the chain ([`crate::host::HostLoop`]).
+    /// CPU threads run the chain (`HostLoop`, which the `host` module builds
+    /// on this module's [`ResidentLoop`]).
     Host,
     /// A persistent GPU-resident CUDA graph runs the chain.
     Cuda,
@@ -63,15 +64,23 @@ pub struct ClockEstimate {
 
 /// Errors of a resident loop, naming the stage where one is known.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum BackendError {
+    /// The loop was launched twice; tear it down before launching again.
     #[error("the resident loop is already launched; tear it down before launching again")]
     AlreadyLaunched,
+    /// The loop was used before launch; launch it first.
     #[error("the resident loop is not launched; call launch first")]
     NotLaunched,
+    /// A stage of the loop failed (the message names the stage and what to change).
     #[error("stage {stage} failed: {message}")]
     Stage { stage: String, message: String },
-    #[error("the resident loop timed out after {ms} ms without a frame and tore itself down")]
+    /// No frame arrived within `loop.timeout_ms`; check the sensor, or set `loop.timeout_ms = 0`.
+    #[error(
+        "the resident loop timed out after {ms} ms without a frame and tore itself down; check the sensor, or set loop.timeout_ms = 0"
+    )]
     TimedOut { ms: u64 },
+    /// The backend failed (the message says why and what to change).
     #[error("{0}")]
     Other(String),
 }

@@ -93,6 +93,7 @@ pub mod capture;
 #[doc(hidden)]
 pub mod clock;
 pub mod config;
+mod config_problem;
 #[doc(hidden)]
 pub mod cuda;
 pub mod fragment;

@@ -5,10 +5,16 @@ use thiserror::Error;
 
 /// Why the calling thread could not be put under SCHED_FIFO.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum RealtimeError {
+    /// A priority outside 1..=99; pick one from 1 to 99.
     #[error("SCHED_FIFO priority {priority} is out of range; pick a priority from 1 to 99")]
     OutOfRange { priority: u8 },
-    #[error("the kernel refused SCHED_FIFO priority {priority}: {source}")]
+    /// The kernel refused SCHED_FIFO; grant `LimitRTPRIO=` or CAP_SYS_NICE, or run without
+    /// real-time priority.
+    #[error(
+        "the kernel refused SCHED_FIFO priority {priority}: {source}; grant LimitRTPRIO= or CAP_SYS_NICE"
+    )]
     Refused {
         priority: u8,
         #[source]

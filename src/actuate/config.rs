@@ -3,7 +3,7 @@
 //! their size and rate; checked into an [`ActuationPlan`] with every problem
 //! naming its key (`actuate[0].destination`, `loop[1].actuate[0].when`).
 
-use crate::config::ConfigProblem;
+use crate::config_problem::{ConfigProblem, deserialize_table, no_listed_keys};
 use crate::ingest::{Transport, UdpConfig};
 use crate::wire::actuation::{
     HEADER_LEN, MAX_MESSAGE_BYTES, MessageShape, PART_RECORD, PART_SAMPLES, PART_USER, payload_bytes,
@@ -327,7 +327,9 @@ pub fn parse_tables(key: &str, value: &toml::Value, problems: &mut Vec<ConfigPro
     items
         .iter()
         .enumerate()
-        .map(|(i, v)| crate::config::section::<ActuateConfig>(&format!("{key}[{i}]"), Some(v), problems))
+        .map(|(i, v)| {
+            deserialize_table::<ActuateConfig>(&format!("{key}[{i}]"), Some(v), problems, no_listed_keys)
+        })
         .collect()
 }
 

@@ -20,16 +20,27 @@ use thiserror::Error;
 
 /// Errors building a transmit ring.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ActuateError {
+    /// A transmit ring of impossible geometry; set `ring.transmit_slots` to 2..=65536 and
+    /// `max_bytes` to at most 65507.
     #[error(
         "a transmit ring of {slots} slots for {max_datagram}-byte messages is impossible; set \
          ring.transmit_slots to 2..=65536 and the outputs' max_bytes to at most 65507"
     )]
     RingGeometry { slots: usize, max_datagram: usize },
-    #[error("the transmit ring needs host-addressable, 64-byte aligned memory, not {0}")]
+    /// Transmit ring memory the host cannot address or not 64-byte aligned; allocate it in host or
+    /// mapped memory.
+    #[error(
+        "the transmit ring needs host-addressable, 64-byte aligned memory, not {0}; allocate it in host or mapped memory"
+    )]
     RingMemory(&'static str),
-    #[error("the transmit ring needs {needed} bytes of memory but got {available}")]
+    /// Transmit ring memory smaller than the ring needs; allocate the size the ring asks for.
+    #[error(
+        "the transmit ring needs {needed} bytes of memory but got {available}; allocate the size the ring asks for"
+    )]
     RingTooSmall { needed: usize, available: usize },
+    /// The transmit ring could not be allocated; raise the memlock limit (`LimitMEMLOCK=`).
     #[error("cannot allocate {len} bytes for the transmit ring: {source}; check the memlock limit")]
     Memory {
         len: usize,

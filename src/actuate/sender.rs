@@ -115,9 +115,12 @@ pub struct ActuationSender {
 
 /// Starting the sender failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SenderError {
+    /// The actuation socket could not be opened; check the process's socket limits.
     #[error("cannot open the actuation socket: {0}; check the process's socket limits")]
     Socket(#[source] io::Error),
+    /// The actuation sender thread could not start; check the process's thread limit (`ulimit -u`).
     #[error("cannot start the actuation sender thread: {0}; check the process thread limit (ulimit -u)")]
     Thread(#[source] io::Error),
 }

@@ -100,6 +100,12 @@ pub fn all_keys() -> Vec<ConfigKey> {
     keys.into_iter().collect()
 }
 
+/// The keys of `table` (as in [`ConfigKey::table`]: `"ingest"`), for the
+/// message about an unknown key of a table whose type does not list them.
+pub fn keys_of_table(table: &str) -> Vec<String> {
+    all_keys().into_iter().filter(|k| k.table == table).map(|k| k.key).collect()
+}
+
 /// Top-level keys that are not one table of one type: `chain` (an array of
 /// tables, the operators) and `loop` (`[loop]` or `[[loop]]`).
 const ARRAY_OR_TABLE: &[&str] = &["chain", "loop"];

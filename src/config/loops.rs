@@ -5,8 +5,8 @@
 //! the resident-loop keys of `[loop]` (`poll_budget_us`, ...) sit directly in
 //! each `[[loop]]` table. Without `[[loop]]` the appliance runs one loop.
 
-use super::problem::{ConfigProblem, section};
 use super::{ChainEntry, Config, LoopConfig, RingConfig};
+use super::{ConfigProblem, section};
 use crate::ingest::UdpConfig;
 use crate::ops::{self, OpSpec};
 use crate::topology::CpuList;

@@ -6,9 +6,8 @@ use crate::ops::{self, OpSpec};
 use crate::ring::OverrunPolicy;
 pub mod keys;
 pub mod loops;
-pub mod problem;
 
-pub use problem::{ConfigProblem, check_range, section};
+pub use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 
 /// Settings of the resident loop (host thread or GPU graph), named after the
@@ -39,7 +38,7 @@ pub struct LoopConfig {
     /// received part into GPU memory while the rest is on the wire, so that
     /// after its last packet only the tail crosses the bus (sub-frame
     /// streaming, `src/gpu/streaming.rs`). `auto` streams slots of at least
-    /// [`crate::gpu::streaming::AUTO_MIN_SLOT_BYTES`] and reads smaller ones in place.
+    /// [`AUTO_MIN_SLOT_BYTES`] and reads smaller ones in place.
     pub stream_to_gpu: StreamToGpu,
     /// CUDA backend, frames streaming into GPU memory: the last bytes of a
     /// frame (its expected length: the previous frame's) the loop does not
@@ -79,6 +78,11 @@ pub enum StreamToGpu {
     /// The chain reads each frame in place from the mapped slot (zero-copy).
     Off,
 }
+
+/// `loop.stream_to_gpu = "auto"` streams slots of at least this many bytes
+/// (docs/gpu.md, "When to stream": the smallest measured size where
+/// streaming lowered both p50 and p99.9).
+pub const AUTO_MIN_SLOT_BYTES: usize = 768 * 1024;
 
 /// `loop.fused_chain`: whether the CUDA backend fuses the chain into the
 /// data-ready handler's kernel.
@@ -507,6 +511,19 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid(problems)) }
 }
 
+/// Deserialises one table (`prefix` names it: `"ingest"`, `"chain[2]"`),
+/// collecting every unknown key and bad value into `problems`: each
+/// offending key is reported, removed and the rest tried again, so one bad
+/// key never hides the next. An unknown key is answered with the keys the
+/// table accepts, read from the config types.
+pub fn section<T: serde::de::DeserializeOwned + Default>(
+    prefix: &str,
+    value: Option<&toml::Value>,
+    problems: &mut Vec<ConfigProblem>,
+) -> T {
+    crate::config_problem::deserialize_table(prefix, value, problems, keys::keys_of_table)
+}
+
 /// Reads and parses a config file.
 pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
     let text = crate::small_file::read_text(path, crate::small_file::SMALL_FILE_LIMIT)
@@ -700,5 +717,54 @@ mod tests {
         for k in ["ring.slots", "ring.slot_bytes", "loop.poll_budget_us"] {
             assert!(text.contains(k), "{text}");
         }
+    }
+
+    // The sections' own tables, parsed as part of the whole config.
+
+    #[test]
+    fn sink_nats_section_parses_with_defaults() {
+        let cfg = parse("[sink.nats]\nurl = \"nats://10.0.0.1:4222\"\nbox_id = \"edge-7\"\n").unwrap();
+        let nats = cfg.sink.nats.expect("section present");
+        assert_eq!(nats.subject_prefix, "frameloop");
+        assert_eq!(nats.stream, "FRAMELOOP");
+        assert_eq!(nats.buffer, 100_000);
+        assert!(!nats.detections);
+        assert_eq!(nats.retry_max_ms, 1000);
+        assert_eq!(nats.resolved_box_id(), "edge-7");
+        assert!(parse("").unwrap().sink.nats.is_none());
+    }
+
+    #[test]
+    fn sink_nats_bad_values_name_their_keys() {
+        let text = "[sink.nats]\nurl = \"http://x\"\nsubject_prefix = \"a..b\"\nbox_id = \"my box\"\n\
+                    stream = \"A.B\"\nbuffer = 0\nack_timeout_ms = 1\nretry_max_ms = 0\n";
+        let Err(ConfigError::Invalid(problems)) = parse(text) else { panic!("invalid config accepted") };
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        for key in [
+            "sink.nats.url",
+            "sink.nats.subject_prefix",
+            "sink.nats.box_id",
+            "sink.nats.stream",
+            "sink.nats.buffer",
+            "sink.nats.ack_timeout_ms",
+            "sink.nats.retry_max_ms",
+        ] {
+            assert!(keys.contains(&key), "{key} missing from {keys:?}");
+        }
+    }
+
+    #[test]
+    fn the_output_table_is_part_of_the_config() {
+        let config = parse("[output]\nenabled = true\nslots = 16").unwrap();
+        assert_eq!(
+            config.output,
+            crate::output::OutputConfig {
+                enabled: true,
+                slots: 16,
+                ..crate::output::OutputConfig::default()
+            }
+        );
+        let err = parse("[output]\nslots = 5000").unwrap_err();
+        assert_eq!(err.problems()[0].key, "output.slots", "{err}");
     }
 }

@@ -23,27 +23,35 @@ pub enum OperatorPosition {
 
 /// Why user operators cannot be added to the chain.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ChainBuilderError {
+    /// The position names no entry of the configured chain; name one (the message lists them) or
+    /// use the end.
     #[error(
         "operator \"{operator}\" goes after \"{name}\", but the configured chain has no such entry \
          (it has: {chain}); name an entry of `chain` in the config or use the end position"
     )]
     NoSuchEntry { operator: String, name: String, chain: String },
+    /// The position's index is past the configured chain; use an index below its length.
     #[error(
         "operator \"{operator}\" goes after chain[{index}], but the configured chain has {len} entries; \
          use an index below {len}"
     )]
     IndexOutOfRange { operator: String, index: usize, len: usize },
+    /// A Rust GPU operator on the host backend; set `backend = "cuda"`.
     #[error(
         "operator \"{operator}\" is a Rust GPU operator and runs only on the CUDA backend; \
          set `backend = \"cuda\"` in the config (the host backend was picked)"
     )]
     HostBackend { operator: String },
+    /// `loop.fused_chain = "on"` with Rust operators; set it to `"auto"` or `"off"`.
     #[error(
         "loop.fused_chain = \"on\" but the Rust operators {operators} run one kernel per operator; \
          set loop.fused_chain to \"auto\" or \"off\""
     )]
     FusedChain { operators: String },
+    /// A Rust operator's ports do not fit the chain; declare `in` and `out` of the chain's sample
+    /// buffer size.
     #[error(
         "operator \"{operator}\" does not connect {place}: {source}; a Rust operator takes the chain's \
          samples on an input port \"in\" and passes them on from an output port \"out\", both of the \
@@ -55,6 +63,7 @@ pub enum ChainBuilderError {
         #[source]
         source: Box<FragmentError>,
     },
+    /// The configured chain cannot be built (the source says why and how to fix it).
     #[error("the configured chain cannot be built: {0}")]
     Chain(#[source] Box<FragmentError>),
 }

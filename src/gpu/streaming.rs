@@ -45,10 +45,7 @@ pub const TAIL_BLOCKS: u32 = 64;
 /// The data-ready handler's poll budget while streaming (ns): a pull runs
 /// at least this often while the loop waits for a frame.
 pub const STREAM_POLL_BUDGET_NS: u64 = 20_000;
-/// `loop.stream_to_gpu = "auto"` streams slots of at least this many bytes
-/// (docs/gpu.md, "When to stream": the smallest measured size where
-/// streaming lowered both p50 and p99.9).
-pub const AUTO_MIN_SLOT_BYTES: usize = 768 * 1024;
+pub use crate::config::AUTO_MIN_SLOT_BYTES;
 /// Bytes of `FlStreamState` (kernels/stream.cuh), rounded up.
 const STATE_BYTES: usize = 64;
 /// Offset of `FlStreamState::end_guard` (kernels/stream.cuh asserts the

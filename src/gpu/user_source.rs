@@ -55,7 +55,9 @@ impl EntryKind {
 
 /// A problem of one user source, saying how to fix it.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum UserCodeError {
+    /// A user source cannot be read; check the path (relative to the config file's folder).
     #[error(
         "cannot read {path}: {source}; check the path (a relative path is relative to the config file's directory)"
     )]
@@ -64,18 +66,25 @@ pub enum UserCodeError {
         #[source]
         source: std::io::Error,
     },
+    /// A user source is not a regular file of reasonable size; name a `.cu` file.
     #[error(
         "{path} is not a CUDA source ({bytes} bytes, or not a regular file); name a .cu file of at most {MAX_SOURCE_BYTES} bytes"
     )]
     NotASource { path: String, bytes: u64 },
+    /// The user source does not compile; fix the line the compiler names.
     #[error("{file}({line}): error: {message}")]
     Compile { file: String, line: u32, message: String },
-    #[error("{file}: NVRTC could not compile it: {reason}")]
+    /// NVRTC failed without a line to blame; check the CUDA toolkit install.
+    #[error("{file}: NVRTC could not compile it: {reason}; check the CUDA toolkit install")]
     Compiler { file: String, reason: String },
+    /// The user source lacks the named entry point; define it with the signature given.
     #[error("{file} defines no {kind} \"{entry}\"{found}; define {signature}")]
     MissingEntry { file: String, entry: String, kind: &'static str, found: String, signature: String },
+    /// The entry point has the wrong signature; declare it as the message shows.
     #[error("{file}: \"{entry}\" does not have the signature frameloop.cuh requires; declare it {signature}")]
     WrongSignature { file: String, entry: String, signature: String },
+    /// NVRTC cannot be loaded; install the CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and add
+    /// it to `LD_LIBRARY_PATH`.
     #[error(
         "NVRTC (libnvrtc.so.13) cannot be loaded, so {file} was not compiled; install the CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and add its lib directory to LD_LIBRARY_PATH"
     )]

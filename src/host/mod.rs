@@ -17,19 +17,26 @@ use thiserror::Error;
 
 /// Errors building the host loop.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum HostError {
+    /// The frame ring's reader is taken; give the host loop a ring no other consumer reads.
     #[error("the frame ring's reader is already taken; give the host loop a ring no other consumer reads")]
     ReaderTaken,
+    /// The result ring's writer is taken; give the host loop a result ring of its own.
     #[error(
         "the result ring's writer is already taken; give the host loop a result ring no other producer writes"
     )]
     ResultWriterTaken,
+    /// An output ring in device memory; give the host loop a host-memory output ring.
     #[error("the output ring is in device memory; the host loop writes only a host-memory output ring")]
     OutputInDeviceMemory,
+    /// An output ring given after launch; give it before launching.
     #[error("the output ring must be given to the host loop before it is launched")]
     OutputWhileLaunched,
+    /// Something given after launch that must come before; give it before launching.
     #[error("{what} must be given to the host loop before it is launched")]
     Launched { what: &'static str },
+    /// The operator chain cannot run on the host (each error names the entry and the fix).
     #[error("the operator chain cannot run: {}", join_errors(.0))]
     Chain(Vec<ChainError>),
 }

@@ -4,7 +4,7 @@
 
 use super::allow::parse_cidr;
 use super::transport::Transport;
-use crate::config::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 

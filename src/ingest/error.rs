@@ -11,19 +11,27 @@ pub type ThreadStartError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors of the UDP receiver; each says what to change.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum IngestError {
+    /// `ingest.bind` is not an address and port; write it like `"0.0.0.0:5000"`.
     #[error("ingest.bind = {0:?} is not an address and port; write it like \"0.0.0.0:5000\"")]
     BadBind(String),
+    /// An `ingest.allow` entry is not an address or CIDR block; fix the entry (the reason says
+    /// how).
     #[error("ingest.allow entry {entry:?}: {reason}")]
     BadAllow {
         entry: String,
         #[source]
         reason: super::allow::CidrError,
     },
+    /// The UDP address cannot be bound; choose a free port in `ingest.bind` or share it with
+    /// `ingest.reuse_port`.
     #[error(
         "cannot bind UDP {addr}: {source}; choose a free port in ingest.bind, stop the other listener, or set ingest.reuse_port = true on both"
     )]
     Bind { addr: SocketAddr, source: io::Error },
+    /// Another process holds the UDP port; stop it, choose another port, or share it on purpose
+    /// with `ingest.reuse_port`.
     #[error(
         "UDP {addr} (ingest.bind) is already bound by another process ({source}), perhaps another frameloop: \
          stop it or choose another port in ingest.bind. To share one port between processes on purpose \
@@ -31,30 +39,53 @@ pub enum IngestError {
          ingest.reuse_port = true in every one of them"
     )]
     PortTaken { addr: SocketAddr, source: io::Error },
-    #[error("cannot set up the UDP socket ({what}): {source}")]
+    /// The UDP socket could not be set up; check the process's socket limits and the named option.
+    #[error("cannot set up the UDP socket ({what}): {source}; check the process's socket and file limits")]
     Socket { what: &'static str, source: io::Error },
-    #[error("waiting for UDP readiness failed: {0}")]
+    /// Waiting for datagrams failed; restart the appliance and check the interface.
+    #[error("waiting for UDP readiness failed: {0}; restart the appliance and check the interface")]
     Poll(io::Error),
-    #[error("reading UDP datagrams failed: {0}")]
+    /// Reading datagrams failed; restart the appliance and check the interface.
+    #[error("reading UDP datagrams failed: {0}; restart the appliance and check the interface")]
     Recv(io::Error),
+    /// The assembly thread could not be created; set `ingest.assembly_thread = false` or raise the
+    /// thread limit.
     #[error(
         "cannot start the assembly thread of ingest.assembly_thread: {0}; set ingest.assembly_thread = false"
     )]
     AssemblySpawn(io::Error),
-    #[error("the assembly thread (ingest.assembly_thread) could not start: {0}")]
+    /// The assembly thread could not set itself up; set `ingest.assembly_thread = false` or fix its
+    /// placement.
+    #[error(
+        "the assembly thread (ingest.assembly_thread) could not start: {0}; fix its placement or set ingest.assembly_thread = false"
+    )]
     AssemblyStart(#[source] ThreadStartError),
-    #[error("the assembly thread (ingest.assembly_thread) stopped while the receiver ran")]
+    /// The assembly thread stopped while the receiver ran; see the log for why, and restart the
+    /// appliance.
+    #[error(
+        "the assembly thread (ingest.assembly_thread) stopped while the receiver ran; see the log for why and restart the appliance"
+    )]
     AssemblyGone,
+    /// A reading thread could not be created; lower `ingest.reading_threads`.
     #[error("cannot start a reading thread of ingest.reading_threads: {0}; lower ingest.reading_threads")]
     ReadingThreadSpawn(io::Error),
-    #[error("reading thread {index} (ingest.reading_threads) could not start: {why}")]
+    /// A reading thread could not set itself up; lower `ingest.reading_threads` or fix its
+    /// placement.
+    #[error(
+        "reading thread {index} (ingest.reading_threads) could not start: {why}; fix its placement or lower ingest.reading_threads"
+    )]
     ReadingThreadStart {
         index: usize,
         #[source]
         why: ThreadStartError,
     },
-    #[error("another thread of the receiver (ingest.assembly_thread, ingest.reading_threads) stopped")]
+    /// Another thread of the receiver stopped; see the log for why, and restart the appliance.
+    #[error(
+        "another thread of the receiver (ingest.assembly_thread, ingest.reading_threads) stopped; see the log for why and restart the appliance"
+    )]
     PeerStopped,
+    /// The kernel cannot spread datagrams over the reading threads; use Linux 4.5 or later, or set
+    /// `ingest.reading_threads = 1`.
     #[error(
         "cannot spread datagrams over the ingest.reading_threads sockets (SO_ATTACH_REUSEPORT_CBPF): \
          {0}; the kernel needs classic BPF reuseport programs (Linux 4.5 or later), or set \

@@ -55,13 +55,18 @@ pub enum IngestFormat {
 
 /// Why the emulated DMA engine or its receiver cannot start.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum HsbIngestError {
+    /// The frame ring already has a writer; give the HSB emulation a ring of its own.
     #[error("the frame ring already has a writer; the HSB DMA emulation must be its only writer")]
     WriterTaken,
+    /// The frame ring is in device-only memory; use mapped or host ring memory with HSB ingest.
     #[error(
         "the frame ring is in device-only memory; the HSB DMA emulation writes host-addressable ring memory (mapped or host)"
     )]
     DeviceOnly,
+    /// The HSB receiver's address cannot be bound; check `ingest.listen` (an address of this host,
+    /// a free port).
     #[error(
         "cannot bind the HSB receiver to {addr}: {source}; check ingest.listen (address on this host, port free)"
     )]

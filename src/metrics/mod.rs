@@ -31,7 +31,7 @@ pub use summary::{
 };
 pub use thread::{FrameWait, LoopHook, PlaceError, ResultProgress, ResultSpin, ResultThread};
 
-use crate::config::problem::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use thiserror::Error;

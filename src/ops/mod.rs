@@ -102,37 +102,52 @@ impl OpSpec {
 
 /// A chain that cannot run, naming the operator (by `chain[i]`) and the fix.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum ChainError {
+    /// The chain has no operator; add a `[[chain]]` table with `op = "unpack"` first.
     #[error("chain is empty: add a [[chain]] table with op = \"unpack\" first")]
     Empty,
+    /// The chain does not start with `unpack`; make `chain[0]` an `op = "unpack"` table.
     #[error("chain[0] is \"{0}\" but the chain must start with op = \"unpack\"")]
     MissingUnpack(&'static str),
-    #[error("chain[{0}]: unpack may only appear first")]
+    /// An `unpack` after the first entry; remove it or move it to `chain[0]`.
+    #[error("chain[{0}]: unpack may only appear first; remove it or move it to chain[0]")]
     UnpackNotFirst(usize),
+    /// A FIR filter's tap count is even or out of range; give an odd number of taps up to the
+    /// maximum.
     #[error("chain[{index}].taps: {len} taps; use an odd number between 1 and {MAX_FIR_TAPS}")]
     BadTaps { index: usize, len: usize },
-    #[error("chain[{index}].{key}: value must be finite (got {value})")]
+    /// An operator's number is NaN or infinite; give a finite value.
+    #[error("chain[{index}].{key}: value must be finite (got {value}); give a finite number")]
     NotFinite { index: usize, key: &'static str, value: f32 },
+    /// A width of 0; give a width of at least 1.
     #[error("chain[{index}].width: must be at least 1 (got 0)")]
     ZeroWidth { index: usize },
-    #[error("chain[{index}].us: {us} is over the {MAX_DELAY_US} µs a delay may last")]
+    /// A delay longer than a delay may last; lower `us`.
+    #[error("chain[{index}].us: {us} is over the {MAX_DELAY_US} µs a delay may last; lower it")]
     LongDelay { index: usize, us: u32 },
-    #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain")]
+    /// An operator that may appear once per chain appears twice; remove the extra entry.
+    #[error("chain[{index}]: only one \"{op}\" operator is allowed per chain; remove the extra entry")]
     Duplicate { index: usize, op: &'static str },
+    /// An FFT row length out of range; give `n` within the supported range.
     #[error(
         "chain[{index}].n: {n} samples per row; use a row length between {} and {}",
         fft::MIN_FFT_LEN,
         fft::MAX_FFT_LEN
     )]
     FftLength { index: usize, n: u32 },
+    /// An FFT scale of 0 or below; give a positive scale, or leave it out for 1/n.
     #[error("chain[{index}].scale: must be above 0 (got {value}); leave it out for 1/n")]
     FftScale { index: usize, value: f32 },
+    /// A user kernel's key is wrong (the message names the key and the fix).
     #[error("chain[{index}].{key}: {message}")]
     UserKernel { index: usize, key: String, message: String },
+    /// A user kernel on the host backend; use `backend = "cuda"` on a machine with a GPU.
     #[error(
         "chain[{index}] (kernel \"{entry}\"): user kernels run only on the CUDA backend; use backend = \"cuda\" on a machine with a GPU"
     )]
     UserKernelOnHost { index: usize, entry: String },
+    /// The backend cannot run the chain as configured (the message says why and what to change).
     #[error("[[chain]]: {0}")]
     Backend(String),
 }

@@ -1,7 +1,7 @@
 //! The `[output]` table: whether processed frames go into the output ring,
 //! how many slots it has and where consumers attach.
 
-use crate::config::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -61,13 +61,5 @@ mod tests {
         let keys: Vec<_> = p.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["output.slots", "output.socket"]);
         assert!(toml::from_str::<OutputConfig>("slot = 4").is_err(), "unknown keys are refused");
-    }
-
-    #[test]
-    fn the_output_table_is_part_of_the_config() {
-        let config = crate::config::parse("[output]\nenabled = true\nslots = 16").unwrap();
-        assert_eq!(config.output, OutputConfig { enabled: true, slots: 16, ..OutputConfig::default() });
-        let err = crate::config::parse("[output]\nslots = 5000").unwrap_err();
-        assert_eq!(err.problems()[0].key, "output.slots", "{err}");
     }
 }

@@ -15,6 +15,7 @@ use thiserror::Error;
 
 /// Errors of drawing or encoding a picture.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum PlotError {
     /// plotters refused the drawing (its message kept).
     #[error("cannot draw the {what} plot: {message}")]

@@ -1,7 +1,7 @@
 //! The `[rdma]` table:
 //! where rdma_cm listens, which device and port, GID index and path MTU.
 
-use crate::config::problem::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 

@@ -39,17 +39,26 @@ use thiserror::Error;
 
 /// Errors of the RDMA ingest once it was chosen, each saying what to change.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum RdmaError {
+    /// RDMA was asked for but cannot be used here; fix what the source names, or use UDP ingest.
     #[error("ingest.transport = \"rdma\" but RDMA is not usable: {0}")]
     Unavailable(#[from] RdmaUnavailable),
+    /// The frame ring already has a writer; RDMA ingest must be its only writer.
     #[error("the frame ring's writer is already taken; RDMA ingest must be the ring's only writer")]
     WriterTaken,
-    #[error("rdma_cm {what} failed: {why}")]
+    /// A connection manager call failed; check the RDMA device, the addresses and that the peer
+    /// runs.
+    #[error("rdma_cm {what} failed: {why}; check the RDMA device, the addresses and that the peer runs")]
     Cm { what: &'static str, why: String },
+    /// The RDMA connection failed (the message says why and what to change).
     #[error("RDMA connection: {0}")]
     Connection(String),
+    /// The appliance's ring descriptor cannot be used; run the same frameloop version on both
+    /// sides.
     #[error("the appliance sent an unusable ring descriptor: {0}")]
     Descriptor(#[from] remote::DescriptorError),
+    /// The RDMA sender failed (the message says why and what to change).
     #[error("{0}")]
     Sender(String),
 }

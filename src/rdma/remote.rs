@@ -48,18 +48,24 @@ pub struct RingDescriptor {
 
 /// A descriptor that cannot be used; the sensor refuses the connection.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DescriptorError {
+    /// A descriptor of the wrong length; the peer is not a frameloop appliance.
     #[error(
         "ring descriptor is {0} bytes, expected {DESCRIPTOR_BYTES}: the peer is not a frameloop appliance"
     )]
     Length(usize),
+    /// A descriptor of the wrong magic; the peer is not a frameloop appliance.
     #[error("ring descriptor has magic {0:#010x}: the peer is not a frameloop appliance")]
     Magic(u32),
+    /// Another protocol or ring layout version; run the same frameloop version on both sides.
     #[error(
         "the appliance speaks RDMA protocol {found} and ring layout {layout}, this sender {PROTOCOL_VERSION} and {RING_LAYOUT_VERSION}; run the same frameloop version on both"
     )]
     Version { found: u32, layout: u32 },
-    #[error("ring descriptor is inconsistent: {0}")]
+    /// A descriptor whose numbers do not fit together; run the same frameloop version on both
+    /// sides.
+    #[error("ring descriptor is inconsistent: {0}; run the same frameloop version on both sides")]
     Geometry(&'static str),
 }
 

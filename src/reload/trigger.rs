@@ -23,14 +23,18 @@ pub struct ReloadArgs {
 
 /// Why the reload request could not be sent.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ReloadError {
+    /// No appliance named; give `--pid PID` or `--pid-file PATH`.
     #[error("name the appliance to reload with --pid PID or --pid-file PATH")]
     NoTarget,
     /// The pid file is unreadable, stale, or names a process that did not write it.
     #[error(transparent)]
     PidFile(#[from] PidFileError),
+    /// A process id of 1 or below; give the id of a running frameloop.
     #[error("--pid {0}: give the process id of a running frameloop (above 1)")]
     BadPid(i32),
+    /// SIGHUP could not be sent; check that the process runs and belongs to you.
     #[error("cannot send SIGHUP to process {pid}: {source}; check that it runs and belongs to you")]
     Signal {
         pid: i32,

@@ -49,27 +49,41 @@ impl OverrunPolicy {
 
 /// Errors creating a ring.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum RingError {
+    /// The ring's memory is smaller than the ring needs; allocate it with `ring_bytes()`.
     #[error("ring needs {needed} bytes but its memory has {available}; allocate it with ring_bytes()")]
     TooSmall { needed: usize, available: usize },
-    #[error("ring memory is not 256-byte aligned")]
+    /// The ring's memory is not 256-byte aligned; allocate it with the ring's memory kinds.
+    #[error("ring memory is not 256-byte aligned; allocate it with one of the ring's memory kinds")]
     Misaligned,
+    /// Fewer than 2 slots; set `ring.slots` to 2 or more.
     #[error("slot_count must be at least 2 (got {0}); set ring.slots to 2 or more")]
     TooFewSlots(usize),
+    /// A slot payload capacity of 0 or above 1 GiB; set `ring.slot_bytes` within range.
     #[error("payload capacity must be between 1 byte and 1 GiB (got {0}); set ring.slot_bytes")]
     BadCapacity(usize),
-    #[error("device-only ring memory ({0}) has no device address; it cannot hold a ring")]
+    /// Device-only ring memory without a device address; give the memory one, or allocate the ring
+    /// mapped (host and device).
+    #[error(
+        "device-only ring memory ({0}) has no device address; it cannot hold a ring: give the memory a device address, or allocate the ring mapped (host and device)"
+    )]
     NoDeviceAddress(&'static str),
+    /// A ring larger than the address space; lower `ring.slots` or `ring.slot_bytes`.
     #[error(
         "a ring of {slots} slots of {slot_bytes} bytes does not fit in the address space; lower ring.slots or ring.slot_bytes"
     )]
     TooLarge { slots: usize, slot_bytes: usize },
+    /// A result ring of 0 or too many results; set `ring.results` within range.
     #[error("the result ring must hold between 1 and 4294967294 results (got {0}); set ring.results")]
     BadResultCapacity(usize),
+    /// Result ring memory the host cannot read; allocate it mapped (host and device).
     #[error(
         "result ring memory ({0}) has no host view; the host result thread cannot read it: allocate it mapped (host and device)"
     )]
     NoHostView(&'static str),
+    /// The ring's header could not be written to the GPU; restart the process (the CUDA context is
+    /// unusable).
     #[error("cannot write the header of the GPU ring: {0}")]
     HeaderCopy(#[from] CopyError),
 }

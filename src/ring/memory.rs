@@ -62,9 +62,16 @@ pub trait DeviceCopies: Send + Sync {
 
 /// A copy to or from device-only ring memory failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum CopyError {
-    #[error("a copy of {len} bytes at offset {offset} lies outside the {capacity}-byte ring memory")]
+    /// A copy outside the ring's memory, refused before it ran; a frameloop bug: report it with the
+    /// message.
+    #[error(
+        "a copy of {len} bytes at offset {offset} lies outside the {capacity}-byte ring memory; this is a frameloop bug: report it with this message"
+    )]
     OutOfBounds { offset: usize, len: usize, capacity: usize },
+    /// A copy to or from GPU memory failed; restart the process (the CUDA context is unusable after
+    /// a fault).
     #[error(
         "copying {direction} the GPU ring failed: {why}; the CUDA context is probably unusable after a fault: restart the process"
     )]

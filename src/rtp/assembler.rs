@@ -47,7 +47,9 @@ use thiserror::Error;
 
 /// The assembler cannot run with this ring and geometry.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum AssemblerError {
+    /// A frame larger than a ring slot; set `ring.slot_bytes` to at least the size named.
     #[error(
         "a {width}x{height} frame needs {needed} bytes but a ring slot holds {capacity}; set ring.slot_bytes to at least {needed}"
     )]

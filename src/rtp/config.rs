@@ -15,7 +15,7 @@
 
 use super::geometry::{Sampling, VideoGeometry};
 use super::sdp;
-use crate::config::problem::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -204,12 +204,12 @@ impl RtpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::problem::section;
+    use crate::config_problem::{deserialize_table, no_listed_keys};
 
     fn parse(text: &str) -> (RtpConfig, Vec<ConfigProblem>) {
         let table: toml::Table = toml::from_str(text).unwrap();
         let mut problems = Vec::new();
-        let cfg = section::<RtpConfig>("rtp", table.get("rtp"), &mut problems);
+        let cfg = deserialize_table::<RtpConfig>("rtp", table.get("rtp"), &mut problems, no_listed_keys);
         cfg.validate(&mut problems);
         (cfg, problems)
     }

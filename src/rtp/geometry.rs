@@ -89,13 +89,18 @@ impl FromStr for Sampling {
 
 /// Why a geometry cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum GeometryError {
+    /// A bit depth the sampling does not define; use 8, 10, 12 or 16.
     #[error("depth {depth} is not defined for sampling {sampling}; use 8, 10, 12 or 16")]
     BadDepth { sampling: Sampling, depth: u8 },
+    /// A width that is not a positive multiple of a pixel group, or too wide; fix the width.
     #[error("width {width} must be a positive multiple of {pixels} (one pixel group) and at most 32768")]
     BadWidth { width: u32, pixels: u32 },
+    /// A height of 0 or above 32768; give a height from 1 to 32768.
     #[error("height {height} must be between 1 and 32768 (RFC 4175 line numbers have 15 bits)")]
     BadHeight { height: u32 },
+    /// A sampling this build does not know; use one of those the message lists.
     #[error("unsupported sampling \"{name}\"; use one of {}", Sampling::names())]
     UnknownSampling { name: String },
 }

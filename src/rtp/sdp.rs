@@ -19,17 +19,23 @@ pub struct SdpVideo {
 
 /// An SDP this reader cannot use, naming what is missing or wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SdpError {
+    /// The SDP describes no video stream; give one with an `m=video` line.
     #[error("no `m=video <port> RTP/AVP <pt>` line; the SDP must describe a video stream")]
     NoVideo,
+    /// A line of the SDP cannot be read (the message names the line and what is wrong).
     #[error("line {line}: {message}")]
     BadLine { line: usize, message: String },
+    /// No `a=fmtp` line for the video payload type; add one with sampling, width, height and depth.
     #[error(
         "no `a=fmtp:{0} ...` line for the video payload type; it must give sampling, width, height, depth"
     )]
     NoFmtp(u8),
+    /// The `a=fmtp` line lacks a parameter RFC 4175 requires; add it.
     #[error("a=fmtp lacks `{0}=`; RFC 4175 requires sampling, width, height and depth")]
     MissingParameter(&'static str),
+    /// The `a=fmtp` geometry cannot be used (the source says how to fix it).
     #[error("a=fmtp: {0}")]
     Geometry(#[from] GeometryError),
 }

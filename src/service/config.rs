@@ -2,7 +2,7 @@
 //! (metrics endpoint, CPU placement and real-time priority of its threads,
 //! shutdown bound), with validation that names each key.
 
-use crate::config::problem::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -168,11 +168,12 @@ impl ServiceConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config_problem::{deserialize_table, no_listed_keys};
 
     fn parse(text: &str) -> (ServiceConfig, Vec<ConfigProblem>) {
         let value: toml::Value = toml::from_str(text).unwrap();
         let mut problems = Vec::new();
-        let cfg: ServiceConfig = crate::config::problem::section("service", Some(&value), &mut problems);
+        let cfg: ServiceConfig = deserialize_table("service", Some(&value), &mut problems, no_listed_keys);
         if problems.is_empty() {
             cfg.validate(&mut problems);
         }

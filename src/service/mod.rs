@@ -30,16 +30,24 @@ use thiserror::Error;
 
 /// Errors of the service layer, each saying what to change.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ServiceError {
+    /// A thread cannot be pinned to the configured core; pick a core of the process's allowed set
+    /// (the reason lists it).
     #[error("cannot pin the thread to CPU core {cpu}: {reason}")]
     Affinity { cpu: usize, reason: String },
+    /// A thread cannot get real-time priority; grant it (`LimitRTPRIO=`, CAP_SYS_NICE) or remove
+    /// `service.realtime_priority`.
     #[error("cannot give the thread SCHED_FIFO priority {priority}: {reason}")]
     Realtime { priority: u8, reason: String },
+    /// The metrics address cannot be bound; pick a free local port in `service.metrics_addr` or
+    /// remove the key.
     #[error(
         "cannot listen for metrics on {addr}: {source}; pick a free local port in service.metrics_addr \
          or remove the key"
     )]
     MetricsBind { addr: std::net::SocketAddr, source: std::io::Error },
-    #[error("cannot start the {thread} thread: {source}")]
+    /// A service thread could not start; check the process's thread limit (`ulimit -u`).
+    #[error("cannot start the {thread} thread: {source}; check the process's thread limit (ulimit -u)")]
     Spawn { thread: &'static str, source: std::io::Error },
 }

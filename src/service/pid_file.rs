@@ -20,18 +20,25 @@ use thiserror::Error;
 
 /// Why a pid file cannot be written, or does not name a running appliance.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum PidFileError {
+    /// The pid file cannot be written; check `--pid-file` (its folder exists and is writable).
     #[error("cannot write --pid-file {}: {source}; check the path", path.display())]
     Write { path: PathBuf, source: io::Error },
+    /// Another frameloop runs with this pid file; stop it, or give this one another `--pid-file`.
     #[error(
         "--pid-file {}: another frameloop (process {pid}) runs with this pid file; stop it, or give this one another --pid-file",
         path.display()
     )]
     Held { path: PathBuf, pid: String },
+    /// The pid file cannot be read; check `--pid-file`.
     #[error("cannot read the pid file {}: {source}; check --pid-file", path.display())]
     Read { path: PathBuf, source: io::Error },
+    /// The pid file holds no process id; check `--pid-file`.
     #[error("the pid file {} holds {text:?}, not a process id above 1; check --pid-file", path.display())]
     NotAPid { path: PathBuf, text: String },
+    /// No frameloop holds the pid file any more; start the appliance, or name a running one with
+    /// `--pid`.
     #[error(
         "the pid file {} is stale: no frameloop holds it (the appliance that wrote it for process {pid} has \
          ended, and the pid may belong to another process now); nothing was signalled. Start the appliance, \
@@ -39,12 +46,15 @@ pub enum PidFileError {
         path.display()
     )]
     Stale { path: PathBuf, pid: i32 },
+    /// The pid was reused by a process that did not write the file; name the appliance with
+    /// `--pid`.
     #[error(
         "process {pid} started after the pid file {} was written, so it is not the frameloop that wrote it \
          (the pid was reused); nothing was signalled. Check which appliance runs, or name it with --pid",
         path.display()
     )]
     NotTheWriter { path: PathBuf, pid: i32 },
+    /// The process the pid file names is not running; start the appliance.
     #[error(
         "process {pid} named by the pid file {} is not running; nothing was signalled. Start the appliance",
         path.display()

@@ -51,13 +51,19 @@ pub const DETECTION_MESSAGE_BYTES: usize = 48;
 
 /// Why a message could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DecodeError {
+    /// A message of the wrong length for its kind; decode it with the reader of the version that
+    /// wrote it.
     #[error("message is {got} bytes; a version-1 {what} message is {want} bytes")]
     Length { what: &'static str, got: usize, want: usize },
+    /// A message of a newer encoding version; upgrade the reader.
     #[error(
         "message version {0} is not supported (this build reads version {ENCODING_VERSION}); upgrade the reader"
     )]
     Version(u8),
+    /// A message of another kind; decode it with the decoder of its kind (subscribe to its
+    /// subject).
     #[error("message kind {got} is not a {what} (kind {want})")]
     Kind { what: &'static str, got: u8, want: u8 },
 }

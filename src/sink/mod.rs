@@ -3,7 +3,7 @@
 pub mod encoding;
 pub mod nats;
 
-use crate::config::ConfigProblem;
+use crate::config_problem::ConfigProblem;
 use serde::{Deserialize, Serialize};
 
 /// The `[sink]` section: each sink is optional.

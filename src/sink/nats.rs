@@ -3,7 +3,7 @@
 //! acknowledgement, holding up to `buffer` results through an uplink outage.
 
 use super::encoding::{Detection, encode_detection, encode_result};
-use crate::config::{ConfigProblem, check_range};
+use crate::config_problem::{ConfigProblem, check_range};
 use crate::ring::ResultRecord;
 use async_nats::jetstream;
 use serde::{Deserialize, Serialize};
@@ -225,10 +225,15 @@ impl SinkSender {
 
 /// Errors starting the sink.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SinkError {
-    #[error("cannot start the tokio runtime of the [sink.nats] thread")]
+    /// The sink's async runtime could not start; check the process's thread and memory limits.
+    #[error(
+        "cannot start the tokio runtime of the [sink.nats] thread; check the process's thread and memory limits"
+    )]
     Runtime(#[source] std::io::Error),
-    #[error("cannot spawn the [sink.nats] thread")]
+    /// The sink's thread could not start; check the process's thread limit (`ulimit -u`).
+    #[error("cannot spawn the [sink.nats] thread; check the process's thread limit (ulimit -u)")]
     Spawn(#[source] std::io::Error),
 }
 
@@ -534,39 +539,6 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ConfigError, parse};
-
-    #[test]
-    fn section_parses_with_defaults() {
-        let cfg = parse("[sink.nats]\nurl = \"nats://10.0.0.1:4222\"\nbox_id = \"edge-7\"\n").unwrap();
-        let nats = cfg.sink.nats.expect("section present");
-        assert_eq!(nats.subject_prefix, "frameloop");
-        assert_eq!(nats.stream, "FRAMELOOP");
-        assert_eq!(nats.buffer, 100_000);
-        assert!(!nats.detections);
-        assert_eq!(nats.retry_max_ms, 1000);
-        assert_eq!(nats.resolved_box_id(), "edge-7");
-        assert!(parse("").unwrap().sink.nats.is_none());
-    }
-
-    #[test]
-    fn bad_values_name_their_keys() {
-        let text = "[sink.nats]\nurl = \"http://x\"\nsubject_prefix = \"a..b\"\nbox_id = \"my box\"\n\
-                    stream = \"A.B\"\nbuffer = 0\nack_timeout_ms = 1\nretry_max_ms = 0\n";
-        let Err(ConfigError::Invalid(problems)) = parse(text) else { panic!("invalid config accepted") };
-        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
-        for key in [
-            "sink.nats.url",
-            "sink.nats.subject_prefix",
-            "sink.nats.box_id",
-            "sink.nats.stream",
-            "sink.nats.buffer",
-            "sink.nats.ack_timeout_ms",
-            "sink.nats.retry_max_ms",
-        ] {
-            assert!(keys.contains(&key), "{key} missing from {keys:?}");
-        }
-    }
 
     #[test]
     fn reconnects_wait_no_longer_than_the_retry_cap() {

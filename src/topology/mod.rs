@@ -35,7 +35,9 @@ const VENDOR_NVIDIA: &str = "0x10de";
 
 /// Errors of reading the topology and placing streams on it.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TopologyError {
+    /// The sysfs tree cannot be opened; pass `--sysfs DIR` with a sysfs root.
     #[error(
         "cannot open the sysfs tree {}: {source}; pass --sysfs DIR with a sysfs root \
          (default /sys, or a tree recorded by scripts/record-sysfs.sh)",
@@ -46,22 +48,33 @@ pub enum TopologyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot list the network interfaces' addresses (getifaddrs): {source}")]
+    /// The network interfaces cannot be listed; run where `getifaddrs` works (the host's network
+    /// namespace).
+    #[error(
+        "cannot list the network interfaces' addresses (getifaddrs): {source}; run in the host's network namespace"
+    )]
     Interfaces {
         #[source]
         source: nix::Error,
     },
+    /// A stream names a GPU this machine does not have; give an index below the GPU count, or
+    /// remove it.
     #[error(
         "{stream} is set to `gpu = {gpu}` but this machine has {count} GPU(s); \
          set gpu to 0..{count} (exclusive) or remove it to place the stream automatically"
     )]
     GpuOutOfRange { stream: String, gpu: usize, count: usize },
+    /// No NVIDIA GPU to place a stream on; check `nvidia-smi` and the driver, or use the host
+    /// backend.
     #[error(
         "no NVIDIA GPU under /sys/bus/pci/devices to place {stream} on; \
          check `nvidia-smi` and that the driver is loaded, or use the host backend"
     )]
     NoGpu { stream: String },
-    #[error("cannot write the topology report: {source}")]
+    /// The topology report could not be written; check the output (a closed pipe, a full disk).
+    #[error(
+        "cannot write the topology report: {source}; check where the output goes (a closed pipe, a full disk)"
+    )]
     Output {
         #[source]
         source: std::io::Error,

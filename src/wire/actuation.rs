@@ -119,19 +119,27 @@ impl ActuationMessage<'_> {
 
 /// A message the decoder rejects, by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DecodeError {
+    /// A message shorter than the actuation header; read only actuation outputs with this decoder.
     #[error("message of {len} bytes is shorter than the {HEADER_LEN}-byte actuation header")]
     ShortHeader { len: usize },
+    /// Not an actuation message; read only actuation outputs with this decoder.
     #[error("bad magic {found:02x?}: not a frameloop actuation message (expected \"FLAC\")")]
     BadMagic { found: [u8; 4] },
+    /// An actuation version this build does not read; upgrade frameloop on the reading side.
     #[error("unsupported actuation version {found} (this build reads version {VERSION}); upgrade frameloop")]
     BadVersion { found: u8 },
+    /// A header length outside the message; the writer is broken or the message was cut.
     #[error("header length {found} is outside [{HEADER_LEN}, {len}] (the message's {len} bytes)")]
     BadHeaderLen { found: u16, len: usize },
+    /// Payload parts this build does not know; upgrade frameloop on the reading side.
     #[error("unknown payload parts {parts:#04x}; this build knows {PART_ALL:#04x}")]
     UnknownParts { parts: u8 },
+    /// A payload length that does not match the message; the message was cut or corrupted.
     #[error("payload length {announced} does not match the {available} bytes after the header")]
     PayloadLen { announced: u32, available: usize },
+    /// Payload parts whose size does not match the announced length; the message was corrupted.
     #[error(
         "payload parts {parts:#04x} with {samples} samples need {needed} bytes, not the {announced} announced"
     )]

@@ -37,17 +37,24 @@ pub struct HsbHeader {
 
 /// Why a datagram is not a well-formed HSB datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum HsbWireError {
+    /// A datagram shorter than the HSB header; the sender sends something else to this port.
     #[error("{len} bytes is shorter than the {HEADER_LEN}-byte HSB header")]
     Short { len: usize },
+    /// Not an HSB datagram; send with `--format hsb` or point only HSB senders here.
     #[error("magic {found:#06x} is not the HSB magic {MAGIC:#06x}; is the sender in --format hsb?")]
     Magic { found: u16 },
-    #[error("version {found} is not HSB version {VERSION}")]
+    /// An HSB version this build does not read; run matching versions on both sides.
+    #[error("version {found} is not HSB version {VERSION}; run matching versions on both sides")]
     Version { found: u8 },
-    #[error("frame counter 0 is reserved (a slot never written)")]
+    /// Frame counter 0, which is reserved; the sender must count frames from 1.
+    #[error("frame counter 0 is reserved (a slot never written); the sender must count frames from 1")]
     ZeroCounter,
+    /// A payload past the frame's length; the sender's offsets or frame length are wrong.
     #[error("payload of {payload} bytes at offset {offset} does not fit a frame of {frame_len} bytes")]
     Span { offset: u32, payload: usize, frame_len: u32 },
+    /// A last-byte flag that disagrees with the offset; the sender sets the flag wrongly.
     #[error("the last-byte flag disagrees with offset {offset} + {payload} bytes of a frame of {frame_len}")]
     LastFlag { offset: u32, payload: usize, frame_len: u32 },
 }

@@ -47,23 +47,32 @@ pub struct NativeHeader {
 
 /// A datagram the parser rejects, by kind. Each kind has its own drop counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ParseError {
+    /// A datagram shorter than the header; the sender sends something else to this port.
     #[error("datagram of {len} bytes is shorter than the {HEADER_LEN}-byte native header")]
     ShortHeader { len: usize },
+    /// Not a frameloop datagram; point only frameloop senders at this port.
     #[error("bad magic {found:02x?}: not a frameloop datagram (expected \"FRLP\")")]
     BadMagic { found: [u8; 4] },
+    /// A header version this build does not read; run the same frameloop version on both sides.
     #[error(
         "unsupported header version {found} (this build reads version {VERSION}); upgrade frameloop or the sender"
     )]
     BadVersion { found: u8 },
+    /// A header length outside the datagram; the sender writes a bad `header_len`.
     #[error(
         "header length {found} is outside [{HEADER_LEN}, {len}] (the datagram's {len} bytes); the sender writes a bad header_len field"
     )]
     BadHeaderLen { found: u16, len: usize },
+    /// Fewer payload bytes than the header announces; the sender or the path cuts datagrams (check
+    /// the MTU).
     #[error("datagram holds {available} payload bytes but the header announces {announced}")]
     Truncated { announced: u32, available: usize },
+    /// A packet index not below the packet count; the sender numbers packets wrongly.
     #[error("packet index {index} is not below packet count {count}")]
     BadPacketIndex { index: u32, count: u32 },
+    /// A payload past the frame's length; the sender's offsets or frame length are wrong.
     #[error("payload [{offset}, {offset}+{len}) crosses the frame length {frame_len}")]
     PayloadOutsideFrame { offset: u32, len: u32, frame_len: u32 },
 }

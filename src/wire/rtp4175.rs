@@ -14,8 +14,9 @@
 //! `length` is in bytes, `offset` in pixels from the start of the line, and
 //! the marker bit of the RTP header is set on the last packet of a frame.
 //! Geometry checks (does a segment lie inside the frame) need the frame's
-//! sampling and size and belong to the assembler (`crate::rtp`); this module
-//! only guarantees that every segment's bytes are present in the packet.
+//! sampling and size and belong to the assembler above it (the `rtp`
+//! module); this module only guarantees that every segment's bytes are
+//! present in the packet.
 
 use thiserror::Error;
 
@@ -117,19 +118,27 @@ fn decode_line_header(h: &[u8; LINE_HEADER_LEN]) -> (u16, u16, u16) {
 
 /// A packet the parser rejects, by kind (each kind has its own drop counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum RtpParseError {
+    /// A packet shorter than the RTP header; the sender sends something else to this port.
     #[error("packet of {len} bytes is shorter than the 12-byte RTP header")]
     ShortHeader { len: usize },
+    /// Not RTP version 2; point only RTP senders at this port.
     #[error("RTP version {found}, expected 2: not an RTP packet (is the sender using another protocol?)")]
     BadVersion { found: u8 },
+    /// A header whose CSRCs or extension run past the packet; the sender or path cuts packets.
     #[error("RTP header with {csrc} CSRCs and extensions needs {needed} bytes but the packet has {len}")]
     TruncatedHeader { csrc: u8, needed: usize, len: usize },
+    /// A padding count of 0 or past the payload; the sender pads wrongly.
     #[error("padding count {count} is zero or larger than the {available} payload bytes")]
     BadPadding { count: u8, available: usize },
+    /// No room for the RFC 4175 payload header; the sender is not sending RFC 4175 video.
     #[error("payload of {len} bytes has no room for the RFC 4175 payload header (8 bytes at least)")]
     ShortPayload { len: usize },
+    /// Line headers without an end; the sender writes bad continuation bits.
     #[error("line headers run past the end of the payload (the last has its continuation bit set)")]
     UnterminatedLineHeaders,
+    /// Line segments longer than the packet; the sender or path cuts packets.
     #[error("line segments announce {announced} bytes but the packet carries {available}")]
     TruncatedSegments { announced: usize, available: usize },
 }

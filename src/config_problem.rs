@@ -1,6 +1,9 @@
 //! One problem in a config file, the range check and the per-table
-//! deserialisation that produce such problems: the leaf every config section
-//! uses, knowing nothing of the sections or of the aggregate `Config`.
+//! deserialisation that produce such problems: the vocabulary every config
+//! section (`ingest`, `output`, `sink`, ...) and the aggregate `config`
+//! share. It sits below all of them and knows nothing of the sections or of
+//! the aggregate `Config`, so a section can report its problems without
+//! importing the module that aggregates it.
 
 use std::fmt;
 
@@ -40,8 +43,9 @@ pub fn check_range<T: PartialOrd + fmt::Display + Copy>(
     }
 }
 
-/// Turns one serde message into the key it concerns and a readable message.
-fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
+/// Turns one serde message into the key it concerns and a readable message;
+/// `listed_keys` names a table's keys where serde's refusal does not.
+fn classify(prefix: &str, message: &str, listed_keys: ListedKeys) -> (Option<String>, ConfigProblem) {
     let message = message.trim();
     let join = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
     if let Some(rest) = message.strip_prefix("unknown field `") {
@@ -52,12 +56,7 @@ fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
         // list: name its keys from the config types instead.
         let listed;
         let expected = if expected.is_empty() {
-            listed = super::keys::all_keys()
-                .into_iter()
-                .filter(|k| k.table == prefix)
-                .map(|k| format!("`{}`", k.key))
-                .collect::<Vec<_>>()
-                .join(", ");
+            listed = listed_keys(prefix).iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
             listed.as_str()
         } else {
             expected
@@ -73,13 +72,26 @@ fn classify(prefix: &str, message: &str) -> (Option<String>, ConfigProblem) {
     (None, ConfigProblem::new(if prefix.is_empty() { "(file)" } else { prefix }, message.to_string()))
 }
 
+/// The keys of the table named by a prefix (`"ingest"`), for the message
+/// about an unknown key where serde's refusal lists none (a type that
+/// flattens another into itself refuses that way).
+pub type ListedKeys = fn(&str) -> Vec<String>;
+
+/// A [`ListedKeys`] that knows no table: an unknown key of a type that
+/// flattens another is then refused without the list of keys.
+pub fn no_listed_keys(_prefix: &str) -> Vec<String> {
+    Vec::new()
+}
+
 /// Deserialises one table, collecting every unknown key and bad value: each
 /// offending key is reported, removed and the rest tried again, so one bad
-/// key never hides the next.
-pub fn section<T: serde::de::DeserializeOwned + Default>(
+/// key never hides the next. `listed_keys` names the table's keys when serde
+/// does not (`config::section` passes the config's own key list).
+pub fn deserialize_table<T: serde::de::DeserializeOwned + Default>(
     prefix: &str,
     value: Option<&toml::Value>,
     problems: &mut Vec<ConfigProblem>,
+    listed_keys: ListedKeys,
 ) -> T {
     let Some(value) = value else { return T::default() };
     let mut value = value.clone();
@@ -87,7 +99,7 @@ pub fn section<T: serde::de::DeserializeOwned + Default>(
         match value.clone().try_into::<T>() {
             Ok(t) => return t,
             Err(e) => {
-                let (key, problem) = classify(prefix, &e.to_string());
+                let (key, problem) = classify(prefix, &e.to_string(), listed_keys);
                 problems.push(problem);
                 // The tag of a tagged table (a chain entry's `op`) decides
                 // every other key: without it there is nothing left to check.
