@@ -2,19 +2,10 @@
 
 use super::*;
 
-#[derive(clap::Parser)]
-struct SendOnly {
-    #[command(flatten)]
-    args: crate::sender::SendArgs,
-}
-
 /// `frameloop bench`: the appliance and a loopback sender in one process.
 pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
     let mut cfg = load_or_default(args.config.as_deref())?;
     backend_override(&mut cfg, args.backend);
-    if args.compare {
-        return compare(&cfg, args);
-    }
     let frame_bytes = args.frame_bytes.unwrap_or(65536);
     // Every frame of the run has this size: slots hold exactly one (the
     // fused GPU chain, for one, is chosen by what the slots can hold).
@@ -27,23 +18,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         &cfg,
         StartOptions { histogram_log: args.histogram_log.clone(), on_result: None, ..Default::default() },
     )?;
-    let to = app.local_addr().to_string();
-    let argv = [
-        "send".to_string(),
-        "--to".into(),
-        to,
-        "--rate".into(),
-        args.rate.to_string(),
-        "--frame-bytes".into(),
-        frame_bytes.to_string(),
-        "--packet-bytes".into(),
-        args.packet_bytes.to_string(),
-        "--duration".into(),
-        args.duration.to_string(),
-        "--streams".into(),
-        args.streams.to_string(),
-    ];
-    let send = <SendOnly as clap::Parser>::try_parse_from(argv).map_err(AppError::SenderSettings)?.args;
+    let send = crate::sender::SendArgs {
+        rate: args.rate,
+        frame_bytes: frame_bytes as u64,
+        packet_bytes: args.packet_bytes,
+        duration: Some(args.duration),
+        streams: args.streams,
+        ..crate::sender::SendArgs::new(app.local_addr().to_string())
+    };
     let plan = cfg.actuation_plan();
     let expect = bench_expectation(&plan);
     let geometry = send.validate().map_err(AppError::Sender)?;
@@ -182,77 +164,23 @@ fn round_trip_table(
     out
 }
 
-fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
-    let pick = super::pick_backend(if cfg.backend == BackendChoice::Auto {
-        BackendChoice::Cuda
-    } else {
-        cfg.backend
-    })?;
-    if pick.backend != crate::backend::Backend::Cuda {
-        return Err(AppError::Unsupported(
-            "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
-                .into(),
-        ));
-    }
-    let opts = crate::gpu::bench::CompareOptions {
-        chain: cfg.chain.clone(),
-        frame_bytes: args.frame_bytes.unwrap_or(8192),
-        frames: args.frames,
-        poll_budget_us: cfg.loop_.poll_budget_us,
-        poll_interval_ns: cfg.loop_.poll_interval_ns,
-        compare_chain: args
-            .compare_chain
-            .as_deref()
-            .map(crate::gpu::bench::load_compare_chain)
-            .transpose()?,
-        paths_only: args.paths_only,
-        stream_part_bytes: args.stream_part_bytes,
-        huge_pages: cfg.ring.huge_pages,
-        ..Default::default()
-    };
-    // The measuring thread publishes frames and spins on results, like the
-    // appliance's result thread: it takes that thread's placement.
-    crate::service::threads::place_current_thread(
-        "bench",
-        cfg.service.result_cpu,
-        cfg.service.realtime_priority,
-    )?;
-    eprintln!("comparing orchestration modes on {} ({} frames per mode)...", pick.reason, opts.frames);
-    let report = crate::gpu::bench::run_compare(&opts)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some(path) = &args.report {
-        let config = super::html_report::config_text(args.config.as_deref(), cfg);
-        super::html_report::write(path, &super::html_report::compare_report(&report, config)?)?;
-    }
-    Ok(())
-}
-
 /// Arguments of `frameloop send`.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct SendCommand {
     /// Where and what to send.
-    #[command(flatten)]
     pub send: crate::sender::SendArgs,
     /// Which actuation messages to wait for after sending (`--expect-actuation`).
-    #[command(flatten)]
     pub expect: crate::sender::ExpectArgs,
     /// udp (native datagrams; the default), or rdma (RDMA WRITE into the
     /// appliance's registered ring; --to is the appliance's rdma.listen).
-    #[arg(long, value_enum, default_value = "udp")]
     pub transport: crate::rdma::Transport,
     /// native (frameloop datagrams; the default), or hsb: emulate an HSB-style
     /// sensor bridge (16-byte big-endian header: frame counter, offset, frame
     /// length, last flag; one stream), for an appliance whose `[handler]` is
     /// handlers/hsb_ready.cu (docs/operators.md).
-    #[arg(long, value_enum, default_value = "native")]
     pub format: crate::sender::hsb::SendFormat,
     #[cfg(feature = "rdma")]
     /// The RDMA sender's settings (`--transport rdma`).
-    #[command(flatten)]
     pub rdma: crate::rdma::sender::RdmaSendArgs,
 }
 
