@@ -1,5 +1,6 @@
-//! The appliance as the command line drives it: argument structs, logging,
-//! and the `bench`, `run`, `send` and `validate` commands.
+//! The appliance and the commands the `frameloop` binary runs (`bench`,
+//! `run`, `send`, `validate`, `record`, `replay`), each over a plain option
+//! struct; the binary's command line (`src/cli/`) parses the flags into them.
 
 mod appliance;
 mod backend_factory;
