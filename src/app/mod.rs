@@ -1,6 +1,6 @@
-//! The appliance and the commands the `frameloop` binary runs (`bench`,
-//! `run`, `send`, `validate`, `record`, `replay`), each over a plain option
-//! struct; the binary's command line (`src/cli/`) parses the flags into them.
+//! The appliance and the service commands the `frameloop` binary runs
+//! (`run`, `validate`, `record`, `replay`), each over a plain option struct;
+//! the binary's command line (`src/cli/`) parses the flags into them.
 
 mod appliance;
 mod backend_factory;
@@ -12,7 +12,6 @@ mod feed;
 pub mod html_report;
 #[doc(hidden)]
 pub mod live_view;
-mod loopback;
 mod loops;
 mod numa;
 mod receivers;
@@ -25,7 +24,6 @@ pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use claims::{GpuClaim, PortClaim};
 pub use feed::FrameFeed;
-pub use loopback::{SendCommand, bench, send};
 pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
 pub use report::{RecordingReport, Report, RingMemoryReport};
 
@@ -392,38 +390,6 @@ pub fn backend_override(cfg: &mut Config, choice: Option<BackendChoice>) {
     }
 }
 
-/// Arguments of `frameloop bench`.
-#[derive(Debug, Clone)]
-pub struct BenchArgs {
-    /// Backend: auto (CUDA when a GPU is usable, else host), host or cuda.
-    pub backend: Option<BackendChoice>,
-    /// Config file for ring, loop and chain settings (default: embedded defaults).
-    pub config: Option<PathBuf>,
-    /// How long the loopback sender streams, in seconds.
-    pub duration: f64,
-    /// Frames per second the loopback sender offers.
-    pub rate: f64,
-    /// Bytes per frame [default: 65536]. When given, the ring's slots are
-    /// sized to it (ring.slot_bytes is overridden).
-    pub frame_bytes: Option<usize>,
-    /// Bytes per UDP datagram, the 48-byte native header included (8972 fits a 9000-byte MTU).
-    pub packet_bytes: usize,
-    /// Interleaved sensor streams.
-    pub streams: u32,
-    /// Print the report as JSON instead of a table.
-    pub json: bool,
-    /// Also write the report as one self-contained HTML file: the machine,
-    /// the config, the table and every segment's percentile plot.
-    pub report: Option<PathBuf>,
-    /// Write HdrHistogram interval logs to this file.
-    pub histogram_log: Option<PathBuf>,
-    /// With `[[actuate]]` outputs in the config: also measure, in the same
-    /// run, a UDP ping-pong over the same loopback path with the frame's
-    /// datagrams out and one actuation-sized message back (the network
-    /// floor under the sensor-to-actuator round trip).
-    pub ping_pong_floor: bool,
-}
-
 /// Arguments of `frameloop run`.
 #[derive(Debug, Clone)]
 pub struct RunArgs {
@@ -452,7 +418,10 @@ pub struct RunArgs {
     pub report: Option<PathBuf>,
 }
 
-fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bool) {
+/// Prints `report` on stdout as `run` and `bench` do: the latency table,
+/// or with `json` the report as JSON with the `extra` members added.
+#[doc(hidden)]
+pub fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bool) {
     if json {
         let mut v = serde_json::to_value(report).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
@@ -467,18 +436,21 @@ fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bo
 }
 
 /// A progress line on stderr: rewritten in place on a terminal, one line a second otherwise.
-struct Progress {
+#[doc(hidden)]
+pub struct Progress {
     tty: bool,
     last: std::time::Instant,
     shown: bool,
 }
 
 impl Progress {
-    fn new() -> Self {
+    /// A progress line on stderr (a terminal or not).
+    pub fn on_stderr() -> Self {
         use std::io::IsTerminal;
         Self { tty: std::io::stderr().is_terminal(), last: std::time::Instant::now(), shown: false }
     }
-    fn show(&mut self, line: impl FnOnce() -> String) {
+    /// Shows `line()` if the last line is old enough.
+    pub fn show(&mut self, line: impl FnOnce() -> String) {
         let every = if self.tty { 250 } else { 1000 };
         if self.last.elapsed() < std::time::Duration::from_millis(every) {
             return;
@@ -491,7 +463,8 @@ impl Progress {
         }
         self.shown = true;
     }
-    fn done(&mut self) {
+    /// Ends the line on a terminal.
+    pub fn done(&mut self) {
         if self.tty && self.shown {
             eprintln!();
         }
@@ -502,7 +475,8 @@ impl Progress {
 /// (The GPU's %globaltimer was seen drifting about 5 µs per second against
 /// CLOCK_REALTIME on an H200, so once a second keeps the error near the
 /// calibration's own bound.)
-pub(crate) const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration::from_secs(1);
+#[doc(hidden)]
+pub const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `frameloop run`: serve until a signal (or `--duration`), then report.
 ///

@@ -6,6 +6,7 @@
 mod bench;
 mod capture;
 mod choices;
+mod loopback;
 mod run;
 mod send;
 mod tools;
@@ -73,7 +74,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(a) => bench::bench(a),
         Command::Run(a) => app::run(&a.into()),
-        Command::Send(a) => app::send(&a.into()),
+        Command::Send(a) => loopback::send(a),
         Command::Validate(a) => app::validate(&a.into()),
         Command::Record(a) => app::record(&a.into()),
         Command::Replay(a) => app::replay(&a.replay.into(), a.config.as_deref()),

@@ -1,8 +1,8 @@
 //! `frameloop send`: the sensor emulator's flags, turned into the library's
-//! [`SendArgs`], [`ExpectArgs`] and [`app::SendCommand`].
+//! [`SendArgs`], [`ExpectArgs`] and `RdmaSendArgs` (the command itself is
+//! [`super::loopback::send`]).
 
 use super::choices::{ExpectActuation, GsoMode, Pacing, Pattern, SendFormat, Transport};
-use frameloop::app;
 use frameloop::sender::{ExpectArgs, SendArgs};
 
 #[derive(clap::Args, Debug)]
@@ -196,19 +196,6 @@ impl From<ExpectFlags> for ExpectArgs {
 impl From<RdmaFlags> for frameloop::rdma::sender::RdmaSendArgs {
     fn from(f: RdmaFlags) -> Self {
         Self { bind: f.bind, mtu: f.mtu, timeout_ms: f.timeout_ms }
-    }
-}
-
-impl From<SendCommand> for app::SendCommand {
-    fn from(c: SendCommand) -> Self {
-        app::SendCommand {
-            send: c.send.into(),
-            expect: c.expect.into(),
-            transport: c.transport.into(),
-            format: c.format.into(),
-            #[cfg(feature = "rdma")]
-            rdma: c.rdma.into(),
-        }
     }
 }
 

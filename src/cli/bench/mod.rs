@@ -1,5 +1,5 @@
-//! `frameloop bench`: the appliance with a loopback sender (the library's
-//! [`app::bench`]), or with `--compare` the orchestration modes of the CUDA
+//! `frameloop bench`: the appliance with a loopback sender
+//! ([`super::loopback::bench`]), or with `--compare` the orchestration modes of the CUDA
 //! backend against each other and against the machine's floors
 //! ([`compare`], [`floors`]), with its HTML report.
 
@@ -112,29 +112,11 @@ enum BadPartBytes {
 /// Runs `frameloop bench`.
 pub fn bench(args: BenchCommand) -> Result<(), AppError> {
     if !args.compare {
-        return app::bench(&args.into());
+        return super::loopback::bench(&args);
     }
     let mut cfg = app::load_or_default(args.config.as_deref())?;
     app::backend_override(&mut cfg, args.backend.map(Into::into));
     compare(&cfg, &args)
-}
-
-impl From<BenchCommand> for app::BenchArgs {
-    fn from(c: BenchCommand) -> Self {
-        app::BenchArgs {
-            backend: c.backend.map(Into::into),
-            config: c.config,
-            duration: c.duration,
-            rate: c.rate,
-            frame_bytes: c.frame_bytes,
-            packet_bytes: c.packet_bytes,
-            streams: c.streams,
-            json: c.json,
-            report: c.report,
-            histogram_log: c.histogram_log,
-            ping_pong_floor: c.ping_pong_floor,
-        }
-    }
 }
 
 /// `frameloop bench --compare`: the orchestration modes and floors on the
