@@ -47,7 +47,8 @@ pub const SLOT_BYTES_MARK: PhaseMark = mark(6, "read from the slot", "FL_MARK_SL
 /// Block 0's SM clock over its share of the frame, MHz.
 pub const SM_CLOCK_MARK: PhaseMark = mark(10, "SM clock", "FL_MARK_SM_CLOCK_MHZ");
 
-/// Deterministic xorshift64* generator: the same frames and gaps for every mode.
+/// Deterministic xorshift64* generator: the same frames (and, in `bench
+/// --compare`, the same gaps) for every run.
 pub struct Rng(pub u64);
 
 impl Rng {
@@ -97,9 +98,11 @@ impl FrameFill {
 /// buffer).
 pub const STREAMED_PART_BYTES: usize = 64 * 1024;
 
-/// Rings in mapped memory for one mode.
+/// A frame ring and a result ring in GPU-mapped host memory, as one resident loop uses them.
 pub struct MappedRings {
+    /// The frame ring the host publishes into and the GPU reads.
     pub frames: Arc<FrameRing>,
+    /// The result ring the GPU writes and the host reads.
     pub results: Arc<ResultRing>,
 }
 

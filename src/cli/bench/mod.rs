@@ -1,7 +1,7 @@
 //! `frameloop bench`: the appliance with a loopback sender
-//! ([`super::loopback::bench`]), or with `--compare` the orchestration modes of the CUDA
-//! backend against each other and against the machine's floors
-//! ([`compare`], [`floors`]), with its HTML report.
+//! ([`super::loopback::bench`]), or with `--compare` the orchestration
+//! modes of the CUDA backend against each other and against the machine's
+//! floors ([`compare`], [`floors`]), with its HTML report.
 
 pub mod compare;
 pub mod floors;
