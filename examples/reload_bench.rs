@@ -20,10 +20,10 @@
 use frameloop::backend::ResidentLoop;
 use frameloop::config::{FusedChainMode, LoopConfig};
 use frameloop::gpu::CudaLoop;
-use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
 use frameloop::gpu::executor::GpuRuntime;
 use frameloop::gpu::live_chain::SwapMode;
 use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::test_rings::{MappedRings, fill_frame, publish};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};
 use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};
 use std::collections::BTreeMap;

@@ -6,10 +6,10 @@ mod gpu_fault_support;
 
 use frameloop::config::LoopConfig;
 use frameloop::fragment::Fragment;
-use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags};
 use frameloop::gpu::fused::FusedChain;
 use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::test_rings::MappedRings;
 use frameloop::ops::default_chain;
 use frameloop::ring::OverrunPolicy;
 use gpu_fault_support::{run_into_fault_at_third_frame, tear_down_and_drop_return};

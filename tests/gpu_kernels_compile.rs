@@ -132,7 +132,7 @@ fn phase_mark_words_match_the_tiled_kernel() {
     if !nvrtc_or_skip() {
         return;
     }
-    use frameloop::gpu::bench::{PHASE_MARKS, PhaseMark, SLOT_BYTES_MARK, SM_CLOCK_MARK};
+    use frameloop::gpu::test_rings::{PHASE_MARKS, PhaseMark, SLOT_BYTES_MARK, SM_CLOCK_MARK};
     let tiled = tiled_source();
     let facts = |marks: &[PhaseMark]| {
         let mut text = tiled.to_string();
@@ -142,8 +142,9 @@ fn phase_mark_words_match_the_tiled_kernel() {
         text
     };
     let all: Vec<PhaseMark> = PHASE_MARKS.iter().copied().chain([SLOT_BYTES_MARK, SM_CLOCK_MARK]).collect();
-    nvrtc::compile("phase_marks.cu", &facts(&all), "sm_90")
-        .unwrap_or_else(|e| panic!("src/gpu/bench.rs and kernels/fused_tiled.cu disagree on a mark: {e}"));
+    nvrtc::compile("phase_marks.cu", &facts(&all), "sm_90").unwrap_or_else(|e| {
+        panic!("src/gpu/test_rings.rs and kernels/fused_tiled.cu disagree on a mark: {e}")
+    });
     let wrong = PhaseMark { word: SM_CLOCK_MARK.word + 1, ..SM_CLOCK_MARK };
     let err = nvrtc::compile("phase_marks_bad.cu", &facts(&[wrong]), "sm_90")
         .expect_err("a wrong mark word must not compile");

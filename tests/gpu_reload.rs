@@ -89,10 +89,10 @@ fn same_shape(a: &[OpSpec], b: &[OpSpec]) -> bool {
 #[ignore = "needs a GPU"]
 fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation() {
     use frameloop::backend::ResidentLoop;
-    use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
     use frameloop::gpu::live_chain::SwapMode;
     use frameloop::gpu::nvrtc::CacheDir;
+    use frameloop::gpu::test_rings::{MappedRings, fill_frame, publish};
     use frameloop::ops::CpuChain;
     use frameloop::ring::layout::RESULT_GPU_CLOCK;
     use frameloop::ring::{OverrunPolicy, ResultReader};
@@ -195,7 +195,7 @@ fn loop_config(fused: FusedChainMode) -> frameloop::config::LoopConfig {
 /// first (so a record the loop did not write cannot pass for one).
 fn poisoned_loop(
     rt: &Arc<frameloop::gpu::executor::GpuRuntime>,
-    rings: &frameloop::gpu::bench::MappedRings,
+    rings: &frameloop::gpu::test_rings::MappedRings,
     chain: &[OpSpec],
     cfg: frameloop::config::LoopConfig,
 ) -> frameloop::gpu::CudaLoop {
@@ -235,9 +235,9 @@ fn bank_switches_of(
     expected: &mut dyn FnMut(u32, &[u8]) -> ChainOutput,
 ) -> Vec<String> {
     use frameloop::backend::ResidentLoop;
-    use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
     use frameloop::gpu::nvrtc::CacheDir;
+    use frameloop::gpu::test_rings::{MappedRings, fill_frame, publish};
     use frameloop::ring::{OverrunPolicy, ResultReader};
 
     // Room for every frame of the run (about 8,000), within 1 GiB of ring.

@@ -13,9 +13,9 @@ mod gpu_support;
 
 use appliance_support::{Running, check_result as check_expected, reference_chain};
 use frameloop::config::{BackendChoice, LoopConfig};
-use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
+use frameloop::gpu::test_rings::MappedRings;
 use frameloop::gpu::user_handler::UserHandlerSource;
 use frameloop::ingest::hsb::{HsbDma, HsbReceiver};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};

@@ -6,10 +6,10 @@
 mod gpu_fault_support;
 
 use frameloop::config::LoopConfig;
-use frameloop::gpu::bench::MappedRings;
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags};
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::operators::{ChainLayout, build_main_fragment};
+use frameloop::gpu::test_rings::MappedRings;
 use frameloop::ops::user_kernel::UserKernelSpec;
 use frameloop::ops::{OpSpec, SampleFormat};
 use frameloop::ring::OverrunPolicy;

@@ -9,9 +9,9 @@
 use frameloop::backend::ResidentLoop;
 use frameloop::config::{self, LoopConfig};
 use frameloop::gpu::CudaLoop;
-use frameloop::gpu::bench::{MappedRings, fill_frame};
 use frameloop::gpu::executor::GpuRuntime;
 use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::test_rings::{MappedRings, fill_frame};
 use frameloop::gpu::user_kernel::with_sources_resolved;
 use frameloop::ops::{OpSpec, SampleFormat, cpu};
 use frameloop::ring::layout::{

@@ -17,10 +17,10 @@
 use frameloop::backend::ResidentLoop;
 use frameloop::config::LoopConfig;
 use frameloop::gpu::CudaLoop;
-use frameloop::gpu::bench::fill_frame;
 use frameloop::gpu::device_memory::{DeviceRingMemory, GPU_PAGE};
 use frameloop::gpu::executor::GpuRuntime;
 use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::test_rings::fill_frame;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::rdma::dmabuf::{device_region, gpu_rdma_support};
 use frameloop::rdma::remote::{

@@ -56,21 +56,7 @@ impl Collector {
 }
 
 fn args(to: SocketAddr) -> SendArgs {
-    SendArgs {
-        to: to.to_string(),
-        rate: 1000.0,
-        frame_bytes: 65536,
-        packet_bytes: 8972,
-        count: None,
-        duration: None,
-        streams: 1,
-        pattern: Pattern::Counter,
-        gso: GsoMode::Auto,
-        pacing: Default::default(),
-        catch_up: frameloop::sender::DEFAULT_CATCH_UP,
-        bind: None,
-        link_gbps: None,
-    }
+    SendArgs::new(to.to_string())
 }
 
 /// Checks that `got` holds exactly frames 0..frames of a run with `a`'s

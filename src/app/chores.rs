@@ -22,7 +22,7 @@ impl Chores {
     pub(super) fn new(notifier: Option<&Notifier>) -> Self {
         let now = Instant::now();
         Self {
-            progress: Progress::new(),
+            progress: Progress::on_stderr(),
             show_progress: notifier.is_none(),
             last_publish: now,
             last_calibration: now,

@@ -1,13 +1,14 @@
-//! `--report FILE.html` of `run` and `bench`: the run's report (or
-//! `--compare`'s) as one self-contained HTML file with the machine, the
-//! config, the table and the percentile plots ([`crate::plot::report`]).
+//! `--report FILE.html` of `run` and `bench`: the run's report as one
+//! self-contained HTML file with the machine, the config, the table and the
+//! percentile plots ([`crate::plot::report`]). `bench --compare` writes its
+//! own report with the same parts.
 
 use super::AppError;
 use super::report::Report;
 use crate::backend::Backend;
 use crate::metrics::Summary;
 use crate::plot::report::{HtmlReport, ReportRow};
-use crate::plot::{CurveSeries, FloorLine, percentile_svg};
+use crate::plot::{CurveSeries, percentile_svg};
 use std::path::Path;
 
 /// What the report says about the machine: host, kernel, CPU, memory, and
@@ -93,65 +94,6 @@ pub fn run_report(
         text: report.render(),
         plots: vec![("Percentile distribution".into(), svg)],
         data,
-    })
-}
-
-/// The report of `bench --compare`: every mode's percentiles and the
-/// measured floors on one plot.
-pub fn compare_report(
-    report: &crate::gpu::bench::CompareReport,
-    config: String,
-) -> Result<HtmlReport, AppError> {
-    let mut rows = Vec::new();
-    let mut series = Vec::new();
-    for m in &report.modes {
-        let key = |what: &str| format!("mode.{}.{what}", m.mode);
-        rows.push(ReportRow {
-            name: m.mode.clone(),
-            cells: vec![
-                (m.frames as f64, key("frames")),
-                (m.p50_us, key("p50_us")),
-                (m.p90_us, key("p90_us")),
-                (m.p99_us, key("p99_us")),
-                (m.p999_us, key("p999_us")),
-                (m.max_us, key("max_us")),
-            ],
-        });
-        series.push(CurveSeries {
-            name: m.mode.clone(),
-            count: m.frames as u64,
-            points: vec![
-                (0.5, m.p50_us),
-                (0.9, m.p90_us),
-                (0.99, m.p99_us),
-                (0.999, m.p999_us),
-                (1.0, m.max_us),
-            ],
-        });
-    }
-    let f = &report.floors;
-    let floors: Vec<FloorLine> = [
-        ("persistent-kernel round trip p50", f.round_trip_p50_us),
-        ("fresh frame copy", f.fresh_frame_copy_us),
-        ("frame copy in a stream", f.frame_copy_us),
-    ]
-    .into_iter()
-    .filter(|(_, us)| *us > 0.0)
-    .map(|(name, us)| FloorLine { name: name.into(), us })
-    .collect();
-    let svg = percentile_svg("every mode and the floors", &series, &floors).map_err(AppError::Plot)?;
-    Ok(HtmlReport {
-        title: format!("frameloop bench --compare on {}", report.device),
-        machine: machine_rows(Backend::Cuda, &report.device),
-        config,
-        rows,
-        columns: ["frames", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "max µs"]
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
-        text: report.table(),
-        plots: vec![("Every mode and the floors".into(), svg)],
-        data: serde_json::to_value(report).unwrap_or_default(),
     })
 }
 

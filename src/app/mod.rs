@@ -1,5 +1,6 @@
-//! The appliance as the command line drives it: argument structs, logging,
-//! and the `bench`, `run`, `send` and `validate` commands.
+//! The appliance and the service commands the `frameloop` binary runs
+//! (`run`, `validate`, `record`, `replay`), each over a plain option struct;
+//! the binary's command line (`src/cli/`) parses the flags into them.
 
 mod appliance;
 mod backend_factory;
@@ -7,10 +8,10 @@ mod captures;
 mod chores;
 mod claims;
 mod feed;
-mod html_report;
+#[doc(hidden)]
+pub mod html_report;
 #[doc(hidden)]
 pub mod live_view;
-mod loopback;
 mod loops;
 mod numa;
 mod receivers;
@@ -23,7 +24,6 @@ pub use backend_factory::{BackendPick, pick_backend};
 pub use captures::{record, replay};
 pub use claims::{GpuClaim, PortClaim};
 pub use feed::FrameFeed;
-pub use loopback::{SendCommand, bench, send};
 pub use loops::{LoopOutcome, LoopPlan, LoopSet, LoopsReport, plan_loops};
 pub use report::{RecordingReport, Report, RingMemoryReport};
 
@@ -223,9 +223,6 @@ pub enum AppError {
     /// receiver.
     #[error("the frame ring's writer is already taken")]
     WriterTaken,
-    /// `frameloop send` arguments that do not parse; see `frameloop send --help`.
-    #[error("bad sender settings: {0}")]
-    SenderSettings(#[source] clap::Error),
     /// The sensor emulator stopped with an error; the message names the fix.
     #[error("sender: {0}")]
     Sender(#[source] crate::sender::SendError),
@@ -311,10 +308,9 @@ impl AppError {
 }
 
 /// Arguments of `frameloop validate`.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct ValidateArgs {
     /// Config file to check (TOML).
-    #[arg(long, short)]
     pub config: PathBuf,
 }
 
@@ -387,143 +383,45 @@ pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppErro
     })
 }
 
-fn backend_override(cfg: &mut Config, choice: Option<BackendChoice>) {
+/// Puts `choice`, when given, in place of the config's backend.
+pub fn backend_override(cfg: &mut Config, choice: Option<BackendChoice>) {
     if let Some(b) = choice {
         cfg.backend = b;
     }
 }
 
-/// Arguments of `frameloop bench`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Backend: auto (CUDA when a GPU is usable, else host), host or cuda.
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendChoice>,
-    /// Config file for ring, loop and chain settings (default: embedded defaults).
-    #[arg(long, short)]
-    pub config: Option<PathBuf>,
-    /// How long the loopback sender streams, in seconds.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Frames per second the loopback sender offers.
-    #[arg(long, default_value_t = 1000.0)]
-    pub rate: f64,
-    /// Bytes per frame [default: 65536; 8192 with --compare]. When given,
-    /// the ring's slots are sized to it (ring.slot_bytes is overridden).
-    #[arg(long)]
-    pub frame_bytes: Option<usize>,
-    /// Bytes per UDP datagram, the 48-byte native header included (8972 fits a 9000-byte MTU).
-    #[arg(long, default_value_t = 8972)]
-    pub packet_bytes: usize,
-    /// Interleaved sensor streams.
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
-    /// Print the report as JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the report as one self-contained HTML file: the machine,
-    /// the config, the table and every segment's percentile plot (with
-    /// --compare: every mode and the floors on one plot).
-    #[arg(long, value_name = "FILE.html")]
-    pub report: Option<PathBuf>,
-    /// Write HdrHistogram interval logs to this file.
-    #[arg(long)]
-    pub histogram_log: Option<PathBuf>,
-    /// CUDA only: compare the resident graph against sleep-interval,
-    /// launch-per-frame and round-trip-floor modes on host-published frames.
-    /// The measuring thread takes service.result_cpu and
-    /// service.realtime_priority from the config, when set.
-    #[arg(long)]
-    pub compare: bool,
-    /// With --compare: measured frames per mode (the p99.9 rests on the
-    /// slowest 0.1%: 20 frames at the default).
-    #[arg(long, default_value_t = 20000)]
-    pub frames: usize,
-    /// With --compare: a second config whose chain runs as one more mode
-    /// ("resident poll, compare chain") in the same run, e.g. the same math
-    /// written as user kernels (bench/configs/user-default-chain.toml).
-    #[arg(long, value_name = "CONFIG")]
-    pub compare_chain: Option<PathBuf>,
-    /// With --compare: only the floors and the modes that compare the
-    /// chain's paths (what loop.fused_chain = "auto" runs, one kernel per
-    /// operator, the tiled fused kernel, a graph launch per frame), for
-    /// sweeps over frame sizes.
-    #[arg(long, requires = "compare")]
-    pub paths_only: bool,
-    /// With `[[actuate]]` outputs in the config: also measure, in the same
-    /// run, a UDP ping-pong over the same loopback path with the frame's
-    /// datagrams out and one actuation-sized message back (the network
-    /// floor under the sensor-to-actuator round trip).
-    #[arg(long, conflicts_with = "compare")]
-    pub ping_pong_floor: bool,
-    /// With --compare: bytes the streamed modes' publisher writes between
-    /// two received marks, i.e. what one receive batch of the UDP receiver
-    /// holds: 65536 models GRO buffers, one datagram's payload (8924 for
-    /// 8972-byte datagrams) a receiver that gets datagrams one at a time; at
-    /// least 64. The frame's last part is what crosses the bus after the
-    /// frame is published.
-    #[arg(long, requires = "compare", value_name = "N", value_parser = parse_stream_part_bytes,
-          default_value_t = crate::gpu::bench::STREAMED_PART_BYTES)]
-    pub stream_part_bytes: usize,
-}
-
-/// `--stream-part-bytes`: at least 64 (shorter parts would time the
-/// publisher's marks rather than the loop).
-fn parse_stream_part_bytes(s: &str) -> Result<usize, BadPartBytes> {
-    let n: usize = s.parse()?;
-    if n < 64 {
-        return Err(BadPartBytes::TooSmall(n));
-    }
-    Ok(n)
-}
-
-/// Why a `--stream-part-bytes` value was refused.
-#[derive(Debug, Error)]
-enum BadPartBytes {
-    #[error("{0}; give a byte count such as 8924")]
-    NotANumber(#[from] std::num::ParseIntError),
-    #[error("{0} bytes is below the 64 a part must hold; give 64 or more")]
-    TooSmall(usize),
-}
-
 /// Arguments of `frameloop run`.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct RunArgs {
     /// Config file (TOML); see systemd/frameloop.toml for every key.
-    #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// Override the config's backend.
-    #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
     /// Write HdrHistogram interval logs to this file (overrides metrics.histogram_log).
-    #[arg(long)]
     pub histogram_log: Option<PathBuf>,
     /// Write one CSV line per frame with all its timestamps (host clock, ns)
     /// to this file (overrides metrics.frame_log; with `[[loop]]` tables, one file
     /// per loop, named like frames.cam0.csv).
-    #[arg(long, value_name = "FILE.csv")]
     pub frame_log: Option<PathBuf>,
     /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long)]
     pub duration: Option<f64>,
     /// Print the final report as JSON.
-    #[arg(long)]
     pub json: bool,
     /// Record every datagram the receiver takes off the socket to this pcapng
     /// file (replay it with `frameloop replay`; tcpdump and Wireshark read it).
-    #[arg(long, value_name = "FILE.pcapng")]
     pub record: Option<PathBuf>,
     /// Write this process's id to this file while it runs (for `frameloop reload --pid-file`).
-    #[arg(long, value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
     /// At the stop, write the report as one self-contained HTML file: the
     /// machine, the config, the latency table and every segment's
     /// percentile plot.
-    #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 }
 
-fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bool) {
+/// Prints `report` on stdout as `run` and `bench` do: the latency table,
+/// or with `json` the report as JSON with the `extra` members added.
+#[doc(hidden)]
+pub fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bool) {
     if json {
         let mut v = serde_json::to_value(report).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
@@ -538,18 +436,21 @@ fn print_report(report: &Report, extra: Vec<(&str, serde_json::Value)>, json: bo
 }
 
 /// A progress line on stderr: rewritten in place on a terminal, one line a second otherwise.
-struct Progress {
+#[doc(hidden)]
+pub struct Progress {
     tty: bool,
     last: std::time::Instant,
     shown: bool,
 }
 
 impl Progress {
-    fn new() -> Self {
+    /// A progress line on stderr (a terminal or not).
+    pub fn on_stderr() -> Self {
         use std::io::IsTerminal;
         Self { tty: std::io::stderr().is_terminal(), last: std::time::Instant::now(), shown: false }
     }
-    fn show(&mut self, line: impl FnOnce() -> String) {
+    /// Shows `line()` if the last line is old enough.
+    pub fn show(&mut self, line: impl FnOnce() -> String) {
         let every = if self.tty { 250 } else { 1000 };
         if self.last.elapsed() < std::time::Duration::from_millis(every) {
             return;
@@ -562,7 +463,8 @@ impl Progress {
         }
         self.shown = true;
     }
-    fn done(&mut self) {
+    /// Ends the line on a terminal.
+    pub fn done(&mut self) {
         if self.tty && self.shown {
             eprintln!();
         }
@@ -573,7 +475,8 @@ impl Progress {
 /// (The GPU's %globaltimer was seen drifting about 5 µs per second against
 /// CLOCK_REALTIME on an H200, so once a second keeps the error near the
 /// calibration's own bound.)
-pub(crate) const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration::from_secs(1);
+#[doc(hidden)]
+pub const CLOCK_RECALIBRATION: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `frameloop run`: serve until a signal (or `--duration`), then report.
 ///

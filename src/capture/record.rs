@@ -10,19 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Arguments of `frameloop record`.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone)]
 pub struct RecordArgs {
     /// pcapng file to write (tcpdump, tshark and Wireshark read it).
-    #[arg(long, short)]
     pub out: PathBuf,
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
-    #[arg(long)]
     pub duration: Option<f64>,
     /// Stop after this many datagrams.
-    #[arg(long)]
     pub count: Option<u64>,
     /// Local address and port to receive on.
-    #[arg(long, default_value = "0.0.0.0:5000")]
     pub bind: SocketAddr,
 }
 

@@ -36,36 +36,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Arguments of `frameloop replay`.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone)]
 pub struct ReplayArgs {
     /// pcap or pcapng capture (from tcpdump, tshark, Wireshark or `frameloop record`).
     pub file: PathBuf,
     /// Send the datagrams to a running appliance at this address; without it
     /// the capture is replayed in-process into reassembly and the operator chain.
-    #[arg(long)]
     pub to: Option<SocketAddr>,
     /// Timing factor: 1 keeps the capture's timing, 4 replays four times faster.
-    #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
     /// Send as fast as possible, ignoring the capture's timing.
-    #[arg(long)]
     pub max_rate: bool,
     /// Replay only datagrams to this destination port (repeatable).
-    #[arg(long = "port")]
     pub ports: Vec<u16>,
     /// Replay only native datagrams of this stream id (repeatable).
-    #[arg(long = "stream")]
     pub streams: Vec<u32>,
     /// In-process: the datagrams are RFC 4175 RTP video (geometry from the config's `[rtp]` section).
-    #[arg(long)]
     pub rtp: bool,
     /// Print the progress line even when stderr is not a terminal.
-    #[arg(long)]
     pub progress: bool,
     /// Longest wait between two datagrams when pacing, in milliseconds:
     /// longer gaps in the capture's timestamps (a clock jump, a pause while
     /// recording) are shortened to this and counted in the summary.
-    #[arg(long, default_value_t = ReplayArgs::DEFAULT_MAX_GAP_MS)]
     pub max_gap_ms: u64,
 }
 

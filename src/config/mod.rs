@@ -227,7 +227,7 @@ impl RingConfig {
 }
 
 /// Which consumer runs the chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// CUDA when a usable GPU and NVRTC are present, host otherwise.

@@ -12,7 +12,6 @@
 //! tear-down, drop) and [`CudaLoop`] (the loop as the appliance sees it).
 
 pub mod actuation;
-pub mod bench;
 pub mod chain_builder;
 pub mod clock;
 pub mod control;
@@ -22,10 +21,9 @@ pub mod device_memory;
 pub mod driver;
 pub mod executor;
 pub mod fft;
-pub mod floors;
 pub mod fused;
 pub mod fused_tiled;
-mod graph;
+pub mod graph;
 pub mod kernel_sources;
 pub mod library;
 pub mod live_chain;
@@ -37,6 +35,8 @@ pub mod param_banks;
 mod runtime;
 pub mod sources;
 pub mod streaming;
+#[doc(hidden)]
+pub mod test_rings;
 pub mod user_handler;
 pub mod user_kernel;
 pub mod user_source;

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// How frames reach the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// RDMA when a device is usable and the ring registers with it, UDP

@@ -8,22 +8,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Arguments of `frameloop consume`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug)]
 pub struct ConsumeArgs {
     /// The appliance's output socket (its output.socket).
-    #[arg(long, default_value = "/run/frameloop/output.sock")]
     pub socket: PathBuf,
     /// Stop after this many outputs (read or lost) [default: until interrupted].
-    #[arg(long)]
     pub count: Option<u64>,
     /// Also print each output's samples (space-separated, on the line after
     /// it); from a device-memory ring they are copied to the host first.
-    #[arg(long)]
     pub samples: bool,
     /// Spin on the ring's head for this long before sleeping between polls
     /// (microseconds). `--spin-us 0` sleeps at once; a large value keeps one
     /// core busy and sees each output as soon as it is published.
-    #[arg(long, default_value_t = 20, value_name = "US")]
     pub spin_us: u64,
 }
 

@@ -26,18 +26,15 @@ const WR_CONSUMER_READ: u64 = 12;
 
 /// RDMA options of `frameloop send` (with `--transport rdma`; `--to` is the
 /// appliance's `rdma.listen` address).
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct RdmaSendArgs {
     /// Local address of the RoCE interface to send from (default: the one
     /// rdma_cm routes to --to).
-    #[arg(id = "rdma_bind", long = "rdma-bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
     /// Path MTU in bytes (256 to 4096); 0 keeps the port's.
-    #[arg(long = "rdma-mtu", value_name = "BYTES", default_value_t = 0)]
     pub mtu: u32,
     /// Milliseconds to wait for address and route resolution, the
     /// connection, and each completion.
-    #[arg(long = "rdma-timeout-ms", value_name = "MS", default_value_t = 2000)]
     pub timeout_ms: u64,
 }
 

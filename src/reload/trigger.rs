@@ -8,16 +8,13 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 /// Arguments of `frameloop reload`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "pid_file"])))]
+#[derive(Debug, Clone)]
 pub struct ReloadArgs {
     /// Process id of the running `frameloop run`.
-    #[arg(long)]
     pub pid: Option<i32>,
     /// File holding that process id, as written by `frameloop run
     /// --pid-file`; refused unless the appliance that wrote it still runs
     /// and holds the file (a stale file's pid may be another process's now).
-    #[arg(long, value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 }
 

@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Which frames the appliance is expected to answer.
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ExpectActuation {
     /// Every frame, once per output: frames without a message count as missing.

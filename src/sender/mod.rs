@@ -41,7 +41,7 @@ pub const DEFAULT_CATCH_UP: f64 = 1.25;
 const PROGRESS_INTERVAL_NS: u64 = 500_000_000;
 
 /// Whether to use UDP generic segmentation offload (`UDP_SEGMENT`).
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum GsoMode {
     /// Use GSO when the kernel accepts it, otherwise one datagram per message.
@@ -71,61 +71,51 @@ pub enum GsoStatus {
 }
 
 /// Settings of `frameloop send` (and of the loopback sender of `frameloop bench`).
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct SendArgs {
     /// Destination, HOST:PORT (for example 127.0.0.1:5000). A name resolves
     /// to its first address.
-    #[arg(long, value_name = "ADDR")]
     pub to: String,
 
     /// Frames per second, summed over all streams (fractions allowed, e.g.
     /// 0.5). Frame k is sent at start + k/rate; the whole frame goes out as
     /// one burst, or at the pace of --link-gbps.
-    #[arg(long, value_name = "FPS", default_value_t = 1000.0)]
     pub rate: f64,
 
     /// Frame size in bytes (payload only, headers not counted), 1 to 4294967295.
-    #[arg(long, value_name = "N", default_value_t = 65536)]
     pub frame_bytes: u64,
 
     /// UDP payload size of each datagram in bytes, including the 48-byte
     /// frameloop header: 49 to 65507. A frame becomes ceil(N / (M - 48))
     /// datagrams; only the last can be shorter. 8972 fills a 9000-byte MTU,
     /// 1472 a 1500-byte MTU.
-    #[arg(long, value_name = "M", default_value_t = 8972)]
     pub packet_bytes: usize,
 
     /// Send this many frames in total (over all streams), then stop.
-    #[arg(long, value_name = "K", conflicts_with = "duration")]
     pub count: Option<u64>,
 
     /// Send for this many seconds (fractions allowed), then stop. Without
     /// --count or --duration the sender runs until stopped (Ctrl-C).
-    #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
 
     /// Number of streams; frames cycle through stream ids 0..S round-robin,
     /// each stream with its own frame sequence starting at 0.
-    #[arg(long, value_name = "S", default_value_t = 1)]
     pub streams: u32,
 
     /// Payload content: `counter` (each 8-byte word holds its index, the
     /// stream id and the frame sequence) or `random` (seeded by stream and
     /// sequence). Both can be recomputed by a receiver to check the bytes.
-    #[arg(long, value_enum, default_value_t = Pattern::Counter)]
     pub pattern: Pattern,
 
     /// UDP segmentation offload: `auto` uses UDP_SEGMENT when the kernel
     /// supports it and falls back to one datagram per message; `on` fails if
     /// it cannot; `off` never uses it. Either way sends go in sendmmsg batches.
-    #[arg(long, value_enum, default_value_t = GsoMode::Auto)]
     pub gso: GsoMode,
 
     /// How the sender waits for each frame's time: `spin` (the last 80 µs
     /// on the clock, frames leave on time, one core busy at high rates) or
     /// `sleep` (sleeps only, frames may leave tens of microseconds late;
     /// for throughput runs where the receiver needs the cores).
-    #[arg(long, value_enum, default_value_t = Pacing::Spin)]
     pub pacing: Pacing,
 
     /// How fast a sender that fell behind its schedule (a late wake-up, a
@@ -135,12 +125,10 @@ pub struct SendArgs {
     /// them. A sender more than 5 ms behind drops that deficit and goes on
     /// at --rate from then (counted in `schedule_rebases` and
     /// `skipped_frames`).
-    #[arg(long, value_name = "RATIO", default_value_t = DEFAULT_CATCH_UP)]
     pub catch_up: f64,
 
     /// Source address to bind, ADDR:PORT (default: any address, any port, of
     /// the destination's family).
-    #[arg(long, value_name = "ADDR")]
     pub bind: Option<SocketAddr>,
 
     /// Send each frame at the pace of a link of this many gigabits per second
@@ -153,8 +141,31 @@ pub struct SendArgs {
     /// slower and says so: the frames some datagram of which left behind its
     /// time on the link by more than a tenth of the frame's time there
     /// (`frames_behind_link`, with `max_link_lag_ns`), and a warning.
-    #[arg(long, value_name = "GBPS")]
     pub link_gbps: Option<f64>,
+}
+
+impl SendArgs {
+    /// Settings for sending to `to` with the defaults of `frameloop send`:
+    /// 1000 frames/s of 65536 bytes in 8972-byte datagrams, one stream, the
+    /// `counter` pattern, GSO when the kernel has it, spin pacing, until
+    /// stopped.
+    pub fn new(to: impl Into<String>) -> Self {
+        Self {
+            to: to.into(),
+            rate: 1000.0,
+            frame_bytes: 65536,
+            packet_bytes: 8972,
+            count: None,
+            duration: None,
+            streams: 1,
+            pattern: Pattern::Counter,
+            gso: GsoMode::Auto,
+            pacing: Pacing::Spin,
+            catch_up: DEFAULT_CATCH_UP,
+            bind: None,
+            link_gbps: None,
+        }
+    }
 }
 
 /// Why the sender could not start or had to stop. Transient send failures
@@ -517,7 +528,7 @@ pub fn run_sender_on(
 }
 
 /// How `frameloop send --expect-actuation` waits for the appliance's answers.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ExpectArgs {
     /// Wait for the appliance's actuation messages (`[[actuate]]` outputs),
     /// match each to its frame and record the sensor-to-actuator round trip
@@ -525,21 +536,16 @@ pub struct ExpectArgs {
     /// frames without an answer count as missing; the default when the flag
     /// is given bare) or `some` (outputs that send on detection or on a
     /// user flag). Replies come to the sending socket; see --actuation-listen.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "every", value_name = "WHICH")]
     pub expect_actuation: Option<ExpectActuation>,
     /// Read actuation messages on this address (an output with a fixed
     /// destination) instead of on the socket the frames leave from (an
     /// output with destination = "reply").
-    #[arg(long, value_name = "ADDR", requires = "expect_actuation")]
     pub actuation_listen: Option<SocketAddr>,
     /// Outputs that answer each frame (with `every`); 0: as many as answered any.
-    #[arg(long, value_name = "N", default_value_t = 1)]
     pub actuation_outputs: u32,
     /// A round trip longer than this counts as late (milliseconds; still in the histogram).
-    #[arg(long, value_name = "MS", default_value_t = 100.0)]
     pub actuation_late_ms: f64,
     /// After the last frame, wait this long for the last answers (milliseconds).
-    #[arg(long, value_name = "MS", default_value_t = 300)]
     pub actuation_wait_ms: u64,
 }
 

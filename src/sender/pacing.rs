@@ -95,7 +95,7 @@ impl Schedule {
 }
 
 /// How a sender waits for a frame's due time.
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Pacing {
     /// Sleep until [`SPIN_NS`] before the due time, then spin on the clock:

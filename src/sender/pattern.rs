@@ -9,7 +9,7 @@
 //!   `w`, incompressible data with the same random access.
 
 /// How the sender fills frame payloads.
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
     /// Each 8-byte word holds its word index, the stream id and the low 16

@@ -8,13 +8,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 /// Arguments of `frameloop topology`.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct TopologyArgs {
     /// Sysfs root to read: the live /sys, or a tree recorded by scripts/record-sysfs.sh.
-    #[arg(long, default_value = "/sys")]
     pub sysfs: PathBuf,
     /// Print JSON instead of text.
-    #[arg(long)]
     pub json: bool,
 }
 

@@ -3,7 +3,7 @@
 
 use frameloop::gpu::GpuError;
 use frameloop::gpu::ResidentExecutor;
-use frameloop::gpu::bench::publish;
+use frameloop::gpu::test_rings::publish;
 use frameloop::ring::RingWriter;
 use std::time::{Duration, Instant};
 

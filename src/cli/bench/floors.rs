@@ -24,11 +24,11 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 use serde::Serialize;
 
-use super::{GpuError, MappedMemory};
-use crate::cuda::DeviceBuffer;
-use crate::cuda::copy::{memcpy_dtod_async, memcpy_htod_async};
-use crate::ops::OpSpec;
-use crate::ring::RingMemory;
+use frameloop::cuda::DeviceBuffer;
+use frameloop::cuda::copy::{memcpy_dtod_async, memcpy_htod_async};
+use frameloop::gpu::{GpuError, MappedMemory};
+use frameloop::ops::OpSpec;
+use frameloop::ring::RingMemory;
 
 /// Bytes of each copy that measures the link rate: large enough that the
 /// per-copy overhead is noise.
@@ -340,7 +340,7 @@ unsafe fn dtod_async(dst: u64, src: u64, len: usize, stream: &CudaStream) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{SampleFormat, default_chain};
+    use frameloop::ops::{SampleFormat, default_chain};
 
     fn floors() -> Floors {
         Floors {

@@ -5,29 +5,32 @@
 //! a poll budget, the resident loop with Holoscan-style sleep intervals,
 //! graph-launch-per-frame, stream-launch-per-frame, an empty-workload resident
 //! loop, and the floors (persistent-kernel round trip, host-to-device and
-//! device memory bandwidth: `super::floors`, each mode's times as multiples
+//! device memory bandwidth: [`super::floors`], each mode's times as multiples
 //! of its chain's floor); with a second chain
 //! (`--compare-chain FILE`, e.g. the default chain written as user kernels)
 //! also that chain in the resident graph.
 
-use super::driver::{self, LaunchDims};
-use super::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
 use super::floors::{ChainBytes, FloorMultiple, Floors, chain_bytes};
-use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{
+use frameloop::clock::monotonic_ns;
+use frameloop::config::{FusedChainMode, LoopConfig};
+use frameloop::fragment::Fragment;
+use frameloop::gpu::GpuRuntime;
+use frameloop::gpu::driver::{self, LaunchDims};
+use frameloop::gpu::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
+use frameloop::gpu::fused::{FusedChain, NotFused, plan_fusion};
+use frameloop::gpu::fused_tiled::{
     FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
 };
-use super::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
-use super::nvrtc::CacheDir;
-use super::operators::PayloadPath;
-use super::runtime::GpuRuntime;
-use super::{GpuError, MappedMemory};
-use crate::clock::{monotonic_ns, realtime_ns};
-use crate::config::{FusedChainMode, LoopConfig};
-use crate::fragment::Fragment;
-use crate::ops::OpSpec;
-use crate::ring::layout::{SlotHeader, received_mark, result_ring_bytes, ring_bytes};
-use crate::ring::{FrameRing, OverrunPolicy, ResultReader, ResultRing, RingWriter};
+use frameloop::gpu::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
+use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::operators::PayloadPath;
+use frameloop::gpu::test_rings::{
+    MappedRings, PHASE_MARKS, Rng, SLOT_BYTES_MARK, SM_CLOCK_MARK, STREAMED_PART_BYTES, publish,
+    publish_streamed,
+};
+use frameloop::gpu::{GpuError, MappedMemory};
+use frameloop::ops::OpSpec;
+use frameloop::ring::{OverrunPolicy, ResultReader};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +73,7 @@ impl Default for CompareOptions {
     fn default() -> Self {
         Self {
             ordinal: 0,
-            chain: crate::ops::default_chain(),
+            chain: frameloop::ops::default_chain(),
             frame_bytes: 8192,
             frames: 20000,
             warmup: 200,
@@ -125,45 +128,8 @@ pub struct ModeResult {
     pub gpu_sm_clock_p50_mhz: Option<f64>,
 }
 
-/// One word of the user result words the claiming tiled kernel fills when
-/// built with `FL_TILED_PHASES` (kernels/fused_tiled.cu).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PhaseMark {
-    /// The user result word.
-    pub word: usize,
-    /// What the report calls it.
-    pub name: &'static str,
-    /// The kernel's `#define` of the word (checked against it by
-    /// tests/gpu_kernels_compile.rs).
-    pub define: &'static str,
-}
-
-const fn mark(word: usize, name: &'static str, define: &'static str) -> PhaseMark {
-    PhaseMark { word, name, define }
-}
-
-/// The claiming tiled kernel's phase marks, in the order a frame passes them:
-/// nanoseconds after detection.
-pub const PHASE_MARKS: [PhaseMark; 9] = [
-    mark(0, "started", "FL_MARK_STARTED"),
-    mark(1, "prologue", "FL_MARK_PROLOGUE"),
-    mark(7, "bytes ready", "FL_MARK_BYTES_READY"),
-    mark(2, "first step", "FL_MARK_FIRST_STEP"),
-    mark(8, "second step", "FL_MARK_SECOND_STEP"),
-    mark(9, "third step", "FL_MARK_THIRD_STEP"),
-    mark(3, "tiles done", "FL_MARK_TILES"),
-    mark(4, "combined", "FL_MARK_COMBINED"),
-    mark(5, "released", "FL_MARK_RELEASED"),
-];
-
-/// The bytes a frame's tiles read from the slot after the claim.
-pub const SLOT_BYTES_MARK: PhaseMark = mark(6, "read from the slot", "FL_MARK_SLOT_BYTES");
-
-/// Block 0's SM clock over its share of the frame, MHz.
-pub const SM_CLOCK_MARK: PhaseMark = mark(10, "SM clock", "FL_MARK_SM_CLOCK_MHZ");
-
 /// The median of user result word `word` over `records`.
-fn user_word_p50(records: &[crate::ring::ResultRecord], word: usize) -> u64 {
+fn user_word_p50(records: &[frameloop::ring::ResultRecord], word: usize) -> u64 {
     let mut v: Vec<u64> = records.iter().map(|r| u64::from(r.user[word])).collect();
     v.sort_unstable();
     quantile(&v, 0.5).unwrap_or(0)
@@ -181,7 +147,7 @@ struct PhaseMarksP50 {
 }
 
 /// The p50 of every mark over `records`, or `None` when no record carries marks.
-fn phase_marks_p50(records: &[crate::ring::ResultRecord]) -> Option<PhaseMarksP50> {
+fn phase_marks_p50(records: &[frameloop::ring::ResultRecord]) -> Option<PhaseMarksP50> {
     if records.iter().all(|r| PHASE_MARKS.iter().all(|m| r.user[m.word] == 0)) {
         return None;
     }
@@ -309,18 +275,6 @@ impl CompareReport {
     }
 }
 
-/// Deterministic xorshift64* generator: the same frames and gaps for every mode.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// The `q` quantile of ascending nanoseconds, in µs; `None` when empty.
 fn quantile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
     quantile(sorted_ns, q).map(|ns| ns as f64 / 1000.0)
@@ -362,168 +316,18 @@ fn busy_wait(ns: u64) {
     }
 }
 
-/// Fills a frame payload from the generator (u16 samples spread over 0..65535).
-pub fn fill_frame(rng_seed: u64, frame: u64, out: &mut [u8]) {
-    FrameFill::new(rng_seed, frame).fill(out);
-}
-
-/// The generator of one frame's payload, written in consecutive parts of
-/// any lengths: the bytes are those of one fill of the whole payload.
-struct FrameFill {
-    rng: Rng,
-    /// The last word generated, of which the first `8 - left` bytes were written.
-    word: [u8; 8],
-    left: usize,
-}
-
-impl FrameFill {
-    fn new(rng_seed: u64, frame: u64) -> Self {
-        Self { rng: Rng(rng_seed ^ frame.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1), word: [0; 8], left: 0 }
-    }
-
-    /// Writes the next `out.len()` bytes of the payload.
-    fn fill(&mut self, out: &mut [u8]) {
-        let carried = self.left.min(out.len());
-        out[..carried].copy_from_slice(&self.word[8 - self.left..8 - self.left + carried]);
-        self.left -= carried;
-        for chunk in out[carried..].chunks_mut(8) {
-            self.word = self.rng.next().to_le_bytes();
-            chunk.copy_from_slice(&self.word[..chunk.len()]);
-            self.left = 8 - chunk.len();
-        }
-    }
-}
-
-/// Bytes the streamed publisher writes between two received marks by
-/// default: about what one receive batch of the UDP receiver holds (a GRO
-/// buffer).
-pub const STREAMED_PART_BYTES: usize = 64 * 1024;
-
-/// Rings in mapped memory for one mode.
-pub struct MappedRings {
-    pub frames: Arc<FrameRing>,
-    pub results: Arc<ResultRing>,
-}
-
-impl MappedRings {
-    /// Both rings in `cuMemHostAlloc` memory.
-    pub fn new(
-        rt: &GpuRuntime,
-        slots: usize,
-        frame_bytes: usize,
-        results: usize,
-        policy: OverrunPolicy,
-    ) -> Result<Self, GpuError> {
-        Self::with_frame_memory(rt, slots, frame_bytes, results, policy, |len| rt.mapped(len))
-    }
-
-    /// As [`MappedRings::new`], the frame ring's memory allocated as the
-    /// appliance allocates it: ring pages registered with the GPU, in huge
-    /// pages when `huge_pages`.
-    pub fn like_the_appliance(
-        rt: &GpuRuntime,
-        slots: usize,
-        frame_bytes: usize,
-        results: usize,
-        policy: OverrunPolicy,
-        huge_pages: bool,
-    ) -> Result<Self, GpuError> {
-        Self::with_frame_memory(rt, slots, frame_bytes, results, policy, |len| {
-            rt.mapped_ring(len, huge_pages)
-        })
-    }
-
-    fn with_frame_memory(
-        rt: &GpuRuntime,
-        slots: usize,
-        frame_bytes: usize,
-        results: usize,
-        policy: OverrunPolicy,
-        frame_memory: impl FnOnce(usize) -> Result<MappedMemory, GpuError>,
-    ) -> Result<Self, GpuError> {
-        let too_large =
-            |what: &str| GpuError::Setup(format!("the {what} ring's size overflows; make it smaller"));
-        let fmem = frame_memory(ring_bytes(slots, frame_bytes).ok_or_else(|| too_large("frame"))?)?;
-        let frames = FrameRing::new(Box::new(fmem), slots, frame_bytes, policy)
-            .map_err(|e| GpuError::Setup(e.to_string()))?;
-        let rmem = rt.mapped(result_ring_bytes(results).ok_or_else(|| too_large("result"))?)?;
-        let results = ResultRing::new(Box::new(rmem), results).map_err(|e| GpuError::Setup(e.to_string()))?;
-        Ok(Self { frames, results })
-    }
-}
-
-/// Publishes one frame: payload from the generator, header, head release. Returns the publish time.
-pub fn publish(w: &mut RingWriter, seed: u64, index: u64, len: usize) -> Result<(u64, u64), GpuError> {
-    let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
-    fill_frame(seed, index, &mut w.payload_mut(seq)[..len]);
-    publish_filled(w, seq, index, len, 0)
-}
-
-/// Publishes one frame as the UDP receiver does while it streams: the
-/// payload written `part_bytes` at a time (one receive batch, e.g.
-/// [`STREAMED_PART_BYTES`]), the slot's received mark advanced
-/// after each part (so the loop's pulls may move it into device memory
-/// before the frame is published), then the header and the head release.
-/// The same bytes as [`publish`]; returns the publish time.
-pub fn publish_streamed(
-    w: &mut RingWriter,
-    seed: u64,
-    index: u64,
-    len: usize,
-    part_bytes: usize,
-) -> Result<(u64, u64), GpuError> {
-    if part_bytes == 0 {
-        return Err(GpuError::Setup(
-            "a streamed part of 0 bytes never ends the frame; give at least 1".into(),
-        ));
-    }
-    let seq = w.reserve().map_err(|e| GpuError::Setup(e.to_string()))?;
-    let mut fill = FrameFill::new(seed, index);
-    let too_long = || GpuError::Setup(format!("a {len}-byte frame is too long to stream"));
-    let mut written = 0;
-    while written < len {
-        let end = (written + part_bytes).min(len);
-        fill.fill(&mut w.payload_mut(seq)[written..end]);
-        w.mark_received(seq, u32::try_from(end).map_err(|_| too_long())?);
-        written = end;
-    }
-    let mark = received_mark(seq, u32::try_from(len).map_err(|_| too_long())?);
-    publish_filled(w, seq, index, len, mark)
-}
-
-/// The header (with the final received `mark`, 0 when none was stored) and
-/// head release of a frame whose payload is written.
-fn publish_filled(
-    w: &mut RingWriter,
-    seq: u64,
-    index: u64,
-    len: usize,
-    mark: u64,
-) -> Result<(u64, u64), GpuError> {
-    let header = SlotHeader {
-        frame_seq: index,
-        payload_len: len as u32,
-        received_mark: mark,
-        published_ns: realtime_ns(),
-        ..Default::default()
-    };
-    let t0 = monotonic_ns();
-    w.publish(seq, &header);
-    Ok((seq, t0))
-}
-
 /// The chain of the config file `path` for [`CompareOptions::compare_chain`]:
 /// loaded and checked like `frameloop validate` does (user kernels compiled
 /// by NVRTC), its user kernel sources made relative to the file's directory.
 pub fn load_compare_chain(path: &std::path::Path) -> Result<Vec<OpSpec>, GpuError> {
     let what = |e: String| GpuError::Setup(format!("--compare-chain {}: {e}", path.display()));
-    let cfg = crate::config::load(path).map_err(|e| what(e.to_string()))?;
-    let problems = super::user_source::check_user_code(&cfg, path);
+    let cfg = frameloop::config::load(path).map_err(|e| what(e.to_string()))?;
+    let problems = frameloop::gpu::user_source::check_user_code(&cfg, path);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         return Err(what(list.join("; ")));
     }
-    Ok(super::user_kernel::with_sources_resolved(&cfg.chain, path))
+    Ok(frameloop::gpu::user_kernel::with_sources_resolved(&cfg.chain, path))
 }
 
 struct ModeSpec {
@@ -639,7 +443,7 @@ fn run_mode(rt: &Arc<GpuRuntime>, o: &CompareOptions, m: &ModeSpec) -> Result<Mo
             lat.push(t1 - t0);
         }
         reader.drain(&mut records);
-        busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
+        busy_wait((o.gap_us.0 + gaps.next_word() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
     }
     ex.tear_down()?;
     let mut r = percentiles(m.name, lat, idle);
@@ -693,7 +497,7 @@ fn run_floor(rt: &Arc<GpuRuntime>, o: &CompareOptions) -> Result<ModeResult, Gpu
         if s > o.warmup as u64 {
             lat.push(monotonic_ns() - t0);
         }
-        busy_wait((o.gap_us.0 + gaps.next() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
+        busy_wait((o.gap_us.0 + gaps.next_word() % (o.gap_us.1 - o.gap_us.0).max(1)) * 1000);
     }
     word(2).store(1, Ordering::Release);
     driver::stream_sync(&stream)?;
@@ -756,7 +560,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
         timeout_ms: 0,
         sync_with_host: true,
         fused_chain: FusedChainMode::Off,
-        stream_to_gpu: crate::config::StreamToGpu::Off,
+        stream_to_gpu: frameloop::config::StreamToGpu::Off,
         ..LoopConfig::default()
     };
     let sleep = |us| LoopConfig {
@@ -829,7 +633,7 @@ pub fn run_compare(o: &CompareOptions) -> Result<CompareReport, GpuError> {
     // device memory while it is written.
     let streamed_large = choose_large(o.frame_bytes, STREAMED);
     if matches!(auto, Err(NotFused::LargeFrames { .. }))
-        || o.frame_bytes >= super::streaming::AUTO_MIN_SLOT_BYTES
+        || o.frame_bytes >= frameloop::gpu::streaming::AUTO_MIN_SLOT_BYTES
     {
         modes.push(ModeSpec { streamed: true, tiled: true, ..resident(STREAMED_TILED_MODE) });
         modes.push(ModeSpec {
@@ -1030,7 +834,7 @@ enum NoTiledPlan {
     #[error(transparent)]
     NotFused(#[from] NotFused),
     #[error(transparent)]
-    NotTiled(#[from] crate::gpu::fused_tiled::NotTiled),
+    NotTiled(#[from] frameloop::gpu::fused_tiled::NotTiled),
 }
 
 /// The target on `res`'s p99.9 against a graph launched per frame (at most 0.8x).
@@ -1089,15 +893,15 @@ mod tests {
     #[test]
     fn tiled_modes_run_only_for_chains_the_tiled_kernel_can_run() {
         let limit = 227 * 1024;
-        assert_eq!(tiled_plan(&crate::ops::default_chain(), 2 << 20, limit), Ok(()));
+        assert_eq!(tiled_plan(&frameloop::ops::default_chain(), 2 << 20, limit), Ok(()));
         let wide = vec![
-            OpSpec::Unpack { format: crate::ops::SampleFormat::U16, scale: 1.0, offset: 0.0 },
+            OpSpec::Unpack { format: frameloop::ops::SampleFormat::U16, scale: 1.0, offset: 0.0 },
             OpSpec::Filter2d { width: 40_000, kernel: [0.1; 9] },
             OpSpec::Stats,
         ];
         let why = tiled_plan(&wide, 8 << 20, limit).unwrap_err().to_string();
         assert!(why.contains("filter2d rows") || why.contains("halo"), "{why}");
-        let fft = crate::config::parse(
+        let fft = frameloop::config::parse(
             "[[chain]]\nop = \"unpack\"\nformat = \"u16\"\n[[chain]]\nop = \"fft\"\nn = 1024\n",
         )
         .unwrap()
@@ -1106,45 +910,8 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_frame_has_the_bytes_of_a_whole_one_and_its_full_mark() {
-        use crate::ring::HostMemory;
-        let len = 3 * STREAMED_PART_BYTES + 4099;
-        let ring = FrameRing::new(
-            Box::new(HostMemory::new(ring_bytes(2, len).unwrap()).unwrap()),
-            2,
-            len,
-            OverrunPolicy::Every,
-        )
-        .unwrap();
-        let mut w = ring.writer().unwrap();
-        let mut r = ring.reader().unwrap();
-        publish(&mut w, 7, 11, len).unwrap();
-        let whole = r.claim().unwrap();
-        assert_eq!(whole.header.received_mark, 0);
-        let whole_bytes = whole.payload[..len].to_vec();
-        r.finish(1);
-        // Parts shorter than the generator's word, of one word, of a
-        // datagram's payload (not a whole number of words), of a GRO buffer,
-        // and longer than the frame.
-        for (k, part) in [3, 8, 8924, STREAMED_PART_BYTES, len + 8].into_iter().enumerate() {
-            let seq = 2 + k as u64;
-            publish_streamed(&mut w, 7, 11, len, part).unwrap();
-            let streamed = r.claim().unwrap();
-            assert_eq!(streamed.header.received_mark, received_mark(seq, len as u32), "parts of {part}");
-            assert_eq!(streamed.header.payload_len as usize, len);
-            assert!(
-                streamed.payload[..len] == whole_bytes[..],
-                "the same generator bytes in parts of {part}"
-            );
-            r.finish(seq);
-        }
-        let err = publish_streamed(&mut w, 7, 11, len, 0).unwrap_err().to_string();
-        assert!(err.contains("at least 1"), "{err}");
-    }
-
-    #[test]
     fn the_user_default_chain_loads_with_its_sources_resolved() {
-        if !super::super::nvrtc_present() {
+        if !frameloop::gpu::nvrtc_present() {
             eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
             return;
         }
@@ -1168,12 +935,12 @@ mod tests {
 
     #[test]
     fn phase_marks_are_reported_only_when_results_carry_them() {
-        let plain = crate::ring::ResultRecord::default();
+        let plain = frameloop::ring::ResultRecord::default();
         assert_eq!(phase_marks_p50(&[plain; 3]), None, "built-in kernels leave the words zero");
         let marked: Vec<_> = [1_000u32, 3_000, 2_000]
             .iter()
             .map(|&ns| {
-                let mut r = crate::ring::ResultRecord::default();
+                let mut r = frameloop::ring::ResultRecord::default();
                 for m in &PHASE_MARKS {
                     r.user[m.word] = ns * (m.word as u32 + 1);
                 }

@@ -1,20 +1,19 @@
-//! `frameloop bench` and `frameloop send`: the appliance with a loopback sender.
+//! `frameloop bench` and `frameloop send`: the appliance with a loopback
+//! sender, and the sensor emulator on its own, with their progress lines
+//! and printed reports.
 
-use super::*;
-
-#[derive(clap::Parser)]
-struct SendOnly {
-    #[command(flatten)]
-    args: crate::sender::SendArgs,
-}
+use super::bench::BenchCommand;
+use super::choices::{SendFormat, Transport};
+use super::send::SendCommand;
+use frameloop::app::{
+    AppError, Appliance, Progress, StartOptions, backend_override, html_report, load_or_default,
+    print_report, signals,
+};
 
 /// `frameloop bench`: the appliance and a loopback sender in one process.
-pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
+pub fn bench(args: &BenchCommand) -> Result<(), AppError> {
     let mut cfg = load_or_default(args.config.as_deref())?;
-    backend_override(&mut cfg, args.backend);
-    if args.compare {
-        return compare(&cfg, args);
-    }
+    backend_override(&mut cfg, args.backend.map(Into::into));
     let frame_bytes = args.frame_bytes.unwrap_or(65536);
     // Every frame of the run has this size: slots hold exactly one (the
     // fused GPU chain, for one, is chosen by what the slots can hold).
@@ -27,23 +26,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         &cfg,
         StartOptions { histogram_log: args.histogram_log.clone(), on_result: None, ..Default::default() },
     )?;
-    let to = app.local_addr().to_string();
-    let argv = [
-        "send".to_string(),
-        "--to".into(),
-        to,
-        "--rate".into(),
-        args.rate.to_string(),
-        "--frame-bytes".into(),
-        frame_bytes.to_string(),
-        "--packet-bytes".into(),
-        args.packet_bytes.to_string(),
-        "--duration".into(),
-        args.duration.to_string(),
-        "--streams".into(),
-        args.streams.to_string(),
-    ];
-    let send = <SendOnly as clap::Parser>::try_parse_from(argv).map_err(AppError::SenderSettings)?.args;
+    let send = frameloop::sender::SendArgs {
+        rate: args.rate,
+        frame_bytes: frame_bytes as u64,
+        packet_bytes: args.packet_bytes,
+        duration: Some(args.duration),
+        streams: args.streams,
+        ..frameloop::sender::SendArgs::new(app.local_addr().to_string())
+    };
     let plan = cfg.actuation_plan();
     let expect = bench_expectation(&plan);
     let geometry = send.validate().map_err(AppError::Sender)?;
@@ -51,13 +41,13 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
     let expecting = expect.clone();
     let sender = std::thread::Builder::new()
         .name("frameloop-sender".into())
-        .spawn(move || crate::sender::run_sender_expecting(&send, &expecting, stop, |_| {}))
+        .spawn(move || frameloop::sender::run_sender_expecting(&send, &expecting, stop, |_| {}))
         .map_err(|source| AppError::Spawn { thread: "sender", source })?;
-    let mut progress = Progress::new();
+    let mut progress = Progress::on_stderr();
     let mut last_calibration = std::time::Instant::now();
     while !sender.is_finished() {
         progress.show(|| app.progress_line());
-        if last_calibration.elapsed() >= super::CLOCK_RECALIBRATION {
+        if last_calibration.elapsed() >= frameloop::app::CLOCK_RECALIBRATION {
             if let Err(e) = app.recalibrate_clock() {
                 tracing::warn!("GPU clock recalibration failed: {e}");
             }
@@ -73,7 +63,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
             let rounds = ((args.rate * args.duration) as usize).clamp(100, 20_000);
             let ip = app.local_addr().ip();
             Some(
-                crate::sender::ping_pong::ping_pong_floor(geometry, plan.max_message_bytes(), rounds, ip)
+                frameloop::sender::ping_pong::ping_pong_floor(geometry, plan.max_message_bytes(), rounds, ip)
                     .map_err(AppError::Sender)?,
             )
         }
@@ -106,12 +96,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
         print!("{}", round_trip_table(rt, floor.as_ref()));
     }
     if let Some(path) = &args.report {
-        let config = super::html_report::config_text(args.config.as_deref(), &cfg);
+        let config = html_report::config_text(args.config.as_deref(), &cfg);
         let title = format!("frameloop bench: {} frames/s of {frame_bytes} bytes", args.rate);
-        super::html_report::write(
-            path,
-            &super::html_report::run_report(&title, &report, config, Some(sender_json))?,
-        )?;
+        html_report::write(path, &html_report::run_report(&title, &report, config, Some(sender_json))?)?;
     }
     Ok(())
 }
@@ -119,10 +106,13 @@ pub fn bench(args: &BenchArgs) -> Result<(), AppError> {
 /// How the bench's sender waits for the config's actuation outputs: on its
 /// own socket for replies, else on the first fixed destination; `every` when
 /// every output it hears answers every frame. No expectation without outputs.
-fn bench_expectation(plan: &crate::actuate::ActuationPlan) -> crate::sender::ExpectArgs {
-    use crate::actuate::{Destination, When};
-    let mut expect =
-        crate::sender::ExpectArgs { actuation_wait_ms: 300, actuation_late_ms: 100.0, ..Default::default() };
+fn bench_expectation(plan: &frameloop::actuate::ActuationPlan) -> frameloop::sender::ExpectArgs {
+    use frameloop::actuate::{Destination, When};
+    let mut expect = frameloop::sender::ExpectArgs {
+        actuation_wait_ms: 300,
+        actuation_late_ms: 100.0,
+        ..Default::default()
+    };
     let reply: Vec<_> = plan.outputs.iter().filter(|o| o.destination == Destination::Reply).collect();
     let heard: Vec<_> = if reply.is_empty() {
         let Some(first) = plan.outputs.iter().find_map(|o| match &o.destination {
@@ -141,9 +131,9 @@ fn bench_expectation(plan: &crate::actuate::ActuationPlan) -> crate::sender::Exp
     };
     let every = heard.iter().all(|o| o.when == When::Every);
     expect.expect_actuation = Some(if every {
-        crate::sender::ExpectActuation::Every
+        frameloop::sender::ExpectActuation::Every
     } else {
-        crate::sender::ExpectActuation::Some
+        frameloop::sender::ExpectActuation::Some
     });
     expect.actuation_outputs = heard.len() as u32;
     expect
@@ -152,13 +142,13 @@ fn bench_expectation(plan: &crate::actuate::ActuationPlan) -> crate::sender::Exp
 /// The round-trip rows of the bench: sensor to actuator, and the ping-pong
 /// floor (round trip and its half, the one-way) when measured.
 fn round_trip_table(
-    rt: &crate::sender::RoundTripReport,
-    floor: Option<&crate::metrics::Percentiles>,
+    rt: &frameloop::sender::RoundTripReport,
+    floor: Option<&frameloop::metrics::Percentiles>,
 ) -> String {
     use std::fmt::Write as _;
     let mut out =
         String::from("\nround trip (us)            p50        p90        p99      p99.9        max\n");
-    let mut row = |name: &str, p: &crate::metrics::Percentiles, scale: f64| {
+    let mut row = |name: &str, p: &frameloop::metrics::Percentiles, scale: f64| {
         let _ = writeln!(
             out,
             "{name:<22}{:>11.1}{:>11.1}{:>11.1}{:>11.1}{:>11.1}",
@@ -182,101 +172,37 @@ fn round_trip_table(
     out
 }
 
-fn compare(cfg: &Config, args: &BenchArgs) -> Result<(), AppError> {
-    let pick = super::pick_backend(if cfg.backend == BackendChoice::Auto {
-        BackendChoice::Cuda
-    } else {
-        cfg.backend
-    })?;
-    if pick.backend != crate::backend::Backend::Cuda {
-        return Err(AppError::Unsupported(
-            "--compare measures the GPU orchestration modes and needs --backend cuda (or auto on a GPU box)"
-                .into(),
-        ));
-    }
-    let opts = crate::gpu::bench::CompareOptions {
-        chain: cfg.chain.clone(),
-        frame_bytes: args.frame_bytes.unwrap_or(8192),
-        frames: args.frames,
-        poll_budget_us: cfg.loop_.poll_budget_us,
-        poll_interval_ns: cfg.loop_.poll_interval_ns,
-        compare_chain: args
-            .compare_chain
-            .as_deref()
-            .map(crate::gpu::bench::load_compare_chain)
-            .transpose()?,
-        paths_only: args.paths_only,
-        stream_part_bytes: args.stream_part_bytes,
-        huge_pages: cfg.ring.huge_pages,
-        ..Default::default()
-    };
-    // The measuring thread publishes frames and spins on results, like the
-    // appliance's result thread: it takes that thread's placement.
-    crate::service::threads::place_current_thread(
-        "bench",
-        cfg.service.result_cpu,
-        cfg.service.realtime_priority,
-    )?;
-    eprintln!("comparing orchestration modes on {} ({} frames per mode)...", pick.reason, opts.frames);
-    let report = crate::gpu::bench::run_compare(&opts)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some(path) = &args.report {
-        let config = super::html_report::config_text(args.config.as_deref(), cfg);
-        super::html_report::write(path, &super::html_report::compare_report(&report, config)?)?;
-    }
-    Ok(())
-}
-
-/// Arguments of `frameloop send`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SendCommand {
-    /// Where and what to send.
-    #[command(flatten)]
-    pub send: crate::sender::SendArgs,
-    /// Which actuation messages to wait for after sending (`--expect-actuation`).
-    #[command(flatten)]
-    pub expect: crate::sender::ExpectArgs,
-    /// udp (native datagrams; the default), or rdma (RDMA WRITE into the
-    /// appliance's registered ring; --to is the appliance's rdma.listen).
-    #[arg(long, value_enum, default_value = "udp")]
-    pub transport: crate::rdma::Transport,
-    /// native (frameloop datagrams; the default), or hsb: emulate an HSB-style
-    /// sensor bridge (16-byte big-endian header: frame counter, offset, frame
-    /// length, last flag; one stream), for an appliance whose `[handler]` is
-    /// handlers/hsb_ready.cu (docs/operators.md).
-    #[arg(long, value_enum, default_value = "native")]
-    pub format: crate::sender::hsb::SendFormat,
-    #[cfg(feature = "rdma")]
-    /// The RDMA sender's settings (`--transport rdma`).
-    #[command(flatten)]
-    pub rdma: crate::rdma::sender::RdmaSendArgs,
-}
-
 /// `frameloop send`: the sensor emulator.
-pub fn send(args: &SendCommand) -> Result<(), AppError> {
+pub fn send(command: SendCommand) -> Result<(), AppError> {
+    let transport = command.transport;
+    let format = command.format;
+    let send_args = frameloop::sender::SendArgs::from(command.send);
+    let expect_args = frameloop::sender::ExpectArgs::from(command.expect);
+    #[cfg(feature = "rdma")]
+    let rdma_args = frameloop::rdma::sender::RdmaSendArgs::from(command.rdma);
     signals::install().map_err(AppError::Signals)?;
-    let mut progress = Progress::new();
-    if args.transport == crate::rdma::Transport::Rdma {
-        if args.expect.expect_actuation.is_some() {
+    let mut progress = Progress::on_stderr();
+    if transport == Transport::Rdma {
+        if expect_args.expect_actuation.is_some() {
             return Err(AppError::Unsupported(
                 "--expect-actuation listens for UDP answers to UDP frames; use --transport udp".into(),
             ));
         }
-        if let Some(gbps) = args.send.link_gbps {
+        if let Some(gbps) = send_args.link_gbps {
             return Err(AppError::Unsupported(format!(
                 "--link-gbps {gbps} paces UDP datagrams and RDMA writes are not paced; drop --link-gbps or use --transport udp"
             )));
         }
         #[cfg(feature = "rdma")]
         {
-            let stats =
-                crate::rdma::sender::run_rdma_sender(&args.send, &args.rdma, signals::stop_flag(), |s| {
+            let stats = frameloop::rdma::sender::run_rdma_sender(
+                &send_args,
+                &rdma_args,
+                signals::stop_flag(),
+                |s| {
                     progress.show(|| format!("{s:?}"));
-                })?;
+                },
+            )?;
             progress.done();
             println!("{stats:#?}");
             return Ok(());
@@ -284,7 +210,7 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
         #[cfg(not(feature = "rdma"))]
         return Err(AppError::Unsupported("this build has no RDMA support (cargo feature rdma)".into()));
     }
-    let show = |s: &crate::sender::SenderStats| {
+    let show = |s: &frameloop::sender::SenderStats| {
         progress.show(|| {
             format!(
                 "{:>6.1}s  {} frames ({:.0}/s)  {} packets  {:.2} Gb/s  worst lag {:.0} µs",
@@ -297,22 +223,22 @@ pub fn send(args: &SendCommand) -> Result<(), AppError> {
             )
         });
     };
-    let (stats, round_trip) = match args.format {
-        crate::sender::hsb::SendFormat::Native => {
-            crate::sender::run_sender_expecting(&args.send, &args.expect, signals::stop_flag(), show)
+    let (stats, round_trip) = match format {
+        SendFormat::Native => {
+            frameloop::sender::run_sender_expecting(&send_args, &expect_args, signals::stop_flag(), show)
         }
-        crate::sender::hsb::SendFormat::Hsb if args.expect.expect_actuation.is_some() => {
+        SendFormat::Hsb if expect_args.expect_actuation.is_some() => {
             return Err(AppError::Unsupported(
                 "--expect-actuation matches native frames; drop it with --format hsb".into(),
             ));
         }
-        crate::sender::hsb::SendFormat::Hsb => {
-            crate::sender::hsb::run_hsb_sender(&args.send, signals::stop_flag(), show).map(|s| (s, None))
+        SendFormat::Hsb => {
+            frameloop::sender::hsb::run_hsb_sender(&send_args, signals::stop_flag(), show).map(|s| (s, None))
         }
     }
     .map_err(AppError::Sender)?;
     progress.done();
-    if let Some(warning) = stats.link_lag_warning(args.send.link_gbps) {
+    if let Some(warning) = stats.link_lag_warning(send_args.link_gbps) {
         tracing::warn!("{warning}");
     }
     match round_trip {
