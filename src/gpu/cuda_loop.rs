@@ -5,12 +5,12 @@ use super::GpuError;
 use super::chain_builder::UserChain;
 use super::control::*;
 use super::driver;
+use super::executor::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::executor::{ExecutorOptions, ResidentExecutor};
 use super::fused::{FusedChain, NotFused, plan_fusion};
 use super::fused_tiled::{
     FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
 };
-use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
 use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
 use super::output_publish::DeviceOutput;
 use super::param_banks::{self, ParamLayout};

@@ -9,9 +9,9 @@
 use super::GpuError;
 use super::control::{DeviceLoopState, LoopParams, STATE_RUNNING};
 use super::driver::Graph;
+use super::executor::graph::{BuiltinHandler, FusedBuffers, plan_fragment};
 use super::executor::{ExecutorCore, LaunchStyle, ResidentExecutor};
 use super::fused::FusedChain;
-use super::graph::{BuiltinHandler, FusedBuffers, plan_fragment};
 use super::param_banks::{self, BankSwitch, ParamBanks, ParamLayout, bank_of, select_word};
 use crate::backend::LiveChain;
 use crate::config::{Config, FusedChainMode};
@@ -72,12 +72,12 @@ pub struct SwapReport {
 /// before the stop.
 struct Previous {
     workload: Fragment,
-    workload_plan: Option<super::graph::BoundPlan>,
+    workload_plan: Option<super::executor::graph::BoundPlan>,
     fused: Option<FusedBuffers>,
     fused_chain: Option<FusedChain>,
     banks: Option<ParamBanks>,
     builtin_handler: Option<Fragment>,
-    handler: Option<super::graph::BoundPlan>,
+    handler: Option<super::executor::graph::BoundPlan>,
     params: LoopParams,
     stage_names: Vec<String>,
 }
@@ -530,7 +530,7 @@ impl CudaLiveChain {
         let next = NextChain {
             workload,
             fused,
-            chain_flags: super::graph::chain_flags(chain),
+            chain_flags: super::executor::graph::chain_flags(chain),
             param_image,
             loads_modules,
         };

@@ -24,7 +24,6 @@ pub mod fft;
 pub mod floors;
 pub mod fused;
 pub mod fused_tiled;
-mod graph;
 pub mod kernel_sources;
 pub mod library;
 pub mod live_chain;
@@ -50,6 +49,8 @@ pub use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, Op
 pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
+/// The path the benchmark harness builds its chains from.
+use executor::graph;
 pub use executor::{ExecutorCore, ResidentExecutor};
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;

@@ -3,19 +3,19 @@
 //! the executor's graph, `WHILE { handler ; controller ; IF(ready) { workload
 //! ; end marker } }` (or launched per frame, the benchmark's baselines); with
 //! sub-frame streaming a pull in front of the handler and a tail copy in
-//! front of the workload ([`super::streaming`]).
+//! front of the workload ([`crate::gpu::streaming`]).
 
-use super::GpuError;
-use super::control::*;
-use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
-use super::executor::{ControllerPlacement, ExecutorCore, LaunchStyle};
-use super::fused::{FUSED_THREADS, FusedChain, FusedProgram};
-use super::output_publish::{OUTPUT_THREADS, OutputPublish};
-use super::runtime::GpuRuntime;
+use super::{ControllerPlacement, ExecutorCore, LaunchStyle};
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
     Plan, PortDirection,
 };
+use crate::gpu::GpuError;
+use crate::gpu::control::*;
+use crate::gpu::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
+use crate::gpu::fused::{FUSED_THREADS, FusedChain, FusedProgram};
+use crate::gpu::output_publish::{OUTPUT_THREADS, OutputPublish};
+use crate::gpu::runtime::GpuRuntime;
 use crate::ops::OpSpec;
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 /// A built-in data-ready handler as a GPU-resident operator: launches its
 /// kernel, whose one argument is the loop parameters the executor fills in
 /// before capture.
-pub(super) struct BuiltinHandler {
+pub(in crate::gpu) struct BuiltinHandler {
     /// Kernel taking `(LoopParams)`: `fl_ring_ready` or `fl_fused_chain`.
     kernel: &'static str,
     dims: LaunchDims,
@@ -34,14 +34,14 @@ pub(super) struct BuiltinHandler {
 
 impl BuiltinHandler {
     /// `fl_ring_ready`: one thread polls, claims and sets the IF value.
-    pub(super) fn ring_ready(params: Arc<Mutex<LoopParams>>) -> Self {
+    pub(in crate::gpu) fn ring_ready(params: Arc<Mutex<LoopParams>>) -> Self {
         Self { kernel: "fl_ring_ready", dims: LaunchDims::SINGLE, params }
     }
 
     /// `fl_fused_chain` (one block of [`FUSED_THREADS`] with `shared_bytes`
     /// of dynamic shared memory): claims the frame, runs every step of the
     /// fused chain and publishes the result.
-    pub(super) fn fused_chain(params: Arc<Mutex<LoopParams>>, shared_bytes: u32) -> Self {
+    pub(in crate::gpu) fn fused_chain(params: Arc<Mutex<LoopParams>>, shared_bytes: u32) -> Self {
         let dims = LaunchDims { grid: (1, 1, 1), block: (FUSED_THREADS, 1, 1), shared_bytes };
         Self { kernel: "fl_fused_chain", dims, params }
     }
@@ -65,17 +65,17 @@ impl GpuResidentOperator for BuiltinHandler {
 }
 
 /// Device memory of a fused chain: the program and its two sample buffers.
-pub(super) struct FusedBuffers {
-    pub(super) program: DeviceBuffer,
+pub(in crate::gpu) struct FusedBuffers {
+    pub(in crate::gpu) program: DeviceBuffer,
     _samples: [DeviceBuffer; 2],
     /// Dynamic shared memory of each launch.
-    pub(super) shared_bytes: u32,
+    pub(in crate::gpu) shared_bytes: u32,
 }
 
 impl FusedBuffers {
     /// Places what fits in shared memory, allows the kernel that much,
     /// allocates the buffers, binds them into the program and copies it to the device.
-    pub(super) fn upload(
+    pub(in crate::gpu) fn upload(
         rt: &GpuRuntime,
         chain: &FusedChain,
         payload_capacity: usize,
@@ -145,7 +145,10 @@ pub fn chain_flags(chain: &[OpSpec]) -> u32 {
 }
 
 /// Plans `fragment` and allocates its executor-owned buffers.
-pub(super) fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Result<BoundPlan, GpuError> {
+pub(in crate::gpu) fn plan_fragment(
+    ctx: &Arc<CudaContext>,
+    fragment: &Fragment,
+) -> Result<BoundPlan, GpuError> {
     let plan = fragment.plan().map_err(|e| GpuError::Setup(e.to_string()))?;
     for d in plan.diagnostics() {
         tracing::warn!("fragment {}: {}", fragment.name(), d.message);
@@ -160,14 +163,14 @@ pub(super) fn plan_fragment(ctx: &Arc<CudaContext>, fragment: &Fragment) -> Resu
     Ok(BoundPlan { plan, buffers, _allocations: allocations })
 }
 /// A fragment's plan with its buffers bound (the executor-allocated ones kept alive here).
-pub(super) struct BoundPlan {
-    pub(super) plan: Plan,
+pub(in crate::gpu) struct BoundPlan {
+    pub(in crate::gpu) plan: Plan,
     buffers: Vec<DeviceRegion>,
     _allocations: Vec<DeviceBuffer>,
 }
 
 impl ExecutorCore {
-    pub(super) fn set_standalone_params(&mut self) {
+    pub(in crate::gpu) fn set_standalone_params(&mut self) {
         let mut p = self.params;
         p.handler_sets_if = 0;
         p.poll_budget_ns = 0;
@@ -181,7 +184,7 @@ impl ExecutorCore {
     /// Kernels that wait for the kernels before them on the device
     /// (`fl_wait_for_prior_kernels`) and may follow a programmatic edge.
     fn waits_for_prior(&self, f: cudarc::driver::sys::CUfunction) -> bool {
-        let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
+        let names = crate::gpu::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
         names
             .chain(&["fl_end_marker"])
             .filter(|n| **n != "fl_fused_chain" && **n != "fl_fused_tiled_loop")
@@ -189,10 +192,10 @@ impl ExecutorCore {
             // A user kernel's entry kernel waits like the built-in ones.
             // SAFETY: `f` is the function of a kernel node of the graph being built,
             // whose modules the executor keeps loaded.
-            || unsafe { super::driver::function_name(f) }.as_deref() == Some(super::user_source::WRAPPED_ENTRY)
+            || unsafe { crate::gpu::driver::function_name(f) }.as_deref() == Some(crate::gpu::user_source::WRAPPED_ENTRY)
     }
 
-    pub(super) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
+    pub(in crate::gpu) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
         let graph = self.capture_resident(programmatic, None)?;
         self.exec = Some(graph.instantiate()?);
         self._graph = Some(graph);
@@ -205,7 +208,7 @@ impl ExecutorCore {
     /// `keep_handles` (`(while, if)`): those of the executable graph this one
     /// will update in place (`cuGraphExecUpdate` keeps the executable
     /// graph's conditional nodes and their handles).
-    pub(super) fn capture_resident(
+    pub(in crate::gpu) fn capture_resident(
         &mut self,
         programmatic: bool,
         keep_handles: Option<(u64, u64)>,
@@ -305,7 +308,7 @@ impl ExecutorCore {
         ExecutorCore::poll_budget_ns(configured, self.stream.is_some(), claiming)
     }
 
-    pub(super) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
+    pub(in crate::gpu) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
         self.set_standalone_params();
         let graph = Graph::new()?;
         let leaves = self.capture_handler(graph.root())?;
@@ -349,7 +352,7 @@ impl ExecutorCore {
         Ok(())
     }
 
-    pub(super) fn enqueue_handler(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+    pub(in crate::gpu) fn enqueue_handler(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
         let target = EnqueueTarget {
             stream,
             frame_desc: self.state.dptr() + DESC_OFFSET as u64,
@@ -373,7 +376,7 @@ impl ExecutorCore {
     }
 
     /// Enqueues the workload operators (with stage markers when enabled) and the end marker.
-    pub(super) fn enqueue_workload(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+    pub(in crate::gpu) fn enqueue_workload(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
         let rt = Arc::clone(&self.rt);
         let lib = &rt.library;
         let mut p = self.params;
@@ -482,16 +485,16 @@ impl ExecutorCore {
 
 /// The main fragment of a configured chain (reductions fused where possible).
 pub fn chain_fragment(chain: &[OpSpec], max_frame_bytes: usize) -> Result<Fragment, GpuError> {
-    chain_fragment_with(chain, max_frame_bytes, super::operators::PayloadPath::default())
+    chain_fragment_with(chain, max_frame_bytes, crate::gpu::operators::PayloadPath::default())
 }
 
 /// [`chain_fragment`] reading the payload by `payload`.
 pub fn chain_fragment_with(
     chain: &[OpSpec],
     max_frame_bytes: usize,
-    payload: super::operators::PayloadPath,
+    payload: crate::gpu::operators::PayloadPath,
 ) -> Result<Fragment, GpuError> {
-    let layout = super::operators::ChainLayout::default();
-    super::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
+    let layout = crate::gpu::operators::ChainLayout::default();
+    crate::gpu::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
         .map_err(|e| GpuError::Setup(e.to_string()))
 }

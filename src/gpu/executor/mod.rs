@@ -4,23 +4,25 @@
 //! in mapped memory; it tears the loop down within a bound and, on drop,
 //! frees the device's memory or, when the device is wedged, leaks it.
 
-pub use super::graph::{chain_flags, chain_fragment};
-pub use super::runtime::GpuRuntime;
+pub(in crate::gpu) mod graph;
 
-use super::GpuError;
-use super::clock::ClockCalibration;
-use super::control::*;
-use super::driver::{self, DeviceBuffer, Graph, GraphExec};
-use super::fused::FusedChain;
-use super::graph::{BoundPlan, BuiltinHandler, FusedBuffers, plan_fragment};
-use super::mapped::MappedMemory;
-use super::param_banks::{ParamBanks, ParamSelect, select_word};
-use super::user_handler::{UserHandler, UserHandlerOperator, UserHandlerSource};
+pub use crate::gpu::runtime::GpuRuntime;
+pub use graph::{chain_flags, chain_fragment};
+
 use crate::backend::LoopStats;
 use crate::config::LoopConfig;
 use crate::fragment::Fragment;
+use crate::gpu::GpuError;
+use crate::gpu::clock::ClockCalibration;
+use crate::gpu::control::*;
+use crate::gpu::driver::{self, DeviceBuffer, Graph, GraphExec};
+use crate::gpu::fused::FusedChain;
+use crate::gpu::mapped::MappedMemory;
+use crate::gpu::param_banks::{ParamBanks, ParamSelect, select_word};
+use crate::gpu::user_handler::{UserHandler, UserHandlerOperator, UserHandlerSource};
 use crate::ring::{FrameRing, ResultRing, ResultWriter};
 use cudarc::driver::CudaStream;
+use graph::{BoundPlan, BuiltinHandler, FusedBuffers, plan_fragment};
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -81,17 +83,17 @@ pub struct ExecutorOptions {
     /// Write each frame's output into this output ring in device memory
     /// (an `fl_output_publish` node before the end marker; no fused chain,
     /// no publishing from the last kernel).
-    pub output: Option<super::output_publish::OutputPublish>,
+    pub output: Option<crate::gpu::output_publish::OutputPublish>,
     /// Stream each frame into GPU memory while it arrives (sub-frame
-    /// streaming, [`super::streaming`]): resident style, built-in handler,
+    /// streaming, [`crate::gpu::streaming`]): resident style, built-in handler,
     /// one kernel per operator, not host-driven.
     pub stream: bool,
     /// Keep the chain's tunable values in parameter banks that the kernels
-    /// read on every frame ([`super::param_banks`]), starting with this
+    /// read on every frame ([`crate::gpu::param_banks`]), starting with this
     /// image; later parameter-only changes switch banks without stopping
     /// the graph. Resident style with the built-in handler, no streaming;
     /// otherwise ignored (the values stay kernel arguments).
-    pub param_banks: Option<Vec<super::fused::FusedStep>>,
+    pub param_banks: Option<Vec<crate::gpu::fused::FusedStep>>,
     /// Let a workload whose kernel can claim the frames itself (the tiled
     /// fused chain) be the loop's whole body, `WHILE { workload }` (it pulls streamed frames itself),
     /// so that a frame waits for no handler exit and no IF body launch:
@@ -201,7 +203,7 @@ pub struct ExecutorCore {
     /// The fused chain's device memory, when the handler runs the chain.
     pub(super) fused: Option<FusedBuffers>,
     /// The staging buffer of sub-frame streaming, when `opts.stream`.
-    pub(super) stream: Option<super::streaming::StreamBuffers>,
+    pub(super) stream: Option<crate::gpu::streaming::StreamBuffers>,
     /// The main fragment (it also holds a custom data-ready handler, if registered).
     pub(super) workload: Fragment,
     /// `None` for an empty workload (the end marker alone runs per frame).
@@ -253,16 +255,16 @@ impl ExecutorCore {
     }
 
     /// The poll budget the loop runs with: `configured`, capped while frames
-    /// stream ([`super::streaming::STREAM_POLL_BUDGET_NS`]: pulls run between
+    /// stream ([`crate::gpu::streaming::STREAM_POLL_BUDGET_NS`]: pulls run between
     /// polls) and while the workload claims the frames itself
-    /// ([`super::fused_tiled::CLAIMING_POLL_BUDGET_NS`]).
+    /// ([`crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS`]).
     pub(super) fn poll_budget_ns(configured: u64, streaming: bool, claiming: bool) -> u64 {
         let mut budget = configured;
         if streaming {
-            budget = budget.min(super::streaming::STREAM_POLL_BUDGET_NS);
+            budget = budget.min(crate::gpu::streaming::STREAM_POLL_BUDGET_NS);
         }
         if claiming {
-            budget = budget.min(super::fused_tiled::CLAIMING_POLL_BUDGET_NS);
+            budget = budget.min(crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS);
         }
         budget
     }
@@ -371,7 +373,7 @@ impl ExecutorCore {
                         .into(),
                 ));
             }
-            Some(super::streaming::StreamBuffers::new(
+            Some(crate::gpu::streaming::StreamBuffers::new(
                 &rt,
                 frame_ring.payload_capacity(),
                 opts.loop_cfg.pull_end_guard_bytes,
@@ -788,8 +790,8 @@ mod tests {
 
     #[test]
     fn the_poll_budget_is_capped_while_streaming_or_claiming_and_never_raised() {
-        let stream = super::super::streaming::STREAM_POLL_BUDGET_NS;
-        let claim = super::super::fused_tiled::CLAIMING_POLL_BUDGET_NS;
+        let stream = crate::gpu::streaming::STREAM_POLL_BUDGET_NS;
+        let claim = crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS;
         assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, false, false), 1_000_000);
         assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, true, false), stream);
         assert_eq!(ExecutorCore::poll_budget_ns(1_000_000, false, true), claim);
