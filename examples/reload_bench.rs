@@ -22,7 +22,7 @@ use frameloop::config::{FusedChainMode, LoopConfig};
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
 use frameloop::gpu::executor::GpuRuntime;
-use frameloop::gpu::live_chain::SwapMode;
+use frameloop::gpu::executor::SwapMode;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};
 use frameloop::ring::{OverrunPolicy, ResultReader, ResultRecord};

@@ -91,7 +91,7 @@ fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation()
     use frameloop::backend::ResidentLoop;
     use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
     use frameloop::gpu::executor::GpuRuntime;
-    use frameloop::gpu::live_chain::SwapMode;
+    use frameloop::gpu::executor::SwapMode;
     use frameloop::gpu::nvrtc::CacheDir;
     use frameloop::ops::CpuChain;
     use frameloop::ring::layout::RESULT_GPU_CLOCK;

@@ -13,6 +13,7 @@
 
 pub mod bench;
 pub mod chain_builder;
+mod chain_plan;
 pub mod clock;
 pub mod control;
 mod cuda_loop;
@@ -49,9 +50,9 @@ pub use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, Op
 pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
+pub use executor::ResidentExecutor;
 /// The path the benchmark harness builds its chains from.
 use executor::graph;
-pub use executor::{ExecutorCore, ResidentExecutor};
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
 pub use runtime::GpuRuntime;
