@@ -29,8 +29,8 @@ use frameloop::fragment::{DevicePtr, DeviceRegion, EnqueueTarget, PortDirection}
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::bench::{MappedRings, fill_frame, publish};
 use frameloop::gpu::executor::GpuRuntime;
-use frameloop::gpu::fft::cufft_present;
 use frameloop::gpu::nvrtc::CacheDir;
+use frameloop::gpu::operators::fft::cufft_present;
 use frameloop::gpu::operators::{ChainLayout, build_main_fragment};
 use frameloop::ops::{CpuChain, FftOutput, FftSpec, FftWindow, OpSpec, SampleFormat};
 use frameloop::ring::layout::{FrameDesc, RESULT_GPU_CLOCK, RESULTS_OFFSET};

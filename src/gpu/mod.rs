@@ -21,7 +21,6 @@ pub mod device_copy;
 pub mod device_memory;
 pub mod driver;
 pub mod executor;
-pub mod fft;
 pub mod floors;
 pub mod fused;
 pub mod fused_tiled;

@@ -11,6 +11,8 @@
 //! count from the FrameDesc at run time and clamp it to their buffers, so a
 //! frame never makes them touch memory outside a port.
 
+pub mod fft;
+
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
 use crate::fragment::{
@@ -479,7 +481,7 @@ pub enum PayloadPath {
 /// `"<op>[<chain index>]"`, e.g. `fir[1]` or `stats+threshold[2]`; a user
 /// kernel by its entry, `chain[2] kernel "beamform"`. User kernel sources
 /// are read as they stand when the graph is built (see
-/// [`super::user_kernel::with_sources_resolved`]).
+/// [`crate::gpu::user_kernel::with_sources_resolved`]).
 pub fn build_main_fragment(
     chain: &[OpSpec],
     max_frame_bytes: usize,
@@ -534,7 +536,7 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
         PayloadPath::ZeroCopy => None,
         PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
     };
-    let mut user_kernels = super::user_kernel::UserKernels::new();
+    let mut user_kernels = crate::gpu::user_kernel::UserKernels::new();
     // Operator i's values in the parameter bank: one FusedStep per operator
     // of the chain (super::param_banks::per_operator_image).
     let step = |i: usize| u32::try_from(i).unwrap_or(NO_PARAM_STEP);
@@ -560,7 +562,7 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
                 (fragment.add_operator(Filter2dOp { param_step: step(i), ..op })?, 1)
             }
             OpSpec::Fft(spec) => {
-                let op = super::fft::FftOp::new(&name("fft"), spec, max_samples)?;
+                let op = fft::FftOp::new(&name("fft"), spec, max_samples)?;
                 max_samples = op.max_output_samples();
                 (fragment.add_operator(op)?, 1)
             }

@@ -21,7 +21,7 @@ use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::{FftOutput, FftSpec};
 
-use super::operators::{MAX_GRID, OP_THREADS};
+use super::{MAX_GRID, OP_THREADS};
 use crate::cuda::fft::CufftPlan;
 pub use crate::cuda::fft::cufft_present;
 
@@ -219,7 +219,7 @@ mod tests {
             OpSpec::Stats,
         ];
         // 3000 samples: 11 rows of 256, 11 * 129 = 1419 bins.
-        let f = super::super::operators::build_main_fragment(&chain, 6000, Default::default()).unwrap();
+        let f = super::super::build_main_fragment(&chain, 6000, Default::default()).unwrap();
         let plan = f.plan().unwrap();
         assert!(plan.diagnostics().is_empty(), "{:?}", plan.diagnostics());
         let mut sizes: Vec<usize> = plan.buffers().iter().map(|b| b.bytes).collect();
