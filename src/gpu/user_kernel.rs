@@ -29,8 +29,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::driver::DeviceBuffer;
 use super::nvrtc::{CacheDir, Compiler};
-use super::operators::NO_PARAM_STEP;
-use super::param_banks;
+use super::param_banks::{self, NO_PARAM_STEP};
 use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, kernel_text};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
 use crate::ops::OpSpec;
