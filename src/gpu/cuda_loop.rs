@@ -10,7 +10,7 @@ use super::live_chain::{ChainPlanning, CudaLiveChain};
 use super::output_publish::DeviceOutput;
 use super::param_banks;
 use super::runtime::GpuRuntime;
-use super::user_handler::UserHandlerSource;
+use super::user::handler::UserHandlerSource;
 use crate::backend::{BackendError, ClockEstimate, LiveChain, LoopStats, ResidentLoop};
 use crate::config::{FusedChainMode, LoopConfig};
 use crate::ops::OpSpec;

@@ -140,7 +140,7 @@ impl CudaLiveChain {
         };
         let loads_modules = chain.iter().any(|op| matches!(op, OpSpec::Kernel(_)));
         if loads_modules {
-            super::user_kernel::compile_ahead(&exec.runtime().ctx, chain)
+            super::user::kernel::compile_ahead(&exec.runtime().ctx, chain)
                 .map_err(|e| refused(e.to_string()))?;
         }
         let next = NextChain { workload, fused, chain_flags: chain_flags(chain), param_image, loads_modules };

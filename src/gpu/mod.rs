@@ -35,9 +35,7 @@ pub mod param_banks;
 mod runtime;
 pub mod sources;
 pub mod streaming;
-pub mod user_handler;
-pub mod user_kernel;
-pub mod user_source;
+pub mod user;
 
 use cudarc::driver::sys;
 use thiserror::Error;
@@ -50,11 +48,12 @@ pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
 pub use executor::ResidentExecutor;
-/// The path the benchmark harness builds its chains from.
+/// The paths the benchmark harness names its parts by.
 use executor::graph;
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
 pub use runtime::GpuRuntime;
+use user::{kernel as user_kernel, source as user_source};
 
 /// Errors of the CUDA backend, each saying how to fix the problem.
 #[derive(Debug, Error)]

@@ -237,7 +237,7 @@ impl LoopGraph {
             // A user kernel's entry kernel waits like the built-in ones.
             // SAFETY: `f` is the function of a kernel node of the graph being built,
             // whose modules the executor keeps loaded.
-            || unsafe { crate::gpu::driver::function_name(f) }.as_deref() == Some(crate::gpu::user_source::WRAPPED_ENTRY)
+            || unsafe { crate::gpu::driver::function_name(f) }.as_deref() == Some(crate::gpu::user::source::WRAPPED_ENTRY)
     }
 
     pub(super) fn build_resident(

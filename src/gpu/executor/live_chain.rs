@@ -28,7 +28,7 @@ pub struct NextChain {
     /// The workload loads modules when it is captured (user kernels): a
     /// module load waits for the running graph, which never ends by itself,
     /// so such a workload is captured once the old graph stopped (compile
-    /// the sources first, [`crate::gpu::user_kernel::compile_ahead`], so that
+    /// the sources first, [`crate::gpu::user::kernel::compile_ahead`], so that
     /// only the load falls into the gap).
     pub loads_modules: bool,
 }

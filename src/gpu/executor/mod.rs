@@ -31,7 +31,7 @@ use crate::gpu::control::*;
 use crate::gpu::driver::Graph;
 use crate::gpu::fused::{FusedChain, FusedStep};
 use crate::gpu::param_banks::{BankSwitch, ParamBanks};
-use crate::gpu::user_handler::{UserHandler, UserHandlerOperator};
+use crate::gpu::user::handler::{UserHandler, UserHandlerOperator};
 use crate::ring::{FrameRing, ResultRing};
 use graph::{BoundPlan, BuiltinHandler, FusedBuffers, GraphInputs, LoopGraph, plan_fragment};
 use live_chain::LiveState;

@@ -5,7 +5,7 @@
 use crate::config::LoopConfig;
 use crate::gpu::fused::{FusedChain, FusedStep};
 use crate::gpu::output_publish::OutputPublish;
-use crate::gpu::user_handler::UserHandlerSource;
+use crate::gpu::user::handler::UserHandlerSource;
 use std::time::Duration;
 
 /// Where the controller's work (IF/WHILE values, counters) is done.

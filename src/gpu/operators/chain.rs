@@ -48,7 +48,7 @@ pub enum PayloadPath {
 /// `"<op>[<chain index>]"`, e.g. `fir[1]` or `stats+threshold[2]`; a user
 /// kernel by its entry, `chain[2] kernel "beamform"`. User kernel sources
 /// are read as they stand when the graph is built (see
-/// [`crate::gpu::user_kernel::with_sources_resolved`]).
+/// [`crate::gpu::user::kernel::with_sources_resolved`]).
 pub fn build_main_fragment(
     chain: &[OpSpec],
     max_frame_bytes: usize,
@@ -103,7 +103,7 @@ pub fn build_main_fragment_around<E: From<FragmentError>>(
         PayloadPath::ZeroCopy => None,
         PayloadPath::OneCopy => Some(fragment.add_operator(StagePayloadOp::new("stage", max_frame_bytes))?),
     };
-    let mut user_kernels = crate::gpu::user_kernel::UserKernels::new();
+    let mut user_kernels = crate::gpu::user::kernel::UserKernels::new();
     // Operator i's values in the parameter bank: one FusedStep per operator
     // of the chain (crate::gpu::param_banks::per_operator_image).
     let step = |i: usize| u32::try_from(i).unwrap_or(NO_PARAM_STEP);
