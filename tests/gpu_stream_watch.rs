@@ -22,7 +22,7 @@ use frameloop::config::LoopConfig;
 use frameloop::gpu::bench::{MappedRings, fill_frame};
 use frameloop::gpu::executor::{ExecutorOptions, ResidentExecutor, chain_flags};
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::{FrameSource, tiled_fragment};
+use frameloop::gpu::fused::tiled::{FrameSource, tiled_fragment};
 use frameloop::ops::{CpuChain, default_chain};
 use frameloop::ring::layout::SlotHeader;
 use frameloop::ring::{OverrunPolicy, ResultReader};

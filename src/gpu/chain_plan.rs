@@ -5,10 +5,10 @@
 
 use super::GpuError;
 use super::executor::{chain_fragment, fused_shared_limit};
-use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{
+use super::fused::tiled::{
     FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
 };
+use super::fused::{FusedChain, NotFused, plan_fusion};
 use super::param_banks::ParamLayout;
 use super::runtime::GpuRuntime;
 use crate::config::FusedChainMode;

@@ -23,7 +23,6 @@ pub mod driver;
 pub mod executor;
 pub mod floors;
 pub mod fused;
-pub mod fused_tiled;
 pub mod kernel_sources;
 pub mod library;
 pub mod live_chain;
@@ -50,6 +49,7 @@ pub use cuda_loop::CudaLoop;
 pub use executor::ResidentExecutor;
 /// The paths the benchmark harness names its parts by.
 use executor::graph;
+use fused::tiled as fused_tiled;
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
 pub use runtime::GpuRuntime;

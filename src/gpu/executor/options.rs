@@ -107,14 +107,14 @@ impl ExecutorOptions {
 /// The poll budget the loop runs with: `configured`, capped while frames
 /// stream ([`crate::gpu::streaming::STREAM_POLL_BUDGET_NS`]: pulls run between
 /// polls) and while the workload claims the frames itself
-/// ([`crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS`]).
+/// ([`crate::gpu::fused::tiled::CLAIMING_POLL_BUDGET_NS`]).
 pub(super) fn poll_budget_ns(configured: u64, streaming: bool, claiming: bool) -> u64 {
     let mut budget = configured;
     if streaming {
         budget = budget.min(crate::gpu::streaming::STREAM_POLL_BUDGET_NS);
     }
     if claiming {
-        budget = budget.min(crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS);
+        budget = budget.min(crate::gpu::fused::tiled::CLAIMING_POLL_BUDGET_NS);
     }
     budget
 }
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn the_poll_budget_is_capped_while_streaming_or_claiming_and_never_raised() {
         let stream = crate::gpu::streaming::STREAM_POLL_BUDGET_NS;
-        let claim = crate::gpu::fused_tiled::CLAIMING_POLL_BUDGET_NS;
+        let claim = crate::gpu::fused::tiled::CLAIMING_POLL_BUDGET_NS;
         assert_eq!(poll_budget_ns(1_000_000, false, false), 1_000_000);
         assert_eq!(poll_budget_ns(1_000_000, true, false), stream);
         assert_eq!(poll_budget_ns(1_000_000, false, true), claim);
