@@ -362,7 +362,7 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
 // result: what the end marker kernel, or the epilogue of the chain's last
 // built-in kernel, runs (one thread). It then zeroes the user result words
 // for the next frame: a user kernel wrapped into its entry kernel
-// (gpu::user_kernel) finds them zero without a node of its own to clear them
+// (gpu::user::kernel) finds them zero without a node of its own to clear them
 // (the loop state starts zeroed).
 FL_DEVICE void fl_publish_result(const LoopParams& p) {
   DeviceLoopState* st = p.st;

@@ -8,8 +8,11 @@
 //! (zero-copy ring memory), [`device_copy`] (non-synchronising copies) and
 //! [`device_memory`] (device-only ring memory) give the rings their memory;
 //! [`nvrtc`] and [`library`] compile and load kernels; on top, the runtime
-//! (an opened GPU), graph building, [`executor`] (run control: launch,
-//! tear-down, drop) and [`CudaLoop`] (the loop as the appliance sees it).
+//! (an opened GPU), [`executor`] (the resident executor: graph building,
+//! run control and live changes as its parts), [`operators`] (the built-in
+//! operators, each beside its CUDA source), [`fused`] (the fused chains),
+//! [`user`] (the user's CUDA code) and [`CudaLoop`] (the loop as the
+//! appliance sees it).
 
 pub mod bench;
 pub mod chain_builder;

@@ -1,5 +1,5 @@
 //! The `fft` operator on the GPU: a window kernel, one batched cuFFT
-//! real-to-complex transform and a magnitude/power kernel (kernels/fft.cu),
+//! real-to-complex transform and a magnitude/power kernel (`fft.cu` beside this file),
 //! all enqueued on the capture stream so that they become nodes of the
 //! resident graph's IF body. Its meaning is `ops::fft` (the CPU reference).
 //!
@@ -26,7 +26,7 @@ use crate::cuda::fft::CufftPlan;
 pub use crate::cuda::fft::cufft_present;
 
 /// Parameters of `fl_fft_window` and `fl_fft_spectrum`, passed by value
-/// (mirrors `FftParams` in kernels/fft.cu).
+/// (mirrors `FftParams` in `fft.cu`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FftParams {
