@@ -50,12 +50,14 @@ pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
 pub use executor::ResidentExecutor;
-/// The paths the benchmark harness names its parts by.
-use executor::graph;
-use fused::tiled as fused_tiled;
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
 pub use runtime::GpuRuntime;
+
+// Paths the benchmark harness (`bench.rs`) names modules by;
+// they go with the harness when it leaves the library.
+use executor::graph;
+use fused::tiled as fused_tiled;
 use user::{kernel as user_kernel, source as user_source};
 
 /// Errors of the CUDA backend, each saying how to fix the problem.
