@@ -21,7 +21,7 @@ use frameloop::backend::ResidentLoop;
 use frameloop::config::{FusedChainMode, LoopConfig};
 use frameloop::gpu::CudaLoop;
 use frameloop::gpu::executor::GpuRuntime;
-use frameloop::gpu::live_chain::SwapMode;
+use frameloop::gpu::executor::SwapMode;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::test_rings::{MappedRings, fill_frame, publish};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};

@@ -388,7 +388,7 @@ FL_DEVICE void fl_publish_record(const LoopParams& p, const FrameDesc& d, const 
 // built-in kernel, runs (one thread), with the final samples the host noted
 // in the loop state. It then zeroes the user result words and the
 // actuation request for the next frame: a user kernel wrapped into its entry kernel
-// (gpu::user_kernel) finds them zero without a node of its own to clear them
+// (gpu::user::kernel) finds them zero without a node of its own to clear them
 // (the loop state starts zeroed).
 FL_DEVICE void fl_publish_result(const LoopParams& p) {
   DeviceLoopState* st = p.st;

@@ -1,7 +1,7 @@
 // tiled fused chain: the built-in operators of a chain (the FusedProgram that
 // src/gpu/fused.rs encodes) in one kernel per frame across many blocks, for
 // frames whose samples do not fit in one block's shared memory
-// (src/gpu/fused_tiled.rs launches it in the graph's IF body).
+// (src/gpu/fused/tiled.rs launches it in the graph's IF body).
 //
 // The frame of n samples is cut into tiles of `tile` samples
 // (ceil(n / gridDim.x) rounded up to 4, or less where the shared buffers
@@ -20,7 +20,7 @@
 // every block writes the partial of the chain's last stats and last
 // threshold into
 // its slot of the FlReduceScratch and takes a ticket, and the last block
-// combines the slots in block-index order (kernels/reduce.cuh). So the same
+// combines the slots in block-index order (src/gpu/operators/reduce.cuh). So the same
 // frame gives the same bits on every run whatever order the blocks ran in.
 #include "reduce.cuh"
 #include "fir.cuh"
@@ -507,7 +507,7 @@ FL_DEVICE void fl_tiled_frame(const FlTiledFrame& frame, FrameDesc* fd, const Fu
   // Tiles of a multiple of four samples (every thread's groups start on the
   // same lanes): one per block when they fit in the buffers, else the most
   // that fit. The buffers hold the halo rounded up to 4 either side
-  // (held_halo, src/gpu/fused_tiled.rs), so a tile starts 16-byte aligned.
+  // (held_halo, src/gpu/fused/tiled.rs), so a tile starts 16-byte aligned.
   const uint32_t halo_held = (halo + 3u) & ~3u;
   const uint32_t room = span > 2u * halo_held ? (span - 2u * halo_held) & ~3u : 0u;
   uint32_t tile = ((n + blocks - 1) / blocks + 3u) & ~3u;
@@ -673,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(FL_REDUCE_THREADS)
 // tagged with generation + 1 and bumps `generation`, so every block sees
 // exactly this launch's claim. That needs every block
 // resident at once: the executor sizes the grid to what the GPU holds at
-// once (src/gpu/fused_tiled.rs), and every wait also ends on tear-down, so
+// once (src/gpu/fused/tiled.rs), and every wait also ends on tear-down, so
 // a grid that did not fit cannot hang the loop's stop.
 //
 // `handed` is everything a block needs of the claim, in two words that
@@ -704,7 +704,7 @@ struct FlTiledClaim {
   alignas(16) unsigned long long handed[2];  // the claim, handed to the blocks (above), as one 16-byte access
   uint64_t _pad[2];
 };
-static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused_tiled.rs)");
+static_assert(sizeof(FlTiledClaim) <= 64, "FlTiledClaim outgrew CLAIM_BYTES (src/gpu/fused/tiled.rs)");
 
 #define FL_HANDED_SEQ_BITS 28u
 #define FL_HANDED_SEQ_MASK ((1ull << FL_HANDED_SEQ_BITS) - 1)
@@ -752,7 +752,7 @@ FL_DEVICE void fl_handed_store(unsigned long long* handed, const FlHanded& h) {
 
 // Spins of a block's wait between two looks at the tear-down flag (a read
 // over the bus): hundreds of microseconds, far longer than a poll budget
-// (CLAIMING_POLL_BUDGET_NS, src/gpu/fused_tiled.rs), so only a wait that
+// (CLAIMING_POLL_BUDGET_NS, src/gpu/fused/tiled.rs), so only a wait that
 // went wrong looks.
 #define FL_TILED_SPINS_PER_STOP_CHECK 1024u
 // How long a block's wait for the claim sleeps between two looks (block 0's

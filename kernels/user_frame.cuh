@@ -1,7 +1,7 @@
 // user_frame: how the appliance fills a user kernel's fl_frame (the
 // `frame` argument of kernels/frameloop.cuh) for one frame, shared by the
 // stand-alone prologue kernel (kernels/user_support.cu) and by the entry
-// kernel the appliance wraps around a user kernel (gpu::user_kernel).
+// kernel the appliance wraps around a user kernel (gpu::user::kernel).
 #pragma once
 #include "ops_common.cuh"
 #include "frameloop.cuh"

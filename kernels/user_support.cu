@@ -1,6 +1,6 @@
 // user_support: the stand-alone prologue the appliance runs in front of a
 // user kernel (an `op = "kernel"` chain entry, kernels/frameloop.cuh) whose
-// source cannot be wrapped into one entry kernel (gpu::user_kernel).
+// source cannot be wrapped into one entry kernel (gpu::user::kernel).
 // fl_user_prologue fills the operator's fl_frame (kernels/user_frame.cuh),
 // makes the FrameDesc's sample count the operator's output count for the
 // operators after it, and for the chain's first user kernel zeroes the

@@ -112,7 +112,7 @@ fn reduce_scratch_and_constants_match_the_rust_side() {
         )
     };
     nvrtc::compile("reduce_layout.cu", &facts(REDUCE_SCRATCH_BYTES), "sm_90")
-        .unwrap_or_else(|e| panic!("reduce.cuh and src/gpu/operators.rs disagree: {e}"));
+        .unwrap_or_else(|e| panic!("reduce.cuh and src/gpu/operators/reduce.rs disagree: {e}"));
     let err = nvrtc::compile("reduce_layout_bad.cu", &facts(REDUCE_SCRATCH_BYTES - 8), "sm_90")
         .expect_err("a wrong scratch size must not compile");
     assert!(err.to_string().contains("FlReduceScratch size"), "{err}");

@@ -22,7 +22,7 @@ use frameloop::fragment::{
     StreamedFrame,
 };
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::{FrameSource, FusedTiledOp};
+use frameloop::gpu::fused::tiled::{FrameSource, FusedTiledOp};
 use frameloop::gpu::kernel_sources::{KERNEL_NAMES, KERNEL_SOURCES};
 use frameloop::gpu::operators::{
     ChainLayout, DelayOp, Filter2dOp, FirOp, ReduceOp, Reduction, UnpackOp, build_main_fragment,

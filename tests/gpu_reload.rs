@@ -90,7 +90,7 @@ fn same_shape(a: &[OpSpec], b: &[OpSpec]) -> bool {
 fn swaps_by_update_and_by_reinstantiation_keep_every_frame_with_its_generation() {
     use frameloop::backend::ResidentLoop;
     use frameloop::gpu::executor::GpuRuntime;
-    use frameloop::gpu::live_chain::SwapMode;
+    use frameloop::gpu::executor::SwapMode;
     use frameloop::gpu::nvrtc::CacheDir;
     use frameloop::gpu::test_rings::{MappedRings, fill_frame, publish};
     use frameloop::ops::CpuChain;
@@ -355,7 +355,7 @@ fn tiled_frames_take_parameter_changes_in_their_banks_without_a_relaunch() {
     // Frames of 2 MiB and 6 bytes read in place from the slot (the banks
     // hold the values only where frames do not stream in): "auto" runs them
     // as the tiled kernel that claims its own frames (the 2 MiB run of
-    // `gpu::fused_tiled::MEASURED`), whose blocks copy the steps from the
+    // `gpu::fused::tiled::MEASURED`), whose blocks copy the steps from the
     // bank each frame brings.
     let _serial = one_at_a_time();
     let frame_bytes = (2 << 20) + 6;

@@ -14,7 +14,7 @@ use frameloop::gpu::CudaLoop;
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::{FrameSource, LargePath, MEASURED, choose_large, tiled_fragment};
+use frameloop::gpu::fused::tiled::{FrameSource, LargePath, MEASURED, choose_large, tiled_fragment};
 use frameloop::gpu::test_rings::{MappedRings, STREAMED_PART_BYTES, fill_frame, publish, publish_streamed};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat, default_chain};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, RESULTS_OFFSET};
@@ -135,7 +135,7 @@ fn one_launch_processes_frames_like_the_cpu_chain() {
 
 /// Under `auto`, frames too large for the handler's shared memory run as
 /// one tiled kernel per frame where the recorded runs found it faster
-/// (frames of 2 MiB and 6 bytes: the 2 MiB run of `gpu::fused_tiled::MEASURED`),
+/// (frames of 2 MiB and 6 bytes: the 2 MiB run of `gpu::fused::tiled::MEASURED`),
 /// its last block publishing the result, and every result equals the CPU
 /// chain's; 768 KiB image frames, where one kernel per operator was faster,
 /// run that way. The frames are published whole, as

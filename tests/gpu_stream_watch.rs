@@ -21,7 +21,7 @@ mod gpu_support;
 use frameloop::config::LoopConfig;
 use frameloop::gpu::executor::{ExecutorOptions, ResidentExecutor, chain_flags};
 use frameloop::gpu::fused::FusedChain;
-use frameloop::gpu::fused_tiled::{FrameSource, tiled_fragment};
+use frameloop::gpu::fused::tiled::{FrameSource, tiled_fragment};
 use frameloop::gpu::test_rings::{MappedRings, fill_frame};
 use frameloop::ops::{CpuChain, default_chain};
 use frameloop::ring::layout::SlotHeader;

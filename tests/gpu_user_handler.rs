@@ -16,7 +16,7 @@ use frameloop::config::{BackendChoice, LoopConfig};
 use frameloop::gpu::control::{STATE_TIMED_OUT, STATE_TORN_DOWN};
 use frameloop::gpu::executor::{ExecutorOptions, GpuRuntime, ResidentExecutor, chain_flags, chain_fragment};
 use frameloop::gpu::test_rings::MappedRings;
-use frameloop::gpu::user_handler::UserHandlerSource;
+use frameloop::gpu::user::handler::UserHandlerSource;
 use frameloop::ingest::hsb::{HsbDma, HsbReceiver};
 use frameloop::ops::{CpuChain, OpSpec, SampleFormat};
 use frameloop::ring::layout::{RESULT_GPU_CLOCK, SLOT_COMPLETE, SLOT_INCOMPLETE};

@@ -12,7 +12,7 @@ use frameloop::gpu::CudaLoop;
 use frameloop::gpu::executor::GpuRuntime;
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::test_rings::{MappedRings, fill_frame};
-use frameloop::gpu::user_kernel::with_sources_resolved;
+use frameloop::gpu::user::kernel::with_sources_resolved;
 use frameloop::ops::{OpSpec, SampleFormat, cpu};
 use frameloop::ring::layout::{
     RESULT_GPU_CLOCK, RESULT_HAS_DETECT, RESULT_HAS_STATS, RESULTS_OFFSET, SLOT_COMPLETE,
@@ -256,13 +256,13 @@ fn the_chain_fixture_validates() {
     }
     let path = fixture("gpu_chain.toml");
     let cfg = config::load(&path).unwrap();
-    let problems = frameloop::gpu::user_source::check_user_code(&cfg, &path);
+    let problems = frameloop::gpu::user::source::check_user_code(&cfg, &path);
     assert!(problems.is_empty(), "{problems:#?}");
     let fault = fixture("trap_at.cu");
     let text = std::fs::read_to_string(&fault).unwrap();
-    let kind = frameloop::gpu::user_source::EntryKind::Kernel;
+    let kind = frameloop::gpu::user::source::EntryKind::Kernel;
     let errors =
-        frameloop::gpu::user_source::check_source(&fault.display().to_string(), &text, "trap_at", kind);
+        frameloop::gpu::user::source::check_source(&fault.display().to_string(), &text, "trap_at", kind);
     assert!(errors.is_empty(), "{errors:?}");
     let r = reference();
     assert_eq!(r.gain, 2.0, "the CPU reference rounds like the GPU only for gain = 2 (exact products)");

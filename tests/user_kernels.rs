@@ -6,12 +6,12 @@
 //! and the CUDA backend plans one as graph operators. Needs only libnvrtc,
 //! no GPU; fails instead of skipping without it under FRAMELOOP_REQUIRE_NVRTC=1.
 //! `validate_cli_reports_the_planted_error_with_its_line` needs `frameloop
-//! validate` to call `gpu::user_source::check_user_code`.
+//! validate` to call `gpu::user::source::check_user_code`.
 
 use frameloop::config::{self, LoopConfig};
 use frameloop::gpu::fused::{FusedChain, NotFused};
 use frameloop::gpu::operators::{ChainLayout, build_main_fragment};
-use frameloop::gpu::user_source::{EntryKind, UserCodeError, check_source, check_user_code, kernel_cubin};
+use frameloop::gpu::user::source::{EntryKind, UserCodeError, check_source, check_user_code, kernel_cubin};
 use frameloop::gpu::{control, nvrtc, nvrtc_present};
 use frameloop::host::{HostError, HostLoop};
 use frameloop::ops::OpSpec;
@@ -223,7 +223,7 @@ fn check_user_code_reports_every_problem_of_a_config() {
     assert!(problems[0].message.starts_with("/dev/zero is not a CUDA source"), "{problems:?}");
 }
 
-/// Passes once `frameloop validate` calls `gpu::user_source::check_user_code`.
+/// Passes once `frameloop validate` calls `gpu::user::source::check_user_code`.
 #[test]
 fn validate_cli_reports_the_planted_error_with_its_line() {
     if !nvrtc_or_skip() {

@@ -6,7 +6,7 @@
 
 use crate::{CompileError, ConfigError};
 use frameloop::config::{BackendChoice, Config, ConfigProblem};
-use frameloop::gpu::user_source::{EntryKind, UserCodeError, check_source, kernel_text};
+use frameloop::gpu::user::source::{EntryKind, UserCodeError, check_source, kernel_text};
 use frameloop::ops::OpSpec;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -77,7 +77,7 @@ pub fn read(
              Appliance per loop (each on its own port and GPU), or run the config with frameloop run",
         )]));
     }
-    config.chain = frameloop::gpu::user_kernel::with_sources_resolved(&config.chain, &anchor);
+    config.chain = frameloop::gpu::user::kernel::with_sources_resolved(&config.chain, &anchor);
     Ok(Source { config, anchor })
 }
 

@@ -253,7 +253,7 @@ impl Appliance {
         let user_handler = cfg
             .handler
             .as_ref()
-            .map(|h| crate::gpu::user_handler::UserHandlerSource::from_config(h, Path::new("")))
+            .map(|h| crate::gpu::user::handler::UserHandlerSource::from_config(h, Path::new("")))
             .transpose()
             .map_err(AppError::HandlerSource)?;
         let frame_bytes = ring_bytes(cfg.ring.slots, cfg.ring.slot_bytes).ok_or_else(|| {

@@ -7,7 +7,7 @@ use super::AppError;
 use crate::backend::{Backend, ResidentLoop};
 use crate::config::{BackendChoice, Config, StreamToGpu};
 use crate::gpu::chain_builder::UserChain;
-use crate::gpu::user_handler::UserHandlerSource;
+use crate::gpu::user::handler::UserHandlerSource;
 use crate::host::HostLoop;
 use crate::rdma::{
     self, ConsumerBackend, GpuFrameRing, IngestPlan, RingPlacement, Transport, final_placement,

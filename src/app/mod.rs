@@ -64,7 +64,7 @@ pub enum AppError {
     /// The `[handler]` source file cannot be read or compiled; fix the file
     /// that `handler.source` names.
     #[error("handler.source: {0}")]
-    HandlerSource(#[source] crate::gpu::user_source::UserCodeError),
+    HandlerSource(#[source] crate::gpu::user::source::UserCodeError),
     /// The GPU already runs the resident loop of another appliance in this
     /// process; stop that appliance, use another GPU, or run both loops from
     /// one config with `[[loop]]` tables.
@@ -328,7 +328,7 @@ pub fn init_logging() {
 /// `frameloop validate`: prints every problem, or a one-line confirmation.
 pub fn validate(args: &ValidateArgs) -> Result<(), AppError> {
     let cfg = config::load(&args.config)?;
-    let problems = crate::gpu::user_source::check_user_code(&cfg, &args.config);
+    let problems = crate::gpu::user::source::check_user_code(&cfg, &args.config);
     if !problems.is_empty() {
         return Err(config::ConfigError::Invalid(problems).into());
     }
@@ -369,9 +369,9 @@ pub fn load_or_default(path: Option<&std::path::Path>) -> Result<Config, AppErro
         Some(p) => {
             let mut cfg = config::load(p)?;
             // User kernel sources are named relative to the config file.
-            cfg.chain = crate::gpu::user_kernel::with_sources_resolved(&cfg.chain, p);
+            cfg.chain = crate::gpu::user::kernel::with_sources_resolved(&cfg.chain, p);
             for spec in &mut cfg.loops {
-                spec.chain = crate::gpu::user_kernel::with_sources_resolved(&spec.chain, p);
+                spec.chain = crate::gpu::user::kernel::with_sources_resolved(&spec.chain, p);
             }
             // [handler] source is relative to the config file, like chain kernels.
             if let Some(h) = &mut cfg.handler {

@@ -4,22 +4,16 @@
 use super::GpuError;
 use super::actuation::DeviceActuation;
 use super::chain_builder::UserChain;
+use super::chain_plan::plan_chain;
 use super::control::*;
-use super::driver;
-use super::executor::{ExecutorOptions, ResidentExecutor};
-use super::fused::{FusedChain, NotFused, plan_fusion};
-use super::fused_tiled::{
-    FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
-};
-use super::graph::{chain_flags, chain_fragment, fused_shared_limit};
-use super::live_chain::{ChainPlanning, CudaLiveChain, SwapMode};
+use super::executor::{ExecutorOptions, ResidentExecutor, SwapMode, chain_flags};
+use super::live_chain::{ChainPlanning, CudaLiveChain};
 use super::output_publish::DeviceOutput;
-use super::param_banks::{self, ParamLayout};
+use super::param_banks;
 use super::runtime::GpuRuntime;
-use super::user_handler::UserHandlerSource;
+use super::user::handler::UserHandlerSource;
 use crate::backend::{BackendError, ClockEstimate, LiveChain, LoopStats, ResidentLoop};
 use crate::config::{FusedChainMode, LoopConfig};
-use crate::fragment::Fragment;
 use crate::ops::OpSpec;
 use crate::output::OutputWriter;
 use crate::ring::{FrameRing, ResultRing};
@@ -38,85 +32,6 @@ pub struct CudaLoop {
     actuation: Option<DeviceActuation>,
     /// The reload path's handle on the chain; taken once.
     live: Option<CudaLiveChain>,
-}
-
-/// The workload of `chain` as the loop runs it: the fused chain inside the
-/// handler when it can be fused (`mode`), else one kernel per operator;
-/// `unfused` says why it must not be fused whatever its operators.
-pub(super) fn plan_chain(
-    rt: &GpuRuntime,
-    chain: &[OpSpec],
-    capacity: usize,
-    mode: FusedChainMode,
-    unfused: Option<&str>,
-    streaming: bool,
-) -> Result<(Fragment, Option<FusedChain>, ParamLayout), GpuError> {
-    if let Some(what) = unfused {
-        if mode == FusedChainMode::On {
-            return Err(GpuError::Setup(format!(
-                "loop.fused_chain = \"on\" but with {what} the chain runs one kernel per operator; \
-                 set it to \"auto\" or \"off\""
-            )));
-        }
-        tracing::info!("one kernel per operator in the graph's IF body: {what}");
-        return Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator));
-    }
-    let limit = fused_shared_limit(rt)?;
-    match plan_fusion(chain, capacity, mode, false, limit) {
-        Ok(_) if streaming => {
-            tracing::info!(
-                "one kernel per operator in the graph's IF body: frames stream into GPU memory while they \
-                 arrive (loop.stream_to_gpu), which the chain fused into the data-ready handler cannot follow"
-            );
-            Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
-        }
-        Ok(fused) => {
-            tracing::info!("the data-ready handler runs the fused chain {}", fused.describe());
-            Ok((Fragment::new("main"), Some(fused), ParamLayout::Steps))
-        }
-        Err(why) if mode == FusedChainMode::On => Err(GpuError::Setup(format!(
-            "loop.fused_chain = \"on\" but the chain cannot be fused: {why}; set it to \"auto\""
-        ))),
-        Err(NotFused::LargeFrames { buffers, shared_limit }) => {
-            let why = format!(
-                "the chain's two sample buffers ({buffers} B) exceed one block's shared memory ({shared_limit} B)"
-            );
-            let encoded = FusedChain::encode(chain, capacity).map_err(|e| GpuError::Setup(e.to_string()))?;
-            // A streamed frame is read from the staging buffer in device memory.
-            let (source, table) = if streaming {
-                (FrameSource::DeviceMemory, STREAMED)
-            } else {
-                (FrameSource::MappedSlot, MEASURED)
-            };
-            let (mut path, mut measured) = choose_large(capacity, table);
-            if let Err(e) = plan_for(&encoded, limit, source) {
-                (path, measured) = (LargePath::Graph, e.to_string());
-            }
-            match path {
-                LargePath::Tiled => {
-                    tracing::info!(
-                        "loop.fused_chain = \"auto\": one tiled kernel per frame runs the chain {} ({why}; {measured})",
-                        encoded.describe()
-                    );
-                    Ok((
-                        tiled_fragment(encoded, source).map_err(|e| GpuError::Setup(e.to_string()))?,
-                        None,
-                        ParamLayout::Steps,
-                    ))
-                }
-                LargePath::Graph => {
-                    tracing::info!(
-                        "loop.fused_chain = \"auto\": one kernel per operator ({why}; {measured})"
-                    );
-                    Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
-                }
-            }
-        }
-        Err(why) => {
-            tracing::info!("one kernel per operator in the graph's IF body: {why}");
-            Ok((chain_fragment(chain, capacity)?, None, ParamLayout::PerOperator))
-        }
-    }
 }
 
 impl CudaLoop {
@@ -282,7 +197,7 @@ impl CudaLoop {
     fn check_actuation_samples(&self) -> Result<(), GpuError> {
         let Some(a) = &self.actuation else { return Ok(()) };
         let exec = self.executor();
-        if a.wants_samples() && exec.opts.fused.is_none() && exec.final_samples().0 == 0 {
+        if a.wants_samples() && exec.options().fused.is_none() && exec.final_samples().0 == 0 {
             return Err(GpuError::Setup(
                 "an [[actuate]] output sends \"samples\" but this chain's kernel keeps no final samples                  (the tiled kernel for frames larger than the fused chain's shared memory); send \"record\"                  or \"user\" only, or use smaller frames (ring.slot_bytes)"
                     .into(),
@@ -318,7 +233,7 @@ impl Drop for CudaLoop {
             return;
         }
         let mut exec = self.exec.lock().unwrap_or_else(PoisonError::into_inner);
-        if exec.launched {
+        if exec.launched() {
             let _ = exec.tear_down();
         }
         if exec.is_wedged()
@@ -360,8 +275,7 @@ impl ResidentLoop for CudaLoop {
         self.executor().is_wedged()
     }
     fn is_launched(&self) -> bool {
-        let exec = self.executor();
-        exec.launched && driver::stream_done(&exec.run_stream).is_ok_and(|done| !done)
+        self.executor().is_running()
     }
     fn stats(&self) -> LoopStats {
         self.executor().stats()
@@ -373,7 +287,7 @@ impl ResidentLoop for CudaLoop {
         self.executor().clock().error_ns
     }
     fn recalibrate_clock(&mut self) -> Result<Option<ClockEstimate>, BackendError> {
-        let c = self.executor().rt.recalibrate_clock().map_err(backend_error)?;
+        let c = self.executor().runtime().recalibrate_clock().map_err(backend_error)?;
         Ok(Some(ClockEstimate {
             offset_ns: c.offset_ns,
             error_ns: c.error_ns,
@@ -383,16 +297,16 @@ impl ResidentLoop for CudaLoop {
     }
     fn tear_down(&mut self) -> Result<LoopStats, BackendError> {
         let mut exec = self.executor();
-        let was_running = exec.launched;
+        let was_running = exec.launched();
         if let Some(Err(e)) = exec.poll() {
             return Err(BackendError::Other(e.to_string()));
         }
-        if !was_running && exec.finished.is_none() {
+        if !was_running && exec.finished().is_none() {
             return Err(BackendError::NotLaunched);
         }
-        if !exec.launched {
+        if !exec.launched() {
             return match exec.state() {
-                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: exec.opts.loop_cfg.timeout_ms }),
+                STATE_TIMED_OUT => Err(BackendError::TimedOut { ms: exec.options().loop_cfg.timeout_ms }),
                 _ => Ok(exec.stats()),
             };
         }

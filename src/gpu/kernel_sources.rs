@@ -1,4 +1,6 @@
-//! The operator kernels' CUDA sources (`kernels/`), embedded in the binary so
+//! The operator kernels' CUDA sources (each built-in operator's beside its
+//! launch code in `src/gpu/operators/`, the shared ones and the fused
+//! chains' in `kernels/`), embedded in the binary so
 //! the CUDA backend compiles them with NVRTC at start-up wherever it runs.
 //! They `#include "ops_common.cuh"` (below) and the shared layout header
 //! `ring.cuh` (with its `prelude.cuh`) from `handlers/`.
@@ -6,27 +8,27 @@
 /// Headers the kernel sources include by name, besides `ring.cuh`/`prelude.cuh`.
 pub const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("ops_common.cuh", include_str!("../../kernels/ops_common.cuh")),
-    ("unpack.cuh", include_str!("../../kernels/unpack.cuh")),
-    ("fir.cuh", include_str!("../../kernels/fir.cuh")),
-    ("filter2d.cuh", include_str!("../../kernels/filter2d.cuh")),
-    ("reduce.cuh", include_str!("../../kernels/reduce.cuh")),
+    ("unpack.cuh", include_str!("operators/unpack.cuh")),
+    ("fir.cuh", include_str!("operators/fir.cuh")),
+    ("filter2d.cuh", include_str!("operators/filter2d.cuh")),
+    ("reduce.cuh", include_str!("operators/reduce.cuh")),
     ("frameloop.cuh", include_str!("../../kernels/frameloop.cuh")),
     ("user_frame.cuh", include_str!("../../kernels/user_frame.cuh")),
     ("output_ring.cuh", include_str!("../../kernels/output_ring.cuh")),
     ("stream.cuh", include_str!("../../kernels/stream.cuh")),
 ];
 
-/// Every `.cu` file of `kernels/`: (file name, source).
+/// Every `.cu` file of `kernels/` and `src/gpu/operators/`: (file name, source).
 pub const KERNEL_SOURCES: &[(&str, &str)] = &[
-    ("unpack.cu", include_str!("../../kernels/unpack.cu")),
-    ("fir.cu", include_str!("../../kernels/fir.cu")),
-    ("filter2d.cu", include_str!("../../kernels/filter2d.cu")),
-    ("reduce.cu", include_str!("../../kernels/reduce.cu")),
-    ("delay.cu", include_str!("../../kernels/delay.cu")),
+    ("unpack.cu", include_str!("operators/unpack.cu")),
+    ("fir.cu", include_str!("operators/fir.cu")),
+    ("filter2d.cu", include_str!("operators/filter2d.cu")),
+    ("reduce.cu", include_str!("operators/reduce.cu")),
+    ("delay.cu", include_str!("operators/delay.cu")),
     ("stage.cu", include_str!("../../kernels/stage.cu")),
     ("fused.cu", include_str!("../../kernels/fused.cu")),
     ("fused_tiled.cu", include_str!("../../kernels/fused_tiled.cu")),
-    ("fft.cu", include_str!("../../kernels/fft.cu")),
+    ("fft.cu", include_str!("operators/fft.cu")),
     ("user_support.cu", include_str!("../../kernels/user_support.cu")),
     ("output_publish.cu", include_str!("../../kernels/output_publish.cu")),
 ];
@@ -50,12 +52,14 @@ pub const KERNEL_NAMES: &[(&str, &[&str])] = &[
 mod tests {
     use super::*;
 
-    /// A `.cu` or `.cuh` file added to kernels/ but not embedded would never be compiled.
+    /// A `.cu` or `.cuh` file added to kernels/ or beside an operator
+    /// (src/gpu/operators/) but not embedded would never be compiled.
     #[test]
     fn every_kernel_file_is_embedded_and_named() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk: Vec<String> = ["kernels", "src/gpu/operators"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .filter(|n| n.ends_with(".cu") || n.ends_with(".cuh"))
             .collect();

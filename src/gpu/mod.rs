@@ -8,11 +8,15 @@
 //! (zero-copy ring memory), [`device_copy`] (non-synchronising copies) and
 //! [`device_memory`] (device-only ring memory) give the rings their memory;
 //! [`nvrtc`] and [`library`] compile and load kernels; on top, the runtime
-//! (an opened GPU), graph building, [`executor`] (run control: launch,
-//! tear-down, drop) and [`CudaLoop`] (the loop as the appliance sees it).
+//! (an opened GPU), [`executor`] (the resident executor: graph building,
+//! run control and live changes as its parts), [`operators`] (the built-in
+//! operators, each beside its CUDA source), [`fused`] (the fused chains),
+//! [`user`] (the user's CUDA code) and [`CudaLoop`] (the loop as the
+//! appliance sees it).
 
 pub mod actuation;
 pub mod chain_builder;
+mod chain_plan;
 pub mod clock;
 pub mod control;
 mod cuda_loop;
@@ -20,10 +24,7 @@ pub mod device_copy;
 pub mod device_memory;
 pub mod driver;
 pub mod executor;
-pub mod fft;
 pub mod fused;
-pub mod fused_tiled;
-pub mod graph;
 pub mod kernel_sources;
 pub mod library;
 pub mod live_chain;
@@ -37,9 +38,7 @@ pub mod sources;
 pub mod streaming;
 #[doc(hidden)]
 pub mod test_rings;
-pub mod user_handler;
-pub mod user_kernel;
-pub mod user_source;
+pub mod user;
 
 use cudarc::driver::sys;
 use thiserror::Error;
@@ -51,10 +50,14 @@ pub use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, Op
 pub use chain_builder::{ChainBuilderError, OperatorPosition, samples_after};
 pub use control::LoopControl;
 pub use cuda_loop::CudaLoop;
-pub use executor::{ExecutorCore, ResidentExecutor};
+pub use executor::ResidentExecutor;
 pub use library::KernelLibrary;
 pub use mapped::MappedMemory;
 pub use runtime::GpuRuntime;
+
+/// What `bench --compare` builds its workloads with (the executor's graph part).
+#[doc(hidden)]
+pub use executor::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 
 /// Errors of the CUDA backend, each saying how to fix the problem.
 #[derive(Debug, Error)]

@@ -27,6 +27,9 @@ use cudarc::driver::CudaContext;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A graph kernel's `param_step` when its arguments are its only values (`FL_NO_PARAM_STEP`).
+pub const NO_PARAM_STEP: u32 = u32::MAX;
+
 /// The largest user-kernel parameter struct the banks carry: a step's
 /// coefficient words. A larger one changes by a rebuild.
 pub const BANKED_PARAM_BYTES: usize = FUSED_COEFFS * std::mem::size_of::<f32>();

@@ -25,7 +25,7 @@
 //! copies those from the published slot.
 //!
 //! A tiled kernel that claims its own frames (`WHILE { fl_fused_tiled_loop }`,
-//! [`super::fused_tiled`]) runs neither node: one block of its grid pulls
+//! [`super::fused::tiled`]) runs neither node: one block of its grid pulls
 //! beside block 0's poll, and its tiles read what is not pulled from the
 //! slot. It shares the staging buffer and the pulls' state (`StreamBuffers`).
 

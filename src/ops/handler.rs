@@ -2,7 +2,7 @@
 //! `__device__` function, `fl_handler_fn` in `frameloop.cuh`) that decides
 //! when a ring slot holds a new frame, replacing the built-in handler that
 //! watches the ring's head sequence. Compiling it is the CUDA backend's job
-//! (`gpu::user_handler`); nothing here reads files.
+//! (`gpu::user::handler`); nothing here reads files.
 
 use super::user_kernel::is_c_identifier;
 use serde::{Deserialize, Deserializer, Serialize};

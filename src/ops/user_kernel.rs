@@ -1,7 +1,7 @@
 //! User CUDA kernels as chain operators (`op = "kernel"`): the config entry,
 //! its parameter declaration and checks, the C layout of the parameter
 //! struct, and the launch shape. Compiling the source is the CUDA backend's
-//! job (`gpu::user_source`); nothing here reads files.
+//! job (`gpu::user::source`); nothing here reads files.
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -17,11 +17,10 @@ use frameloop::fragment::Fragment;
 use frameloop::gpu::GpuRuntime;
 use frameloop::gpu::driver::{self, LaunchDims};
 use frameloop::gpu::executor::{ControllerPlacement, ExecutorOptions, LaunchStyle, ResidentExecutor};
-use frameloop::gpu::fused::{FusedChain, NotFused, plan_fusion};
-use frameloop::gpu::fused_tiled::{
+use frameloop::gpu::fused::tiled::{
     FrameSource, LargePath, MEASURED, STREAMED, choose_large, plan_for, tiled_fragment,
 };
-use frameloop::gpu::graph::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
+use frameloop::gpu::fused::{FusedChain, NotFused, plan_fusion};
 use frameloop::gpu::nvrtc::CacheDir;
 use frameloop::gpu::operators::PayloadPath;
 use frameloop::gpu::test_rings::{
@@ -29,6 +28,7 @@ use frameloop::gpu::test_rings::{
     publish_streamed,
 };
 use frameloop::gpu::{GpuError, MappedMemory};
+use frameloop::gpu::{chain_flags, chain_fragment, chain_fragment_with, fused_shared_limit};
 use frameloop::ops::OpSpec;
 use frameloop::ring::{OverrunPolicy, ResultReader};
 use serde::Serialize;
@@ -322,12 +322,12 @@ fn busy_wait(ns: u64) {
 pub fn load_compare_chain(path: &std::path::Path) -> Result<Vec<OpSpec>, GpuError> {
     let what = |e: String| GpuError::Setup(format!("--compare-chain {}: {e}", path.display()));
     let cfg = frameloop::config::load(path).map_err(|e| what(e.to_string()))?;
-    let problems = frameloop::gpu::user_source::check_user_code(&cfg, path);
+    let problems = frameloop::gpu::user::source::check_user_code(&cfg, path);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         return Err(what(list.join("; ")));
     }
-    Ok(frameloop::gpu::user_kernel::with_sources_resolved(&cfg.chain, path))
+    Ok(frameloop::gpu::user::kernel::with_sources_resolved(&cfg.chain, path))
 }
 
 struct ModeSpec {
@@ -834,7 +834,7 @@ enum NoTiledPlan {
     #[error(transparent)]
     NotFused(#[from] NotFused),
     #[error(transparent)]
-    NotTiled(#[from] frameloop::gpu::fused_tiled::NotTiled),
+    NotTiled(#[from] frameloop::gpu::fused::tiled::NotTiled),
 }
 
 /// The target on `res`'s p99.9 against a graph launched per frame (at most 0.8x).

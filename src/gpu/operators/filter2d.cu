@@ -1,7 +1,7 @@
 // filter2d kernel: the 3x3 filter of filter2d.cuh over the whole grid.
 #include "filter2d.cuh"
 
-// Kernel parameter, passed by value (mirrors Filter2dParams in src/gpu/operators.rs).
+// Kernel parameter, passed by value (mirrors Filter2dParams in src/gpu/operators/filter2d.rs).
 struct Filter2dParams {
   uint32_t width;    // >= 1
   float kernel[9];   // row-major, kernel[dr * 3 + dc] weighs x[r + dr - 1][c + dc - 1]

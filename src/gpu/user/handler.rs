@@ -4,13 +4,13 @@
 //! slot the next frame is due in, calls the function, and on a frame fills
 //! the loop state the built-in handler would have filled.
 
-use super::GpuError;
-use super::control::LoopParams;
-use super::driver::{self, DeviceBuffer, LaunchDims};
-use super::nvrtc::{CacheDir, Compiler};
-use super::runtime::GpuRuntime;
-use super::user_source::{EntryKind, UserCodeError, check_source, read_source};
+use super::source::{EntryKind, UserCodeError, check_source, read_source};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec};
+use crate::gpu::GpuError;
+use crate::gpu::control::LoopParams;
+use crate::gpu::driver::{self, DeviceBuffer, LaunchDims};
+use crate::gpu::nvrtc::{CacheDir, Compiler};
+use crate::gpu::runtime::GpuRuntime;
 use crate::ops::handler::HandlerConfig;
 use crate::ops::user_kernel::is_c_identifier;
 use cudarc::driver::CudaFunction;
@@ -145,7 +145,7 @@ fn check_wrapper(src: &UserHandlerSource, arch: &str) -> Result<String, Vec<User
     if !problems.is_empty() {
         return Err(problems);
     }
-    super::nvrtc::compile_ptx(&src.file, &wrapper_source(&src.text, &src.entry), arch)
+    crate::gpu::nvrtc::compile_ptx(&src.file, &wrapper_source(&src.text, &src.entry), arch)
         .map_err(|e| vec![UserCodeError::Compiler { file: src.file.clone(), reason: e.to_string() }])
 }
 
@@ -191,14 +191,14 @@ impl UserHandler {
 
 /// The user handler as the handler fragment's one operator: launches the
 /// wrapper with the loop parameters the executor fills in before capture.
-pub(super) struct UserHandlerOperator {
+pub(in crate::gpu) struct UserHandlerOperator {
     handler: UserHandler,
     name: String,
     params: Arc<Mutex<LoopParams>>,
 }
 
 impl UserHandlerOperator {
-    pub(super) fn new(handler: UserHandler, params: Arc<Mutex<LoopParams>>) -> Self {
+    pub(in crate::gpu) fn new(handler: UserHandler, params: Arc<Mutex<LoopParams>>) -> Self {
         let name = format!("handler {}", handler.entry);
         Self { handler, name, params }
     }
@@ -225,7 +225,7 @@ impl GpuResidentOperator for UserHandlerOperator {
 mod tests {
     use super::*;
 
-    const HSB: &str = include_str!("../../handlers/hsb_ready.cu");
+    const HSB: &str = include_str!("../../../handlers/hsb_ready.cu");
 
     fn hsb() -> UserHandlerSource {
         UserHandlerSource { file: "hsb_ready.cu".into(), text: HSB.into(), entry: "hsb_ready".into() }
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn the_hsb_example_compiles_inside_the_wrapper() {
-        if !super::super::nvrtc_present() {
+        if !crate::gpu::nvrtc_present() {
             eprintln!("NVRTC not present; skipping");
             return;
         }
@@ -258,7 +258,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("hsb.cu"), HSB).unwrap();
         let cfg = crate::config::parse(&format!("backend = \"{backend}\"\n[handler]\n{handler}")).unwrap();
-        super::super::user_source::check_user_code(&cfg, &dir.path().join("frameloop.toml"))
+        super::super::source::check_user_code(&cfg, &dir.path().join("frameloop.toml"))
     }
 
     #[test]
@@ -269,7 +269,7 @@ mod tests {
         assert!(host[0].message.contains("host backend cannot run it"), "{}", host[0].message);
         let missing = validate("source = \"nope.cu\"\nentry = \"hsb_ready\"", "cuda");
         assert_eq!(missing[0].key, "handler.source", "{missing:?}");
-        if !super::super::nvrtc_present() {
+        if !crate::gpu::nvrtc_present() {
             eprintln!("NVRTC not present; skipping the compiled checks");
             return;
         }
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_handler_with_the_wrong_signature_is_named_before_the_wrapper() {
-        if !super::super::nvrtc_present() {
+        if !crate::gpu::nvrtc_present() {
             eprintln!("NVRTC not present; skipping");
             return;
         }

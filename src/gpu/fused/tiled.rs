@@ -1,4 +1,4 @@
-//! The tiled fused chain: the fused program of [`super::fused`] run by one
+//! The tiled fused chain: the fused program of [`super`] run by one
 //! kernel per frame across many blocks (`fl_fused_tiled`,
 //! kernels/fused_tiled.cu), for frames whose samples do not fit in one
 //! block's shared memory. In the resident loop the kernel claims its own
@@ -18,12 +18,12 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::driver::DeviceBuffer;
-use super::fused::{FusedChain, FusedProgram, step};
-use super::operators::{REDUCE_MAX_BLOCKS, REDUCE_SCRATCH_BYTES, REDUCE_THREADS};
+use super::{FusedChain, FusedProgram, step};
 use crate::fragment::{
     ComputeContext, Fragment, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory,
 };
+use crate::gpu::driver::DeviceBuffer;
+use crate::gpu::operators::{REDUCE_MAX_BLOCKS, REDUCE_SCRATCH_BYTES, REDUCE_THREADS};
 use thiserror::Error;
 
 /// Samples a tile holds at least: two per thread, so that a small frame is
@@ -49,7 +49,7 @@ pub enum FrameSource {
     /// [`HALO_TILE_RATIO`] halos long.
     MappedSlot,
     /// A copy in device memory (the staging buffer of sub-frame streaming,
-    /// `super::streaming`): re-reading a halo costs device bandwidth only,
+    /// `crate::gpu::streaming`): re-reading a halo costs device bandwidth only,
     /// so the frame is spread over every block the GPU runs at once.
     DeviceMemory,
 }

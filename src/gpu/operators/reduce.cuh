@@ -35,7 +35,7 @@ struct FlPartial {
 };
 
 // Device memory of one grid reduction, allocated zeroed when the graph is
-// built (src/gpu/operators.rs, ReduceOp's `scratch` port) and kept between
+// built (src/gpu/operators/reduce.rs, ReduceOp's `scratch` port) and kept between
 // frames. Invariant: `ticket` is 0 whenever no reduction is running; the
 // last block of each frame puts it back to 0.
 struct FlReduceScratch {
@@ -213,7 +213,7 @@ FL_DEVICE bool fl_reduce_grid(const FrameDesc* fd, const float* x, uint32_t capa
   return true;
 }
 
-// The layout src/gpu/operators.rs sizes the scratch port by (REDUCE_SCRATCH_BYTES).
+// The layout src/gpu/operators/reduce.rs sizes the scratch port by (REDUCE_SCRATCH_BYTES).
 static_assert(sizeof(FlPartial) == 24, "FlPartial");
 static_assert(sizeof(FlReduceScratch) == 16 + 24 * FL_REDUCE_MAX_BLOCKS, "FlReduceScratch");
 static_assert(FL_REDUCE_MAX_BLOCKS <= FL_REDUCE_THREADS, "the last block combines one slot per thread");

@@ -3,19 +3,20 @@
 //! the executor's graph, `WHILE { handler ; controller ; IF(ready) { workload
 //! ; end marker } }` (or launched per frame, the benchmark's baselines); with
 //! sub-frame streaming a pull in front of the handler and a tail copy in
-//! front of the workload ([`super::streaming`]).
+//! front of the workload ([`crate::gpu::streaming`]).
 
-use super::GpuError;
-use super::control::*;
-use super::driver::{self, Conditional, DeviceBuffer, Graph, GraphRef, LaunchDims, Node};
-use super::executor::{ControllerPlacement, ExecutorCore, LaunchStyle};
-use super::fused::{FUSED_THREADS, FusedChain, FusedProgram};
-use super::output_publish::{OUTPUT_THREADS, OutputPublish};
-use super::runtime::GpuRuntime;
+use super::options::{ControllerPlacement, ExecutorOptions, LaunchStyle, poll_budget_ns};
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
     Plan, PortDirection,
 };
+use crate::gpu::GpuError;
+use crate::gpu::control::*;
+use crate::gpu::driver::{self, Conditional, DeviceBuffer, Graph, GraphExec, GraphRef, LaunchDims, Node};
+use crate::gpu::fused::{FUSED_THREADS, FusedChain, FusedProgram};
+use crate::gpu::output_publish::{OUTPUT_THREADS, OutputPublish};
+use crate::gpu::runtime::GpuRuntime;
+use crate::gpu::streaming::StreamBuffers;
 use crate::ops::OpSpec;
 use crate::ring::layout::{RESULT_HAS_DETECT, RESULT_HAS_STATS};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -166,7 +167,54 @@ pub(super) struct BoundPlan {
     _allocations: Vec<DeviceBuffer>,
 }
 
-impl ExecutorCore {
+/// What graph building reads and does not own: the opened GPU, the
+/// executor's options and the device addresses of the loop state and of the
+/// loop parameters' device copy (both owned by run control).
+#[derive(Clone, Copy)]
+pub(super) struct GraphInputs<'a> {
+    pub(super) rt: &'a GpuRuntime,
+    pub(super) opts: &'a ExecutorOptions,
+    /// Device address of the loop state ([`DeviceLoopState`]).
+    pub(super) state: u64,
+    /// Device address of the loop parameters' device copy.
+    pub(super) params_dev: u64,
+}
+
+/// The loop's graph and what it is built from: the chain it runs (the
+/// workload and handler fragments with their plans, the fused chain's or
+/// the streaming's device memory), the loop parameters its kernels take,
+/// and the captured and instantiated graph.
+pub(super) struct LoopGraph {
+    pub(super) capture_stream: Arc<CudaStream>,
+    /// Field order matters: the executable graph is dropped before the graph.
+    pub(super) exec: Option<GraphExec>,
+    pub(super) graph: Option<Graph>,
+    /// Programmatic edges the built graph holds (0: plain edges only).
+    pub(super) programmatic_edges: usize,
+    /// Whether the workload's last kernel publishes the result (no end marker).
+    pub(super) publishes_in_last_kernel: bool,
+    /// The fused chain's device memory, when the handler runs the chain.
+    pub(super) fused: Option<FusedBuffers>,
+    /// The staging buffer of sub-frame streaming, when `opts.stream`.
+    pub(super) stream: Option<StreamBuffers>,
+    /// The main fragment (it also holds a custom data-ready handler, if registered).
+    pub(super) workload: Fragment,
+    /// `None` for an empty workload (the end marker alone runs per frame).
+    pub(super) workload_plan: Option<BoundPlan>,
+    /// The handler fragment the executor built (built-in, or the `[handler]`
+    /// wrapper), or `None` when the workload registered its own.
+    pub(super) builtin_handler: Option<Fragment>,
+    pub(super) handler: BoundPlan,
+    /// The loop parameters the built-in handler launches with.
+    pub(super) handler_params: Arc<Mutex<LoopParams>>,
+    /// The loop parameters the graph's kernels take.
+    pub(super) params: LoopParams,
+    pub(super) placement: ControllerPlacement,
+    /// The workload's stage names, in execution order.
+    pub(super) stage_names: Vec<String>,
+}
+
+impl LoopGraph {
     pub(super) fn set_standalone_params(&mut self) {
         let mut p = self.params;
         p.handler_sets_if = 0;
@@ -180,22 +228,26 @@ impl ExecutorCore {
 
     /// Kernels that wait for the kernels before them on the device
     /// (`fl_wait_for_prior_kernels`) and may follow a programmatic edge.
-    fn waits_for_prior(&self, f: cudarc::driver::sys::CUfunction) -> bool {
-        let names = super::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
+    fn waits_for_prior(inp: &GraphInputs<'_>, f: cudarc::driver::sys::CUfunction) -> bool {
+        let names = crate::gpu::kernel_sources::KERNEL_NAMES.iter().flat_map(|(_, names)| names.iter());
         names
             .chain(&["fl_end_marker"])
             .filter(|n| **n != "fl_fused_chain" && **n != "fl_fused_tiled_loop")
-            .any(|n| self.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
+            .any(|n| inp.rt.library.function(n).is_ok_and(|k| k.cu_function() == f))
             // A user kernel's entry kernel waits like the built-in ones.
             // SAFETY: `f` is the function of a kernel node of the graph being built,
             // whose modules the executor keeps loaded.
-            || unsafe { super::driver::function_name(f) }.as_deref() == Some(super::user_source::WRAPPED_ENTRY)
+            || unsafe { crate::gpu::driver::function_name(f) }.as_deref() == Some(crate::gpu::user::source::WRAPPED_ENTRY)
     }
 
-    pub(super) fn build_resident(&mut self, programmatic: bool) -> Result<(), GpuError> {
-        let graph = self.capture_resident(programmatic, None)?;
+    pub(super) fn build_resident(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        programmatic: bool,
+    ) -> Result<(), GpuError> {
+        let graph = self.capture_resident(inp, programmatic, None)?;
         self.exec = Some(graph.instantiate()?);
-        self._graph = Some(graph);
+        self.graph = Some(graph);
         Ok(())
     }
 
@@ -207,10 +259,11 @@ impl ExecutorCore {
     /// graph's conditional nodes and their handles).
     pub(super) fn capture_resident(
         &mut self,
+        inp: &GraphInputs<'_>,
         programmatic: bool,
         keep_handles: Option<(u64, u64)>,
     ) -> Result<Graph, GpuError> {
-        let ctx = Arc::clone(&self.rt.ctx);
+        let ctx = Arc::clone(&inp.rt.ctx);
         let graph = Graph::new()?;
         let root = graph.root();
         let while_handle = root.conditional_handle(&ctx, 1, true)?;
@@ -220,19 +273,19 @@ impl ExecutorCore {
             self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
             self.params.if_handle = 0;
             *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
-            self.capture_handler(body)?;
+            self.capture_handler(inp, body)?;
             self.programmatic_edges = 0;
             self.publishes_in_last_kernel = false;
             return Ok(graph);
         }
-        if self.workload_claims_frames() {
+        if self.workload_claims_frames(inp.opts) {
             // The workload's kernel polls, claims and (while frames stream)
             // pulls itself: `WHILE { workload }`.
             self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
             self.params.if_handle = 0;
-            self.params.poll_budget_ns = self.configured_poll_budget_ns(true);
+            self.params.poll_budget_ns = self.configured_poll_budget_ns(inp.opts, true);
             *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
-            self.capture_workload(body, &[])?;
+            self.capture_workload(inp, body, &[])?;
             if !self.publishes_in_last_kernel {
                 return Err(GpuError::Setup(
                     "the workload said it claims the frames itself but did not take the loop parameters"
@@ -243,21 +296,21 @@ impl ExecutorCore {
             return Ok(graph);
         }
         let if_handle = body.conditional_handle(&ctx, 0, false)?;
-        self.params.poll_budget_ns = self.configured_poll_budget_ns(false);
+        self.params.poll_budget_ns = self.configured_poll_budget_ns(inp.opts, false);
         self.params.while_handle = keep_handles.map_or(while_handle.0, |k| k.0);
         self.params.if_handle = keep_handles.map_or(if_handle.0, |k| k.1);
         *self.handler_params.lock().unwrap_or_else(|e| e.into_inner()) = self.params;
 
         let pull = match &self.stream {
-            Some(st) => vec![st.add_pull(&self.rt, body, &[], self.params)?],
+            Some(st) => vec![st.add_pull(inp.rt, body, &[], self.params)?],
             None => Vec::new(),
         };
-        let handler_leaves = self.capture_handler_after(body, &pull)?;
+        let handler_leaves = self.capture_handler_after(inp, body, &pull)?;
         let if_deps = match self.placement {
             ControllerPlacement::InHandler => handler_leaves,
             ControllerPlacement::Before => {
                 let mut p = self.params;
-                let controller = self.rt.library.function("fl_loop_controller")?;
+                let controller = inp.rt.library.function("fl_loop_controller")?;
                 let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
                 // SAFETY: one LoopParams argument, matching the kernel.
                 vec![unsafe { body.add_kernel(&handler_leaves, controller, LaunchDims::SINGLE, &mut args)? }]
@@ -267,13 +320,16 @@ impl ExecutorCore {
         // A workload that reads a streaming frame itself needs no tail copy.
         let tail = match &self.stream {
             Some(st) if !self.workload.reads_streamed_frames() => {
-                vec![st.add_tail(&self.rt, if_body, &[], self.state.dptr() + DESC_OFFSET as u64)?]
+                vec![st.add_tail(inp.rt, if_body, &[], inp.state + DESC_OFFSET as u64)?]
             }
             _ => Vec::new(),
         };
-        self.capture_workload(if_body, &tail)?;
-        self.programmatic_edges =
-            if programmatic { if_body.make_edges_programmatic(|f| self.waits_for_prior(f))? } else { 0 };
+        self.capture_workload(inp, if_body, &tail)?;
+        self.programmatic_edges = if programmatic {
+            if_body.make_edges_programmatic(|f| Self::waits_for_prior(inp, f))?
+        } else {
+            0
+        };
         Ok(graph)
     }
 
@@ -283,80 +339,98 @@ impl ExecutorCore {
     /// publishing from the workload's kernel, and nothing the graph must run
     /// between the claim and the work or after it (stage markers, an output
     /// node).
-    pub fn workload_claims_frames(&self) -> bool {
-        self.opts.workload_claims_frames
-            && self.opts.style == LaunchStyle::Resident
+    pub(super) fn workload_claims_frames(&self, opts: &ExecutorOptions) -> bool {
+        opts.workload_claims_frames
+            && opts.style == LaunchStyle::Resident
             && self.fused.is_none()
             && self.placement == ControllerPlacement::InHandler
-            && self.opts.user_handler.is_none()
+            && opts.user_handler.is_none()
             && self.workload.data_ready_handler().is_none()
-            && !self.opts.stage_markers
-            && !self.opts.host_driven
+            && !opts.stage_markers
+            && !opts.host_driven
             // Block 0 sleeping between polls would leave the others waiting long.
-            && self.opts.loop_cfg.data_not_ready_sleep_interval_us == 0
-            && self.opts.output.is_none()
-            && self.opts.publish_from_last_kernel
+            && opts.loop_cfg.data_not_ready_sleep_interval_us == 0
+            && opts.output.is_none()
+            && opts.publish_from_last_kernel
             && self.workload.can_claim_frames()
     }
 
     /// The poll budget of `loop.poll_budget_us` as this graph's handler runs it.
-    fn configured_poll_budget_ns(&self, claiming: bool) -> u64 {
-        let configured = self.opts.loop_cfg.poll_budget_us.saturating_mul(1000);
-        ExecutorCore::poll_budget_ns(configured, self.stream.is_some(), claiming)
+    fn configured_poll_budget_ns(&self, opts: &ExecutorOptions, claiming: bool) -> u64 {
+        let configured = opts.loop_cfg.poll_budget_us.saturating_mul(1000);
+        poll_budget_ns(configured, self.stream.is_some(), claiming)
     }
 
-    pub(super) fn build_per_frame_graph(&mut self, programmatic: bool) -> Result<(), GpuError> {
+    pub(super) fn build_per_frame_graph(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        programmatic: bool,
+    ) -> Result<(), GpuError> {
         self.set_standalone_params();
         let graph = Graph::new()?;
-        let leaves = self.capture_handler(graph.root())?;
-        self.capture_workload(graph.root(), &leaves)?;
+        let leaves = self.capture_handler(inp, graph.root())?;
+        self.capture_workload(inp, graph.root(), &leaves)?;
         self.programmatic_edges = if programmatic {
-            graph.root().make_edges_programmatic(|f| self.waits_for_prior(f))?
+            graph.root().make_edges_programmatic(|f| Self::waits_for_prior(inp, f))?
         } else {
             0
         };
         self.exec = Some(graph.instantiate()?);
-        self._graph = Some(graph);
+        self.graph = Some(graph);
         Ok(())
     }
 
     /// Programmatic edges in the built graph (0 when plain edges only).
-    pub fn programmatic_edge_count(&self) -> usize {
+    pub(super) fn programmatic_edge_count(&self) -> usize {
         self.programmatic_edges
     }
 
     /// Whether the chain's last kernel publishes the result (no end-marker node).
-    pub fn publishes_in_last_kernel(&self) -> bool {
+    pub(super) fn publishes_in_last_kernel(&self) -> bool {
         self.publishes_in_last_kernel
     }
 
-    fn capture_handler(&mut self, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
-        self.capture_handler_after(into, &[])
+    fn capture_handler(&mut self, inp: &GraphInputs<'_>, into: GraphRef<'_>) -> Result<Vec<Node>, GpuError> {
+        self.capture_handler_after(inp, into, &[])
     }
 
-    fn capture_handler_after(&mut self, into: GraphRef<'_>, deps: &[Node]) -> Result<Vec<Node>, GpuError> {
+    fn capture_handler_after(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        into: GraphRef<'_>,
+        deps: &[Node],
+    ) -> Result<Vec<Node>, GpuError> {
         let stream = Arc::clone(&self.capture_stream);
-        let leaves = into.capture(&stream, deps, |s| self.enqueue_handler(s))?;
+        let leaves = into.capture(&stream, deps, |s| self.enqueue_handler(inp, s))?;
         if leaves.is_empty() {
             return Err(GpuError::Setup("the data-ready handler fragment enqueued no work".into()));
         }
         Ok(leaves)
     }
 
-    fn capture_workload(&mut self, into: GraphRef<'_>, deps: &[Node]) -> Result<(), GpuError> {
+    fn capture_workload(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        into: GraphRef<'_>,
+        deps: &[Node],
+    ) -> Result<(), GpuError> {
         let stream = Arc::clone(&self.capture_stream);
-        into.capture(&stream, deps, |s| self.enqueue_workload(s))?;
+        into.capture(&stream, deps, |s| self.enqueue_workload(inp, s))?;
         Ok(())
     }
 
-    pub(super) fn enqueue_handler(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+    pub(super) fn enqueue_handler(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
         let target = EnqueueTarget {
             stream,
-            frame_desc: self.state.dptr() + DESC_OFFSET as u64,
-            chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
-            user_result: self.state.dptr() + USER_OFFSET as u64,
-            slot_header: self.state.dptr() + SLOT_OFFSET as u64,
-            kernels: &self.rt.library,
+            frame_desc: inp.state + DESC_OFFSET as u64,
+            chain_result: inp.state + CHAIN_OFFSET as u64,
+            user_result: inp.state + USER_OFFSET as u64,
+            slot_header: inp.state + SLOT_OFFSET as u64,
+            kernels: &inp.rt.library,
             streamed: None,
             claims_frames: false,
         };
@@ -373,14 +447,17 @@ impl ExecutorCore {
     }
 
     /// Enqueues the workload operators (with stage markers when enabled) and the end marker.
-    pub(super) fn enqueue_workload(&mut self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
-        let rt = Arc::clone(&self.rt);
-        let lib = &rt.library;
+    pub(super) fn enqueue_workload(
+        &mut self,
+        inp: &GraphInputs<'_>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let lib = &inp.rt.library;
         let mut p = self.params;
         let Some(order) = self.workload_plan.as_ref().map(|b| b.plan.order().to_vec()) else {
-            return self.enqueue_end_marker(stream);
+            return self.enqueue_end_marker(inp, stream);
         };
-        if self.opts.stage_markers {
+        if inp.opts.stage_markers {
             let marker = lib.function("fl_stage_marker")?;
             for (i, id) in order.into_iter().enumerate() {
                 let mut stage = STAGE_FIRST_OP + i as u64;
@@ -388,24 +465,24 @@ impl ExecutorCore {
                     [(&mut p as *mut LoopParams).cast::<c_void>(), (&mut stage as *mut u64).cast()];
                 // SAFETY: (LoopParams, u64) matches fl_stage_marker.
                 unsafe { driver::launch_raw(stream, marker, LaunchDims::SINGLE, &mut args)? };
-                self.enqueue_one_operator(stream, id)?;
+                self.enqueue_one_operator(inp, stream, id)?;
             }
         } else {
             let target = EnqueueTarget {
                 stream,
-                frame_desc: self.state.dptr() + DESC_OFFSET as u64,
-                chain_result: self.state.dptr() + CHAIN_OFFSET as u64,
-                user_result: self.state.dptr() + USER_OFFSET as u64,
-                slot_header: self.state.dptr() + SLOT_OFFSET as u64,
-                kernels: &self.rt.library,
+                frame_desc: inp.state + DESC_OFFSET as u64,
+                chain_result: inp.state + CHAIN_OFFSET as u64,
+                user_result: inp.state + USER_OFFSET as u64,
+                slot_header: inp.state + SLOT_OFFSET as u64,
+                kernels: &inp.rt.library,
                 streamed: self.stream.as_ref().map(|st| st.staged()),
-                claims_frames: self.workload_claims_frames(),
+                claims_frames: self.workload_claims_frames(inp.opts),
             };
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
             // With an output ring the end marker publishes, after the output node.
-            let published = if self.opts.publish_from_last_kernel && self.opts.output.is_none() {
-                self.workload.enqueue_publishing(&bound.plan, &bound.buffers, &target, self.params_dev.dptr())
+            let published = if inp.opts.publish_from_last_kernel && inp.opts.output.is_none() {
+                self.workload.enqueue_publishing(&bound.plan, &bound.buffers, &target, inp.params_dev)
             } else {
                 self.workload.enqueue(&bound.plan, &bound.buffers, &target).map(|()| false)
             };
@@ -414,7 +491,18 @@ impl ExecutorCore {
                 return Ok(());
             }
         }
-        self.enqueue_end_marker(stream)
+        self.enqueue_end_marker(inp, stream)
+    }
+
+    fn enqueue_end_marker(&self, inp: &GraphInputs<'_>, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
+        if let Some(output) = inp.opts.output {
+            self.enqueue_output_publish(inp, stream, output)?;
+        }
+        let mut p = self.params;
+        let end = inp.rt.library.function("fl_end_marker")?;
+        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
+        // SAFETY: one LoopParams argument, matching the kernel.
+        Ok(unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }?)
     }
 
     /// Where the chain's final samples are when the result is published
@@ -433,28 +521,22 @@ impl ExecutorCore {
             .map_or((0, 0), |region| (region.dptr, u32::try_from(region.bytes / 4).unwrap_or(u32::MAX)))
     }
 
-    fn enqueue_end_marker(&self, stream: &Arc<CudaStream>) -> Result<(), GpuError> {
-        if let Some(output) = self.opts.output {
-            self.enqueue_output_publish(stream, output)?;
-        }
-        let mut p = self.params;
-        let end = self.rt.library.function("fl_end_marker")?;
-        let mut args = [(&mut p as *mut LoopParams).cast::<c_void>()];
-        // SAFETY: one LoopParams argument, matching the kernel.
-        Ok(unsafe { driver::launch_raw(stream, end, LaunchDims::SINGLE, &mut args) }?)
-    }
-
     /// The output-publish node: `fl_output_publish` copies the chain's final
     /// output buffer (the last operator's `out` port), the frame's record and
     /// user words into the next slot of the device output ring.
-    fn enqueue_output_publish(&self, stream: &Arc<CudaStream>, mut o: OutputPublish) -> Result<(), GpuError> {
+    fn enqueue_output_publish(
+        &self,
+        inp: &GraphInputs<'_>,
+        stream: &Arc<CudaStream>,
+        mut o: OutputPublish,
+    ) -> Result<(), GpuError> {
         let (samples, capacity) = self.final_samples();
         if samples != 0 {
             o.samples = samples;
             o.buffer_capacity = capacity;
         }
         let mut p = self.params;
-        let f = self.rt.library.function("fl_output_publish")?;
+        let f = inp.rt.library.function("fl_output_publish")?;
         let mut args = [(&mut p as *mut LoopParams).cast::<c_void>(), (&mut o as *mut OutputPublish).cast()];
         let dims = LaunchDims { grid: (1, 1, 1), block: (OUTPUT_THREADS, 1, 1), shared_bytes: 0 };
         // SAFETY: (LoopParams, OutputPublish) by value matches fl_output_publish,
@@ -466,11 +548,12 @@ impl ExecutorCore {
 
     fn enqueue_one_operator(
         &mut self,
+        inp: &GraphInputs<'_>,
         stream: &Arc<CudaStream>,
         id: crate::fragment::OperatorId,
     ) -> Result<(), GpuError> {
-        let frame_desc = self.state.dptr() + DESC_OFFSET as u64;
-        let chain_result = self.state.dptr() + CHAIN_OFFSET as u64;
+        let frame_desc = inp.state + DESC_OFFSET as u64;
+        let chain_result = inp.state + CHAIN_OFFSET as u64;
         let bound = self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
         let entry = &mut self.workload.operators[id.index()];
         let mut ctx = ComputeContext {
@@ -480,9 +563,9 @@ impl ExecutorCore {
             buffers: &bound.buffers,
             frame_desc,
             chain_result,
-            user_result: self.state.dptr() + USER_OFFSET as u64,
-            slot_header: self.state.dptr() + SLOT_OFFSET as u64,
-            kernels: &self.rt.library,
+            user_result: inp.state + USER_OFFSET as u64,
+            slot_header: inp.state + SLOT_OFFSET as u64,
+            kernels: &inp.rt.library,
             result_publisher: None,
             publisher_taken: false,
             streamed: self.stream.as_ref().map(|st| st.staged()),
@@ -494,16 +577,16 @@ impl ExecutorCore {
 
 /// The main fragment of a configured chain (reductions fused where possible).
 pub fn chain_fragment(chain: &[OpSpec], max_frame_bytes: usize) -> Result<Fragment, GpuError> {
-    chain_fragment_with(chain, max_frame_bytes, super::operators::PayloadPath::default())
+    chain_fragment_with(chain, max_frame_bytes, crate::gpu::operators::PayloadPath::default())
 }
 
 /// [`chain_fragment`] reading the payload by `payload`.
 pub fn chain_fragment_with(
     chain: &[OpSpec],
     max_frame_bytes: usize,
-    payload: super::operators::PayloadPath,
+    payload: crate::gpu::operators::PayloadPath,
 ) -> Result<Fragment, GpuError> {
-    let layout = super::operators::ChainLayout::default();
-    super::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
+    let layout = crate::gpu::operators::ChainLayout::default();
+    crate::gpu::operators::build_main_fragment_with(chain, max_frame_bytes, layout, payload)
         .map_err(|e| GpuError::Setup(e.to_string()))
 }

@@ -2,7 +2,11 @@
 //! block runs inside the data-ready handler's own kernel (`fl_fused_chain`,
 //! kernels/fused.cu), so a frame costs one kernel instead of handler → IF →
 //! one kernel per operator. The layout mirrors `FusedStep`/`FusedProgram` in
-//! `handlers/ring.cuh` (checked by the layout test).
+//! `handlers/ring.cuh` (checked by the layout test). For frames too large
+//! for one block's shared memory, [`tiled`] runs the same program over
+//! tiles with many blocks.
+
+pub mod tiled;
 
 use crate::config::FusedChainMode;
 use crate::ops::{MAX_FIR_TAPS, OpSpec, SampleFormat};

@@ -3,9 +3,9 @@
 //! existence and signature checked, and NVRTC's errors turned into problems
 //! naming the file, line and the compiler's message. Needs NVRTC, not a GPU.
 
-use super::nvrtc::{self, Compiler};
-use super::{GpuError, nvrtc_present};
 use crate::config::{BackendChoice, Config, ConfigProblem};
+use crate::gpu::nvrtc::{self, Compiler};
+use crate::gpu::{GpuError, nvrtc_present};
 use crate::ops::OpSpec;
 use crate::ops::handler::HandlerConfig;
 use crate::ops::user_kernel::is_c_identifier;

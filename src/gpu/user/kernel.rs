@@ -27,12 +27,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
-use super::driver::DeviceBuffer;
-use super::nvrtc::{CacheDir, Compiler};
-use super::operators::NO_PARAM_STEP;
-use super::param_banks;
-use super::user_source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, kernel_text};
+use super::source::{WRAPPED_ENTRY, entry_kernel_cubin, kernel_cubin, kernel_text};
 use crate::fragment::{ComputeContext, FragmentError, GpuResidentOperator, OperatorSpec, PortMemory};
+use crate::gpu::driver::DeviceBuffer;
+use crate::gpu::nvrtc::{CacheDir, Compiler};
+use crate::gpu::param_banks::{self, NO_PARAM_STEP};
 use crate::ops::OpSpec;
 use crate::ops::user_kernel::{OutputSize, UserKernelSpec};
 
@@ -397,7 +396,7 @@ impl GpuResidentOperator for UserKernelOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::user_source::UserCodeError;
+    use crate::gpu::user::source::UserCodeError;
     use crate::ops::SampleFormat;
 
     fn spec(text: &str) -> UserKernelSpec {
@@ -420,7 +419,7 @@ mod tests {
 
     #[test]
     fn the_bench_user_kernels_compile_against_the_abi() {
-        if !super::super::nvrtc_present() {
+        if !crate::gpu::nvrtc_present() {
             eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
             return;
         }
@@ -437,7 +436,7 @@ mod tests {
 
     #[test]
     fn user_kernels_compile_into_their_entry_kernel() {
-        if !super::super::nvrtc_present() {
+        if !crate::gpu::nvrtc_present() {
             eprintln!("skipped: NVRTC cannot be loaded (`. scripts/env.sh`)");
             return;
         }

@@ -12,7 +12,7 @@
 #define FL_FFT_WINDOW_HAMMING 2
 #define FL_FFT_WINDOW_BLACKMAN 3
 
-// Mirrors gpu::fft::FftParams.
+// Mirrors gpu::operators::fft::FftParams.
 struct FftParams {
   uint32_t n;         // samples per row, 2..=65536
   uint32_t bins;      // n / 2 + 1
@@ -21,7 +21,7 @@ struct FftParams {
   uint32_t power;     // 1: |scale X|^2, 0: |scale X|
   float scale;
 };
-static_assert(sizeof(FftParams) == 24, "FftParams must match gpu::fft::FftParams");
+static_assert(sizeof(FftParams) == 24, "FftParams must match gpu::operators::fft::FftParams");
 
 struct FftComplex {
   float x, y;

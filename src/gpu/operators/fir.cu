@@ -1,7 +1,7 @@
 // fir kernel: the FIR of fir.cuh over the whole grid.
 #include "fir.cuh"
 
-// Kernel parameter, passed by value (mirrors FirParams in src/gpu/operators.rs).
+// Kernel parameter, passed by value (mirrors FirParams in src/gpu/operators/fir.rs).
 struct FirParams {
   uint32_t count;  // odd, 1..=FL_MAX_FIR_TAPS
   float taps[FL_MAX_FIR_TAPS];
