@@ -280,8 +280,9 @@ const LARGE_FRAMES: u64 = 40;
 #[ignore = "needs a GPU"]
 fn large_frames_on_the_tiled_kernel_reply_with_their_records() {
     let _one = one_at_a_time();
-    let (chain, detects) = median_threshold_chain(LARGE_BYTES, LARGE_FRAMES);
-    let mut cfg = cuda_config(chain, LARGE_BYTES);
+    // The default chain: a million random samples per frame all but fix
+    // each frame's peak, so the detection flag is checked against the record.
+    let mut cfg = cuda_config(default_chain(), LARGE_BYTES);
     cfg.ring.slots = 16;
     cfg.actuate = vec![output(&["reply"], vec![Part::Record], 0, When::Every)];
     let running = Running::start_any(&cfg);
@@ -301,12 +302,11 @@ fn large_frames_on_the_tiled_kernel_reply_with_their_records() {
         let seq = m.header.frame_seq;
         let r = results.get(&seq).expect("a processed frame");
         assert_eq!(m.record.as_ref(), Some(r), "frame {seq}");
-        assert_eq!(m.header.flags & FLAG_DETECTED != 0, detects.contains(&seq), "frame {seq}");
+        assert_eq!(m.header.flags & FLAG_DETECTED != 0, r.detect_count > 0, "frame {seq}");
     }
 
     // The tiled kernel keeps no final samples: an output of samples is refused.
-    let (chain, _) = median_threshold_chain(LARGE_BYTES, 2);
-    let mut cfg = cuda_config(chain, LARGE_BYTES);
+    let mut cfg = cuda_config(default_chain(), LARGE_BYTES);
     cfg.ring.slots = 16;
     cfg.actuate = vec![output(&["reply"], vec![Part::Samples], 8, When::Every)];
     let err = match frameloop::app::Appliance::start(&cfg, Default::default()) {
