@@ -270,3 +270,26 @@ fn bad_actuation_tables_stop_validate_naming_the_key() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_compare_with_actuation_outputs_measures_the_round_trip_and_its_ping_pong_floor() {
+    let _serial = one_at_a_time();
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/configs/actuate-reply.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_frameloop"))
+        .args(["bench", "--backend", "host", "--compare", "--json", "--frame-bytes", "8192"])
+        .args(["--rate", "200", "--duration", "1", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report as JSON");
+    let frames = v["sender"]["frames"].as_u64().expect("the sender's frames");
+    assert!(frames >= 150, "{v}");
+    let rt = &v["actuation_round_trip"];
+    assert_eq!(rt["matched"].as_u64(), Some(frames), "every frame answered: {rt}");
+    assert_eq!(rt["missing"].as_u64(), Some(0), "{rt}");
+    let (round_trip, floor) = (rt["round_trip"]["p50_us"].as_f64().unwrap(), &v["ping_pong_floor"]);
+    let floor_p50 = floor["p50_us"].as_f64().expect("the ping-pong floor in the same run");
+    assert!(floor_p50 > 0.0 && round_trip > 0.0, "{floor}");
+    assert!(floor["max_us"].as_f64().unwrap() >= floor_p50, "{floor}");
+}

@@ -153,7 +153,8 @@ fn the_abi_agrees_with_the_ring_layout() {
     let check = "#include \"ring.cuh\"\n#include \"frameloop.cuh\"\n\
         static_assert(FL_FRAME_COMPLETE == FL_SLOT_COMPLETE && FL_FRAME_INCOMPLETE == FL_SLOT_INCOMPLETE \
                       && FL_FRAME_TIMED_OUT == FL_SLOT_TIMED_OUT, \"flags\");\n\
-        static_assert(sizeof(fl_user_result) == sizeof(((ResultRecord*)0)->user), \"user result fits the record\");\n\
+        static_assert(sizeof(((fl_user_result*)0)->words) == sizeof(((ResultRecord*)0)->user), \"user words fit the record\");\n\
+        static_assert(sizeof(fl_user_result) == sizeof(((ResultRecord*)0)->user) + 4, \"then the actuation request\");\n\
         static_assert(FL_SLOT_META_WORDS * 4 == FL_SLOT_PAYLOAD_OFFSET, \"metadata is the slot header\");\n";
     nvrtc::compile_ptx("abi_check.cu", check, "compute_75").unwrap_or_else(|e| panic!("{e}"));
 }

@@ -55,7 +55,10 @@ pub struct BenchCommand {
     /// CUDA only: compare the resident graph against sleep-interval,
     /// launch-per-frame and round-trip-floor modes on host-published frames.
     /// The measuring thread takes service.result_cpu and
-    /// service.realtime_priority from the config, when set.
+    /// service.realtime_priority from the config, when set. With
+    /// `[[actuate]]` outputs in the config (either backend): the loopback run
+    /// with its sensor-to-actuator round trip, and in the same run the UDP
+    /// ping-pong floor (as --ping-pong-floor).
     #[arg(long)]
     pub compare: bool,
     /// With --compare: measured frames per mode (the p99.9 rests on the
@@ -116,6 +119,15 @@ pub fn bench(args: BenchCommand) -> Result<(), AppError> {
     }
     let mut cfg = app::load_or_default(args.config.as_deref())?;
     app::backend_override(&mut cfg, args.backend.map(Into::into));
+    if !cfg.actuation_plan().is_empty() {
+        // What an actuation config compares: the round trip over the
+        // network against the network's own floor, in one run.
+        eprintln!(
+            "the config has [[actuate]] outputs: comparing the sensor-to-actuator round trip with a UDP ping-pong"
+        );
+        let args = BenchCommand { compare: false, ping_pong_floor: true, ..args };
+        return super::loopback::bench(&args);
+    }
     compare(&cfg, &args)
 }
 
