@@ -94,8 +94,13 @@ def read(app, outputs, model, frames, gain):
     app.send(frames, rate=2000)
     scores = []
     with torch.inference_mode():
-        for k, sent in enumerate(frames):
+        for _ in frames:
             out = outputs.next(timeout=10)
+            if out is None:
+                raise RuntimeError(f"only {len(scores)} of {len(frames)} outputs came")
+            # Each send numbers its frames on from the last: the frame's own
+            # sequence says which of `frames` it is.
+            sent = frames[out.frame_seq % len(frames)]
             samples = torch.from_dlpack(out)  # the ring's GPU memory
             assert samples.data_ptr() == out.data_ptr and samples.is_cuda
             scores.append(model(samples))
