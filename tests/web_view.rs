@@ -410,11 +410,12 @@ fn fifty_viewers_and_a_flooding_client_cost_no_frame_and_an_idle_client_is_cut_o
     };
     let (before, watched, after) = (phase(0.5, 4.5), phase(4.5, 8.5), phase(8.5, 12.5));
     let spread = before.abs_diff(after);
-    // The run-to-run spread, with a floor of half the quiet p99: on a loaded
-    // two-core machine two quiet phases can come out alike by chance, and
-    // the p99 of 800 frames is the eighth slowest. The server at normal
-    // priority moved it 2.3-fold on this machine, which still fails.
-    let allowed = before.max(after) + spread.max(before.max(after) / 2);
+    // The run-to-run spread, with a floor of 0.8 times the quiet p99: on a
+    // loaded two-core machine two quiet phases can come out alike by chance,
+    // and the p99 of 800 frames is the eighth slowest (a valid run moved it
+    // 1.57-fold with nothing else running). The server at normal priority
+    // moved it 2.3-fold on this machine, which still fails.
+    let allowed = before.max(after) + spread.max(before.max(after) * 4 / 5);
     eprintln!(
         "end-to-end p99: {before} ns quiet, {watched} ns watched, {after} ns quiet; allowed {allowed} ns"
     );
