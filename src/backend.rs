@@ -80,9 +80,30 @@ pub enum BackendError {
         "the resident loop timed out after {ms} ms without a frame and tore itself down; check the sensor, or set loop.timeout_ms = 0"
     )]
     TimedOut { ms: u64 },
-    /// The backend failed (the message says why and what to change).
-    #[error("{0}")]
-    Other(String),
+    /// The backend failed: the source (a `GpuError` or `HostError`) says
+    /// why and what to change.
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The loop's thread could not take the CPU or priority the config
+    /// gives it (the source says why); change `service.loop_cpu` or
+    /// `service.realtime_priority`, or grant the capability it names.
+    #[error("the resident loop's thread could not be placed: {0}")]
+    Placement(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The loop's thread could not be started; check the process thread
+    /// limit (`ulimit -u`).
+    #[error("cannot start the host loop thread ({0}); check the process thread limit (ulimit -u)")]
+    Spawn(#[source] std::io::Error),
+    /// The loop thread panicked earlier and took the loop's state with it;
+    /// build a new loop.
+    #[error("the host loop thread panicked earlier and its state is lost; build a new HostLoop")]
+    StateLost,
+}
+
+impl BackendError {
+    /// A backend's own error, kept as the source.
+    pub fn failed(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Failed(Box::new(e))
+    }
 }
 
 /// The way into a running loop's chain: a new chain is prepared off the hot
@@ -139,5 +160,23 @@ pub trait ResidentLoop: Send {
     /// its graph between two frames and relaunches it with the new chain.
     fn take_live_chain(&mut self) -> Option<Box<dyn LiveChain>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::BackendError;
+
+    #[test]
+    fn a_backend_failure_keeps_the_backends_own_error() {
+        let e = BackendError::failed(std::io::Error::new(std::io::ErrorKind::NotFound, "no such ring"));
+        assert_eq!(e.to_string(), "no such ring", "the message is the backend error's own");
+        let BackendError::Failed(inner) = &e else { panic!("{e:?}") };
+        let io = inner.downcast_ref::<std::io::Error>().expect("the backend's error, as its type");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        let spawn = BackendError::Spawn(std::io::Error::from(std::io::ErrorKind::WouldBlock));
+        let source = std::error::Error::source(&spawn).expect("a spawn failure keeps the OS error");
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
+        assert!(spawn.to_string().contains("ulimit -u"), "{spawn}");
     }
 }

@@ -256,7 +256,7 @@ fn backend_error(e: GpuError) -> BackendError {
         GpuError::StageFault { stage, ring_seq, error } => {
             BackendError::Stage { stage, message: format!("ring sequence {ring_seq}: {error}") }
         }
-        other => BackendError::Other(other.to_string()),
+        other => BackendError::failed(other),
     }
 }
 
@@ -299,7 +299,7 @@ impl ResidentLoop for CudaLoop {
         let mut exec = self.executor();
         let was_running = exec.launched();
         if let Some(Err(e)) = exec.poll() {
-            return Err(BackendError::Other(e.to_string()));
+            return Err(BackendError::failed(e));
         }
         if !was_running && exec.finished().is_none() {
             return Err(BackendError::NotLaunched);

@@ -55,7 +55,7 @@ impl From<HostError> for BackendError {
             | HostError::ResultWriterTaken
             | HostError::OutputInDeviceMemory
             | HostError::OutputWhileLaunched
-            | HostError::Launched { .. } => BackendError::Other(e.to_string()),
+            | HostError::Launched { .. } => BackendError::failed(e),
         }
     }
 }

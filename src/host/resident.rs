@@ -230,11 +230,7 @@ impl ResidentLoop for HostLoop {
         if self.thread.is_some() {
             return Err(BackendError::AlreadyLaunched);
         }
-        let core = self.core.take().ok_or_else(|| {
-            BackendError::Other(
-                "the host loop thread panicked earlier and its state is lost; build a new HostLoop".into(),
-            )
-        })?;
+        let core = self.core.take().ok_or(BackendError::StateLost)?;
         self.control.rearm();
         let (cpu, priority) = self.placement;
         let nice = self.nice;
@@ -250,7 +246,7 @@ impl ResidentLoop for HostLoop {
                 );
             }
             let ok = placed.is_ok();
-            let _ = placed_tx.send(placed.map_err(|e| e.to_string()));
+            let _ = placed_tx.send(placed);
             if ok { run_loop(core) } else { (core, LoopEnd::TornDown) }
         });
         match spawned {
@@ -259,14 +255,12 @@ impl ResidentLoop for HostLoop {
                     if let Ok((core, _)) = handle.join() {
                         self.core = Some(core);
                     }
-                    return Err(BackendError::Other(e));
+                    return Err(BackendError::Placement(Box::new(e)));
                 }
                 self.thread = Some(handle);
                 Ok(())
             }
-            Err(e) => Err(BackendError::Other(format!(
-                "cannot start the host loop thread ({e}); check the process thread limit (ulimit -u)"
-            ))),
+            Err(e) => Err(BackendError::Spawn(e)),
         }
     }
 
