@@ -166,6 +166,9 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
   }
   // Thread 0 numbers the results; the loop state keeps the count between launches.
   uint64_t result_seq = threadIdx.x == 0 ? st->result_seq : 0;
+  // Where the chain's final samples end up: a parameter change reloads the
+  // steps' values, never their kinds or buffers, so this holds for the launch.
+  const float* final_samples = threadIdx.x == 0 ? fl_fused_final(steps, step_count, buf) : nullptr;
   // Frames one after another while they keep coming within the poll budget:
   // the block stays on its SM with warm caches instead of relaunching.
   for (;;) {
@@ -206,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(FL_FUSED_THREADS) fl_fused_chain(Lo
     if (threadIdx.x == 0) {
       // From shared memory and a register: no global read on the way out.
       result_seq += 1;
-      fl_publish_record(p, desc, chain, slot, result_seq, fl_fused_final(steps, step_count, buf), buf.capacity);
+      fl_publish_record(p, desc, chain, slot, result_seq, final_samples, buf.capacity);
       st->result_seq = result_seq;
     }
     // Thread 0 publishes before it polls again; the others must not reuse
