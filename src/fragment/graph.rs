@@ -48,8 +48,8 @@ pub struct EnqueueTarget<'a> {
     pub frame_desc: DevicePtr,
     /// Device address of the `ChainResult` the reductions write.
     pub chain_result: DevicePtr,
-    /// Device address of the frame's user result words (`fl_user_result`,
-    /// 48 bytes) that user kernels write and the result record carries;
+    /// Device address of the frame's user result words (`fl_user_result`:
+    /// 48 bytes of words, then the actuation request) that user kernels write and the result record carries;
     /// 0 where there are none (a chain with a user kernel then refuses to enqueue).
     pub user_result: DevicePtr,
     /// Device address of a copy of the claimed slot's header (`SlotHeader`,

@@ -8,7 +8,7 @@
 use super::options::{ControllerPlacement, ExecutorOptions, LaunchStyle, poll_budget_ns};
 use crate::fragment::{
     ComputeContext, DeviceRegion, EnqueueTarget, Fragment, FragmentError, GpuResidentOperator, OperatorSpec,
-    Plan, PortDirection,
+    Plan, PortDirection, StreamedFrame,
 };
 use crate::gpu::GpuError;
 use crate::gpu::control::*;
@@ -178,6 +178,29 @@ pub(super) struct GraphInputs<'a> {
     pub(super) state: u64,
     /// Device address of the loop parameters' device copy.
     pub(super) params_dev: u64,
+}
+
+impl GraphInputs<'_> {
+    /// Where a fragment's kernels find the loop's frame: the loop state's
+    /// parts, the kernels, and how frames arrive (`streamed`) and are
+    /// claimed (`claims_frames`).
+    fn target<'s>(
+        &'s self,
+        stream: &'s Arc<CudaStream>,
+        streamed: Option<StreamedFrame>,
+        claims_frames: bool,
+    ) -> EnqueueTarget<'s> {
+        EnqueueTarget {
+            stream,
+            frame_desc: self.state + DESC_OFFSET as u64,
+            chain_result: self.state + CHAIN_OFFSET as u64,
+            user_result: self.state + USER_OFFSET as u64,
+            slot_header: self.state + SLOT_OFFSET as u64,
+            kernels: &self.rt.library,
+            streamed,
+            claims_frames,
+        }
+    }
 }
 
 /// The loop's graph and what it is built from: the chain it runs (the
@@ -424,16 +447,7 @@ impl LoopGraph {
         inp: &GraphInputs<'_>,
         stream: &Arc<CudaStream>,
     ) -> Result<(), GpuError> {
-        let target = EnqueueTarget {
-            stream,
-            frame_desc: inp.state + DESC_OFFSET as u64,
-            chain_result: inp.state + CHAIN_OFFSET as u64,
-            user_result: inp.state + USER_OFFSET as u64,
-            slot_header: inp.state + SLOT_OFFSET as u64,
-            kernels: &inp.rt.library,
-            streamed: None,
-            claims_frames: false,
-        };
+        let target = inp.target(stream, None, false);
         let fragment = match self.builtin_handler.as_mut() {
             Some(h) => h,
             None => self
@@ -468,16 +482,8 @@ impl LoopGraph {
                 self.enqueue_one_operator(inp, stream, id)?;
             }
         } else {
-            let target = EnqueueTarget {
-                stream,
-                frame_desc: inp.state + DESC_OFFSET as u64,
-                chain_result: inp.state + CHAIN_OFFSET as u64,
-                user_result: inp.state + USER_OFFSET as u64,
-                slot_header: inp.state + SLOT_OFFSET as u64,
-                kernels: &inp.rt.library,
-                streamed: self.stream.as_ref().map(|st| st.staged()),
-                claims_frames: self.workload_claims_frames(inp.opts),
-            };
+            let streamed = self.stream.as_ref().map(|st| st.staged());
+            let target = inp.target(stream, streamed, self.workload_claims_frames(inp.opts));
             let bound =
                 self.workload_plan.as_ref().ok_or_else(|| GpuError::Setup("empty workload".into()))?;
             // With an output ring the end marker publishes, after the output node.
