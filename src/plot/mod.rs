@@ -32,6 +32,18 @@ fn draw_err<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> PlotError {
     move |e| PlotError::Draw { what, message: format!("{e:?}") }
 }
 
+/// The legend of a chart's labelled series, in its top-left corner.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+}
+
 /// One line of a percentile plot: a name and (quantile in 0..=1, µs) points,
 /// for example a segment's [`crate::metrics::PercentileCurve`] or a bench
 /// mode's p50..max.
@@ -150,13 +162,7 @@ fn draw_percentiles(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], Palette99::pick(dash)));
     }
     if !series.is_empty() || !floors.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(&err)?;
+        draw_legend(&mut chart).map_err(&err)?;
     }
     Ok(())
 }
@@ -189,13 +195,7 @@ pub fn timeseries_svg(title: &str, series: &[(String, Vec<(f64, f64)>)]) -> Resu
                 .label(name.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(&err)?;
+        draw_legend(&mut chart).map_err(&err)?;
         root.present().map_err(&err)?;
     }
     Ok(svg)
