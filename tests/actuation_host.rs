@@ -11,7 +11,7 @@
 mod actuation_support;
 mod appliance_support;
 
-use actuation_support::{collect, listener, output};
+use actuation_support::{collect, listener, output, sensor};
 use appliance_support::{PATIENCE, Running, host_config, one_at_a_time, wait_for};
 use frameloop::actuate::{When, config::Part};
 use frameloop::host::{UserStage, UserStageResult};
@@ -21,11 +21,10 @@ use frameloop::sender::{
     ExpectActuation, ExpectArgs, Pattern, SendArgs, run_sender_expecting, run_sender_on,
 };
 use frameloop::wire::actuation::{FLAG_DETECTED, FLAG_USER_REQUEST, decode};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const FRAME_BYTES: usize = 4096;
 const FRAMES: u64 = 24;
@@ -67,11 +66,7 @@ fn reply_messages_carry_each_frames_record_user_words_and_samples() {
     let running = start(&cfg);
 
     // The sensor: one socket that sends the frames and gets the replies.
-    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
-    socket.bind(&SockAddr::from("127.0.0.1:0".parse::<SocketAddr>().unwrap())).unwrap();
-    socket.connect(&SockAddr::from(running.addr())).unwrap();
-    let replies: UdpSocket = socket.try_clone().unwrap().into();
-    replies.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let (socket, replies) = sensor(running.addr());
     let args = send_args(running.addr(), FRAMES);
     let sent = run_sender_on(socket, &args, &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(sent.frames, FRAMES);

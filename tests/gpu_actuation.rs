@@ -14,7 +14,7 @@ mod actuation_support;
 mod appliance_support;
 mod loops_support;
 
-use actuation_support::{chain_samples, collect_in_background, listener, output, send_args};
+use actuation_support::{chain_samples, collect_in_background, listener, output, send_args, sensor};
 use appliance_support::{PATIENCE, Running, one_at_a_time};
 use frameloop::actuate::{When, config::Part};
 use frameloop::config::{BackendChoice, Config, FusedChainMode};
@@ -23,9 +23,8 @@ use frameloop::ops::{OpSpec, SampleFormat, default_chain};
 use frameloop::ring::ResultRecord;
 use frameloop::sender::{Pattern, run_sender, run_sender_on};
 use frameloop::wire::actuation::{FLAG_DETECTED, FLAG_SAMPLES_SHORT, FLAG_USER_REQUEST, decode};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -45,18 +44,6 @@ fn cuda_config(chain: Vec<OpSpec>, frame_bytes: usize) -> Config {
     cfg.ring.slots = 64;
     cfg.ring.slot_bytes = frame_bytes;
     cfg
-}
-
-/// A sensor socket connected to the appliance: it sends the frames and
-/// receives the replies.
-fn sensor(to: SocketAddr) -> (Socket, UdpSocket) {
-    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
-    socket.bind(&SockAddr::from("127.0.0.1:0".parse::<SocketAddr>().unwrap())).unwrap();
-    socket.set_recv_buffer_size(8 << 20).unwrap();
-    socket.connect(&SockAddr::from(to)).unwrap();
-    let replies: UdpSocket = socket.try_clone().unwrap().into();
-    replies.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-    (socket, replies)
 }
 
 fn close(got: f32, want: f32) -> bool {

@@ -8,6 +8,7 @@ use crate::appliance_support::PATIENCE;
 use frameloop::actuate::{ActuateConfig, When, config::Part};
 use frameloop::ops::{CpuChain, OpSpec};
 use frameloop::sender::{GsoMode, Pattern, SendArgs};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,19 @@ pub fn collect_in_background(
     done: impl Fn(&[Vec<u8>]) -> bool + Send + 'static,
 ) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
     std::thread::spawn(move || collect(&socket, done))
+}
+
+/// A sensor socket connected to the appliance: it sends the frames and
+/// receives the replies.
+pub fn sensor(to: SocketAddr) -> (Socket, UdpSocket) {
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+    socket.bind(&SockAddr::from("127.0.0.1:0".parse::<SocketAddr>().unwrap())).unwrap();
+    // Many replies may wait before the test reads them.
+    let _ = socket.set_recv_buffer_size(8 << 20);
+    socket.connect(&SockAddr::from(to)).unwrap();
+    let replies: UdpSocket = socket.try_clone().unwrap().into();
+    replies.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    (socket, replies)
 }
 
 /// Every datagram `socket` receives until `done` says enough or PATIENCE ends.
