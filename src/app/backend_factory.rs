@@ -151,12 +151,8 @@ pub(super) fn open_backend(
                 None
             } else {
                 Some(
-                    crate::gpu::actuation::DeviceActuation::new(
-                        &rt,
-                        cfg.ring.transmit_slots,
-                        actuation.clone(),
-                    )
-                    .map_err(AppError::GpuLoop)?,
+                    crate::gpu::actuation::DeviceActuation::new(&rt, cfg.ring.transmit_slots, &actuation)
+                        .map_err(AppError::GpuLoop)?,
                 )
             };
             let lp = crate::gpu::CudaLoop::with_extras(

@@ -89,13 +89,15 @@ pub fn tx_state(plan: &ActuationPlan, ring: &TxRing, ring_dptr: u64) -> TxState 
 pub struct DeviceActuation {
     ring: Arc<TxRing>,
     state: DeviceBuffer,
-    plan: ActuationPlan,
+    /// Some output sends samples (the loop must say where the chain's
+    /// final samples are).
+    wants_samples: bool,
 }
 
 impl DeviceActuation {
     /// A transmit ring of `slots` slots for `plan`'s messages in mapped
     /// memory of `rt`, and the former's state over it.
-    pub fn new(rt: &GpuRuntime, slots: usize, plan: ActuationPlan) -> Result<Self, GpuError> {
+    pub fn new(rt: &GpuRuntime, slots: usize, plan: &ActuationPlan) -> Result<Self, GpuError> {
         let max = plan.max_message_bytes();
         let geometry = |e: ActuateError| GpuError::Setup(e.to_string());
         let needed = tx_ring_bytes(slots, max)
@@ -104,20 +106,17 @@ impl DeviceActuation {
         let mem = MappedMemory::alloc(&rt.ctx, needed)?;
         let ring_dptr = mem.dptr();
         let ring = TxRing::new(Box::new(mem), slots, max).map_err(geometry)?;
-        let st = tx_state(&plan, &ring, ring_dptr);
+        let st = tx_state(plan, &ring, ring_dptr);
         let state = DeviceBuffer::new(&rt.ctx, std::mem::size_of::<TxState>(), 0)?;
         state.write(0, as_bytes(&st))?;
-        Ok(Self { ring, state, plan })
+        let wants_samples =
+            plan.outputs.iter().any(|o| o.shape.parts & crate::wire::actuation::PART_SAMPLES != 0);
+        Ok(Self { ring, state, wants_samples })
     }
 
     /// The transmit ring, for the sender.
     pub fn ring(&self) -> &Arc<TxRing> {
         &self.ring
-    }
-
-    /// The outputs this loop forms.
-    pub fn plan(&self) -> &ActuationPlan {
-        &self.plan
     }
 
     /// Device address of the former's state (`DeviceLoopState::tx`).
@@ -128,7 +127,7 @@ impl DeviceActuation {
     /// True when some output sends samples (the loop must say where the
     /// chain's final samples are).
     pub fn wants_samples(&self) -> bool {
-        self.plan.outputs.iter().any(|o| o.shape.parts & crate::wire::actuation::PART_SAMPLES != 0)
+        self.wants_samples
     }
 }
 
